@@ -1,0 +1,3 @@
+module idem
+
+go 1.26.8
