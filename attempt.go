@@ -1,0 +1,86 @@
+package idem
+
+import (
+	"net/http"
+	"time"
+)
+
+// AttemptState is the state of an attempt record (SPEC §6.3).
+type AttemptState string
+
+// The attempt states. Forgotten records are deleted, so they have no state.
+const (
+	AttemptInFlight      AttemptState = "in_flight"
+	AttemptCompleted     AttemptState = "completed"
+	AttemptIndeterminate AttemptState = "indeterminate"
+	// AttemptExpired is the tombstone of a secret result past its window.
+	AttemptExpired AttemptState = "expired"
+)
+
+// ReplayedHeaders is the allow-list of original response headers a replay
+// repeats. Set-Cookie never is.
+var ReplayedHeaders = []string{"Content-Type", "Location", "ETag"}
+
+// Attempt is the record a store keeps for one (scope, key).
+type Attempt struct {
+	Scope       Scope
+	Key         string
+	Operation   string
+	Fingerprint string
+	State       AttemptState
+	ExecutionID string
+	// FencingToken identifies the reservation; only its holder completes.
+	FencingToken int64
+	// LeaseExpiresAt bounds the in-flight state: past it, a record still in
+	// flight reads as indeterminate.
+	LeaseExpiresAt time.Time
+	// Status is the stored HTTP status; 0 while in flight or when
+	// indeterminate by lease.
+	Status int
+	// Headers holds the allow-listed original headers.
+	Headers http.Header
+	// Body is the stored response body; for a secret result it is the
+	// ciphertext (SealedKeyID names the key); nil once a secret expired.
+	Body        []byte
+	SealedKeyID string
+	CreatedAt   time.Time
+	CompletedAt time.Time
+	// ExpiresAt is when the record is forgotten (retention).
+	ExpiresAt time.Time
+	// SecretExpiresAt is set for secret results: when the ciphertext is
+	// destroyed and the record becomes a tombstone.
+	SecretExpiresAt time.Time
+}
+
+// Observe returns the record as a reader at now must see it, applying the
+// transitions that time alone makes: an in-flight record past its lease is
+// indeterminate (status 0), a secret past its window is an expired tombstone
+// with no body. Stores return every record through Observe, so both stores
+// and every instance read time-driven states the same way.
+func (a Attempt) Observe(now time.Time) Attempt {
+	if a.State == AttemptInFlight && !now.Before(a.LeaseExpiresAt) {
+		a.State = AttemptIndeterminate
+		a.Status = 0
+	}
+	if a.State == AttemptCompleted && a.SealedKeyID != "" && !a.SecretExpiresAt.IsZero() && !now.Before(a.SecretExpiresAt) {
+		a.State = AttemptExpired
+		a.Body = nil
+	}
+	if a.State == AttemptExpired {
+		a.Body = nil
+	}
+	return a
+}
+
+// Forgotten reports whether retention has passed: the record no longer
+// exists for readers and its key may start a new attempt.
+func (a Attempt) Forgotten(now time.Time) bool { return !now.Before(a.ExpiresAt) }
+
+// FinalState is the state a completion with this HTTP status leaves: any
+// 5xx after the handler started is indeterminate, never a replayable result.
+func FinalState(status int) AttemptState {
+	if status >= 500 {
+		return AttemptIndeterminate
+	}
+	return AttemptCompleted
+}

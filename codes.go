@@ -1,0 +1,138 @@
+package idem
+
+import "sort"
+
+// Code is a stable error code from SPEC.md. Codes are part of the wire
+// contract: callers branch on them, so they never change.
+type Code string
+
+// Every code idem can produce. docs/errors.md lists them; a test keeps it in
+// step with the table below.
+const (
+	// Request and routing.
+	CodeInvalidInput       Code = "INVALID_INPUT"
+	CodeNotFound           Code = "NOT_FOUND"
+	CodeOperationNotFound  Code = "OPERATION_NOT_FOUND"
+	CodeMethodNotAllowed   Code = "METHOD_NOT_ALLOWED"
+	CodeUnauthorized       Code = "UNAUTHORIZED"
+	CodeForbidden          Code = "FORBIDDEN"
+	CodeRequestTooLarge    Code = "REQUEST_TOO_LARGE"
+	CodeRateLimited        Code = "RATE_LIMITED"
+	CodeDryRunNotSupported Code = "DRY_RUN_NOT_SUPPORTED"
+
+	// Idempotency keys and attempt records.
+	CodeIdempotencyKeyInvalid          Code = "IDEMPOTENCY_KEY_INVALID"
+	CodeIdempotencyKeyNotSupported     Code = "IDEMPOTENCY_KEY_NOT_SUPPORTED"
+	CodeIdempotencyKeyRequired         Code = "IDEMPOTENCY_KEY_REQUIRED"
+	CodeIdempotencyKeyReused           Code = "IDEMPOTENCY_KEY_REUSED"
+	CodeIdempotencyKeyInFlight         Code = "IDEMPOTENCY_KEY_IN_FLIGHT"
+	CodeIdempotencyResultIndeterminate Code = "IDEMPOTENCY_RESULT_INDETERMINATE"
+	CodeIdempotencyResultExpired       Code = "IDEMPOTENCY_RESULT_EXPIRED"
+
+	// Policies and approvals.
+	CodePolicyDenied           Code = "POLICY_DENIED"
+	CodePolicyFailed           Code = "POLICY_FAILED"
+	CodeApprovalRequired       Code = "APPROVAL_REQUIRED"
+	CodeApprovalRejected       Code = "APPROVAL_REJECTED"
+	CodeSelfApprovalForbidden  Code = "SELF_APPROVAL_FORBIDDEN"
+	CodeApprovalNotFound       Code = "APPROVAL_NOT_FOUND"
+	CodeApprovalAlreadyDecided Code = "APPROVAL_ALREADY_DECIDED"
+	CodeApprovalExpired        Code = "APPROVAL_EXPIRED"
+
+	// Execution.
+	CodeTimeout         Code = "TIMEOUT"
+	CodeCancelled       Code = "CANCELLED"
+	CodeExecutionFailed Code = "EXECUTION_FAILED"
+	CodeOutputInvalid   Code = "OUTPUT_INVALID"
+
+	// Infrastructure.
+	CodeStoreUnavailable Code = "STORE_UNAVAILABLE"
+	CodeInternal         Code = "INTERNAL"
+	CodeNetworkError     Code = "NETWORK_ERROR"
+
+	// Declared business errors of the reference application (SPEC §12).
+	CodeBusinessExists  Code = "BUSINESS_EXISTS"
+	CodeAlreadyRefunded Code = "ALREADY_REFUNDED"
+	CodeLimitConflict   Code = "LIMIT_CONFLICT"
+)
+
+// CodeInfo is what a code means on the wire.
+type CodeInfo struct {
+	// Status is the HTTP status; 0 for NETWORK_ERROR, which has no HTTP answer.
+	Status int
+	// Retryable reports whether repeating the same request unchanged may
+	// succeed. A keyed call answered with a 5xx after its handler started is
+	// answered with retryable false whatever this says (SPEC §6.4).
+	Retryable bool
+	// Title is the short, fixed summary used as the problem's title.
+	Title string
+	// Action tells the caller what to do next.
+	Action string
+}
+
+var codeTable = map[Code]CodeInfo{
+	CodeInvalidInput:       {400, false, "Invalid input", "Fix the fields listed in details.errors and send the request again."},
+	CodeNotFound:           {404, false, "Not found", "Check the path and the resource identifiers; the resource or route does not exist for this caller."},
+	CodeOperationNotFound:  {404, false, "Operation not found", "Read the operations catalog (GET /v1/operations) for the names exposed on this surface."},
+	CodeMethodNotAllowed:   {405, false, "Method not allowed", "Use one of the methods in the Allow header."},
+	CodeUnauthorized:       {401, false, "Unauthorized", "Send a valid token as Authorization: Bearer <token>."},
+	CodeForbidden:          {403, false, "Forbidden", "The caller lacks a role this action needs; ask an administrator or use a principal that has it."},
+	CodeRequestTooLarge:    {413, false, "Request too large", "Send a smaller body; the limit is 1 MiB unless the server says otherwise."},
+	CodeRateLimited:        {429, true, "Rate limited", "Wait for Retry-After, then send the same request again."},
+	CodeDryRunNotSupported: {400, false, "Dry run not supported", "This operation has no preview; remove dryRun=true (check retry.preview in the catalog)."},
+
+	CodeIdempotencyKeyInvalid:          {400, false, "Invalid idempotency key", "Send exactly one Idempotency-Key header of 1 to 255 characters from A-Z a-z 0-9 - _ . ~ : / + = @."},
+	CodeIdempotencyKeyNotSupported:     {400, false, "Idempotency key not supported", "Remove the Idempotency-Key header: this operation's retry contract (or dryRun) does not use keys; follow retry.kind in the catalog."},
+	CodeIdempotencyKeyRequired:         {400, false, "Idempotency key required", "Generate a new key, record it in durable task state, and send it as Idempotency-Key."},
+	CodeIdempotencyKeyReused:           {422, false, "Idempotency key reused", "This key already names a different request; use a new key for a new intent, or resend the original request byte for byte."},
+	CodeIdempotencyKeyInFlight:         {409, true, "Request in flight", "The original request with this key is still running; wait for Retry-After (or send Prefer: wait=N) and retry with the same key."},
+	CodeIdempotencyResultIndeterminate: {409, false, "Result indeterminate", "Nobody can prove whether the original attempt took effect; run the reconcile operation in details.reconcile and use a new key only if a new mutation is still needed."},
+	CodeIdempotencyResultExpired:       {410, false, "Result expired", "The one-time result of this attempt is no longer kept; run the reconcile operation in details.reconcile to find what it created."},
+
+	CodePolicyDenied:           {403, false, "Denied by policy", "A policy forbids this request (see details.reason); change the request or ask an administrator."},
+	CodePolicyFailed:           {403, false, "Policy failed", "A policy could not be evaluated, so the request was refused (fail closed); retry later or contact the operator."},
+	CodeApprovalRequired:       {403, false, "Approval required", "Ask an approver to approve details.approvalId, then send the same request again."},
+	CodeApprovalRejected:       {403, false, "Approval rejected", "An approver rejected this exact request (see details.reason); change the request, or wait until the approval expires to ask again."},
+	CodeSelfApprovalForbidden:  {403, false, "Self-approval forbidden", "Another approver must decide this approval; the requester cannot."},
+	CodeApprovalNotFound:       {404, false, "Approval not found", "Check the approval id; approvals are visible to their requester and to approvers of the same org."},
+	CodeApprovalAlreadyDecided: {409, false, "Approval already decided", "The approval carries another decision; read it with GET /v1/approvals/{id}."},
+	CodeApprovalExpired:        {409, false, "Approval expired", "The approval passed its expiry undecided; the requester must send the request again to open a new one."},
+
+	CodeTimeout:         {504, true, "Timeout", "The attempt outlived its timeout; for a keyed call run the reconcile operation first, otherwise retry."},
+	CodeCancelled:       {499, false, "Cancelled", "The caller cancelled the execution; for a keyed call run the reconcile operation before deciding anything."},
+	CodeExecutionFailed: {500, false, "Execution failed", "The handler failed; for a keyed call the result is indeterminate: run the reconcile operation before retrying with a new key."},
+	CodeOutputInvalid:   {500, false, "Invalid output", "The operation produced output that breaks its own schema (a server bug); run the reconcile operation and report it."},
+
+	CodeStoreUnavailable: {503, true, "Store unavailable", "The server could not reach its store and ran nothing; retry the same request (with the same key) later."},
+	CodeInternal:         {500, false, "Internal error", "An unexpected server error; for a keyed call run the reconcile operation before retrying."},
+	CodeNetworkError:     {0, true, "Network error", "No HTTP answer was received; retry with the same key, or reconcile if retries are exhausted."},
+
+	CodeBusinessExists:  {409, false, "Business exists", "A business with this slug already exists in the org; choose another slug or use business.show."},
+	CodeAlreadyRefunded: {409, false, "Already refunded", "The order has no refundable amount left; run order.show to see its refunds."},
+	CodeLimitConflict:   {409, false, "Limit conflict", "A limit for this subject exists and differs (details.current); change it with limit.update."},
+}
+
+// Info returns what code means on the wire; an unknown code reads as
+// INTERNAL's status and title.
+func (c Code) Info() CodeInfo {
+	if info, ok := codeTable[c]; ok {
+		return info
+	}
+	return codeTable[CodeInternal]
+}
+
+// Known reports whether c is one of idem's codes.
+func (c Code) Known() bool {
+	_, ok := codeTable[c]
+	return ok
+}
+
+// Codes returns every code, sorted.
+func Codes() []Code {
+	out := make([]Code, 0, len(codeTable))
+	for c := range codeTable {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

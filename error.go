@@ -1,0 +1,110 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error is the one error type of idem: an application code from SPEC.md with
+// its HTTP status, whether repeating the same request may succeed, a message
+// that tells the caller what to do, and optional structured details.
+//
+// Surfaces translate an Error to their wire form in exactly one place each
+// (problem+json over HTTP, a tool error over MCP, an exit code in the CLI).
+type Error struct {
+	Code      Code
+	Status    int
+	Message   string
+	Retryable bool
+	Details   map[string]any
+	// Err is the underlying cause, if any; it is never shown to callers.
+	Err error
+}
+
+// Errorf returns an Error with code's status and retryability and a formatted
+// message.
+func Errorf(code Code, format string, args ...any) *Error {
+	info := code.Info()
+	return &Error{Code: code, Status: info.Status, Retryable: info.Retryable, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code, so that
+// errors.Is(err, idem.ErrStoreUnavailable) matches any STORE_UNAVAILABLE.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// WithDetail returns a copy of e with details[key] = value.
+func (e *Error) WithDetail(key string, value any) *Error {
+	c := *e
+	c.Details = make(map[string]any, len(e.Details)+1)
+	for k, v := range e.Details {
+		c.Details[k] = v
+	}
+	c.Details[key] = value
+	return &c
+}
+
+// ErrorCode returns the code of err, CodeInternal for an error that is not an
+// *Error, and "" for nil.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// AsError returns err as an *Error, wrapping anything unknown as INTERNAL
+// (the cause kept in Err, the message generic).
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	out := Errorf(CodeInternal, "internal error; the request may be retried later")
+	out.Err = err
+	return out
+}
+
+// Unavailable wraps a store failure as STORE_UNAVAILABLE. Stores return it
+// for every failure they cannot interpret, so that the pipeline fails closed.
+func Unavailable(op string, cause error) *Error {
+	e := Errorf(CodeStoreUnavailable, "the store is unavailable (%s); nothing was executed, retry later", op)
+	e.Err = cause
+	return e
+}
+
+// Sentinel errors for errors.Is. They compare by code only.
+var (
+	// ErrStoreUnavailable matches every STORE_UNAVAILABLE error.
+	ErrStoreUnavailable = &Error{Code: CodeStoreUnavailable}
+	// ErrNotFound matches NOT_FOUND errors returned by stores for unknown rows.
+	ErrNotFound = &Error{Code: CodeNotFound}
+	// ErrFenced is returned by Store.Complete when the record is no longer
+	// held by the caller's fencing token: it was never reserved with that
+	// token, its lease passed, or it is already final.
+	ErrFenced = errors.New("idem: attempt record not held by this fencing token")
+	// ErrApprovalNotConsumable is returned when a reservation or execution
+	// start names an approval that is no longer approved and unexpired
+	// (consumed concurrently, expired, or never approved). Nothing is stored.
+	ErrApprovalNotConsumable = errors.New("idem: approval is not approved and unconsumed")
+)

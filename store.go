@@ -1,0 +1,232 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Store keeps attempt records, approvals, executions and their audit events,
+// all in one database. Implementations: sqlitestore (embedded default) and
+// pgstore (several instances sharing PostgreSQL); both pass the conformance
+// suite in storetest.
+//
+// Every method is one transaction. Params are plain values and results are
+// per call, so an implementation may batch concurrent calls into one
+// transaction (group commit) without callers noticing.
+//
+// Errors: rows that do not exist are NOT_FOUND (errors.Is(err,
+// ErrNotFound)) or the code a method names; a failure the store cannot
+// interpret is STORE_UNAVAILABLE (errors.Is(err, ErrStoreUnavailable)), so
+// callers fail closed; a cancelled or expired ctx comes back as ctx.Err().
+// Stores read time only from their Clock, and return attempts and approvals
+// as Observed at that time.
+type Store interface {
+	// Reserve takes the attempt record for (scope, key) if there is none
+	// (or only a forgotten one), and in the same transaction consumes
+	// ApprovalID if set, creates the execution and appends its
+	// execution.started event. If a record exists, nothing is written and
+	// it is returned with Reserved false, whatever its fingerprint: the
+	// caller answers replay, in flight, indeterminate, expired or reuse.
+	// An approval that is no longer consumable fails the whole call with
+	// ErrApprovalNotConsumable.
+	Reserve(ctx context.Context, p ReserveParams) (ReserveResult, error)
+
+	// Complete stores the final result of a reservation and finishes its
+	// execution, in one transaction. The record must still be in flight
+	// under p.FencingToken with its lease not passed, else ErrFenced and
+	// nothing is written. A status of 500 or more leaves the record
+	// indeterminate (FinalState); anything else completed and replayable.
+	Complete(ctx context.Context, p CompleteParams) (Attempt, error)
+
+	// GetAttempt returns the record for (scope, key); NOT_FOUND when there
+	// is none or it is forgotten.
+	GetAttempt(ctx context.Context, scope Scope, key string) (Attempt, error)
+
+	// StartExecution creates an unkeyed execution and its execution.started
+	// event, consuming ApprovalID in the same transaction if set.
+	StartExecution(ctx context.Context, p StartParams) (Execution, error)
+
+	// FinishExecution records an execution's outcome and final events
+	// (used for unkeyed executions, and for keyed ones whose Complete was
+	// fenced).
+	FinishExecution(ctx context.Context, p FinishParams) error
+
+	// AppendEvents adds audit events to an existing execution of org.
+	AppendEvents(ctx context.Context, org string, events ...AuditEvent) error
+
+	// GetExecution returns an execution of org with its events in order;
+	// NOT_FOUND for an unknown id or another org's.
+	GetExecution(ctx context.Context, org, id string) (Execution, error)
+
+	// RequestApproval returns the live approval of the intent (operation,
+	// requester, fingerprint) if there is one (pending, approved or
+	// rejected, not past its expiry), and otherwise creates a pending one
+	// with p.ID; created tells which. Concurrent requests for one intent
+	// share one approval.
+	RequestApproval(ctx context.Context, p RequestApprovalParams) (a Approval, created bool, err error)
+
+	// GetApproval returns an approval of org; APPROVAL_NOT_FOUND for an
+	// unknown id or another org's.
+	GetApproval(ctx context.Context, org, id string) (Approval, error)
+
+	// ListApprovals returns approvals of an org, newest first.
+	ListApprovals(ctx context.Context, p ListApprovalsParams) ([]Approval, error)
+
+	// DecideApproval applies a decision atomically under Approval.Decide's
+	// rules and returns the approval as it stands after it.
+	// APPROVAL_NOT_FOUND for an unknown id or another org's. Who may decide
+	// is checked by the caller before.
+	DecideApproval(ctx context.Context, p DecideApprovalParams) (Approval, error)
+
+	// Sweep does one bounded round of maintenance: forgets records past
+	// retention, destroys secret ciphertexts past their window (leaving
+	// tombstones), marks in-flight records past their lease indeterminate
+	// and pending or approved approvals past expiry expired. Safe to run
+	// from several instances at once.
+	Sweep(ctx context.Context, p SweepParams) (SweepResult, error)
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// StartParams describes a new execution.
+type StartParams struct {
+	ExecutionID string
+	Scope       Scope
+	Operation   string
+	// Fingerprint of the request; executions with the same principal,
+	// operation and fingerprint are re-invocations of one another.
+	Fingerprint string
+	// ApprovalID, if set, is consumed for this execution in the same
+	// transaction. It must be approved, unexpired, unconsumed and bound to
+	// this intent (org, requester, operation, fingerprint), else the call
+	// fails with ErrApprovalNotConsumable and writes nothing.
+	ApprovalID string
+}
+
+// ReserveParams describes a reservation of (Scope, Key).
+type ReserveParams struct {
+	StartParams
+	Key string
+	// Lease bounds the in-flight state (Metadata.Lease).
+	Lease time.Duration
+	// Retention is how long the record is kept before it is forgotten.
+	Retention time.Duration
+}
+
+// ReserveResult is what Reserve found or made.
+type ReserveResult struct {
+	// Attempt is the new record when Reserved, else the existing one.
+	Attempt  Attempt
+	Reserved bool
+	// Execution is the new execution when Reserved.
+	Execution Execution
+}
+
+// FinishParams is an execution's end.
+type FinishParams struct {
+	Org         string
+	ExecutionID string
+	Outcome     Outcome
+	// Code is the failure code; empty on success.
+	Code     Code
+	Attempts int
+	// Events are appended in order; the last is the final event.
+	Events []AuditEvent
+}
+
+// CompleteParams is the final result of a reservation.
+type CompleteParams struct {
+	Scope        Scope
+	Key          string
+	FencingToken int64
+	Status       int
+	// Headers are filtered to ReplayedHeaders by the store.
+	Headers http.Header
+	Body    []byte
+	// SealedKeyID marks Body as a secret ciphertext sealed with that key;
+	// it is destroyed SecretWindow after completion.
+	SealedKeyID  string
+	SecretWindow time.Duration
+	Finish       FinishParams
+}
+
+// RequestApprovalParams describes an intent that needs approval.
+type RequestApprovalParams struct {
+	// ID names the approval if one is created.
+	ID          string
+	Org         string
+	RequestedBy string
+	Operation   string
+	Fingerprint string
+	// Input is the exact input that will run, shown to approvers.
+	Input  json.RawMessage
+	Reason string
+	Expiry time.Duration
+}
+
+// ListApprovalsParams filters ListApprovals.
+type ListApprovalsParams struct {
+	Org string
+	// RequestedBy, if set, keeps only that principal's requests.
+	RequestedBy string
+	// Status, if set, keeps only approvals in that (observed) status.
+	Status ApprovalStatus
+	// Limit caps the result; 0 means 100.
+	Limit int
+}
+
+// DecideApprovalParams is a decision on one approval.
+type DecideApprovalParams struct {
+	Org      string
+	ID       string
+	Decision Decision
+}
+
+// SweepParams bounds one Sweep.
+type SweepParams struct {
+	// BatchSize caps the rows each step touches; 0 means 500.
+	BatchSize int
+}
+
+// SweepResult counts what one Sweep did. A count equal to the batch size
+// means more may be left.
+type SweepResult struct {
+	Forgotten        int
+	SecretsDestroyed int
+	LeasesExpired    int
+	ApprovalsExpired int
+}
+
+// Done reports whether the round left nothing behind (every count below
+// batch).
+func (r SweepResult) Done(batch int) bool {
+	return r.Forgotten < batch && r.SecretsDestroyed < batch && r.LeasesExpired < batch && r.ApprovalsExpired < batch
+}
+
+// StoreConfig is what both stores take besides their connection.
+type StoreConfig struct {
+	// Clock tells the store the time; SystemClock when nil.
+	Clock Clock
+}
+
+// WithDefaults fills unset fields.
+func (c StoreConfig) WithDefaults() StoreConfig {
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	return c
+}
+
+// FilterReplayedHeaders keeps only the allow-listed headers of h.
+func FilterReplayedHeaders(h http.Header) http.Header {
+	out := http.Header{}
+	for _, name := range ReplayedHeaders {
+		if v := h.Values(name); len(v) > 0 {
+			out[name] = append([]string(nil), v...)
+		}
+	}
+	return out
+}
