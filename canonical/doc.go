@@ -1,0 +1,56 @@
+// Package canonical writes JSON in its RFC 8785 canonical form and computes
+// the request fingerprint that idem compares when an idempotency key is used
+// again (SPEC §6.2).
+//
+// # Canonical JSON
+//
+// [Transform] parses exactly one JSON value (RFC 8259), strictly and as I-JSON
+// (RFC 7493), and writes it in the JSON Canonicalization Scheme (RFC 8785):
+//
+//   - no whitespace;
+//   - object members sorted by the UTF-16 code units of their names, so that
+//     a name with a character above U+FFFF sorts before one with U+E000–U+FFFF;
+//     arrays keep their order;
+//   - strings with the minimal escapes of RFC 8785 §3.2.2.2: \" and \\,
+//     \b \t \n \f \r, \u00xx (lower-case hex) for the other controls below
+//     U+0020, and every other character, U+2028 and U+2029 included, as
+//     literal UTF-8;
+//   - numbers as ECMAScript's Number.prototype.toString prints the nearest
+//     IEEE-754 double: 1.0 → 1, -0 → 0, 1e21 → 1e+21, 0.000001, 1e-7.
+//
+// Input is refused, never repaired: invalid UTF-8, escapes that leave a lone
+// surrogate, duplicate member names (compared after unescaping), numbers too
+// large for a double, data after the value and nesting deeper than
+// [MaxDepth] are errors of type [*SyntaxError], which give the byte offset.
+// Numbers too small for a double become 0, as in ECMAScript. Unicode
+// noncharacters are kept, and no Unicode normalization is applied.
+//
+// # Request fingerprint
+//
+// [Fingerprint] is the lower-case hex SHA-256 of a preimage built from
+// netstrings. A field N(s) is the length of s in bytes in ASCII decimal, ':',
+// the bytes of s, and ','; for example N("POST") is "4:POST,". The preimage is
+// the concatenation of:
+//
+//	N("idem-fingerprint-v1")
+//	N(method)                 ASCII a–z upper-cased, all other bytes kept
+//	N(path)                   the concrete path, byte for byte
+//	N(count)                  the number of query pairs that follow, in decimal
+//	N(name) N(value)          once per query pair: names in byte-wise ascending
+//	                          order, each name's values in the order given;
+//	                          the parameter named exactly "dryRun" is left out
+//	N("nobody")               when the body is empty or absent, otherwise
+//	N("json") N(body)         with body in canonical form (Transform)
+//
+// Query names and values are the decoded strings of [net/url.Values], so
+// "a%20b" and "a+b" are the same value; a parameter given without "=" has the
+// empty value. A body of JSON null is a body, distinct from no body; a body of
+// only whitespace is invalid JSON.
+//
+// For example, POST /v1/orders/ord_1/refund?reason=duplicate&dryRun=true&amount=10.00&reason=late
+// with the body { "currency": "EUR", "amount": 10.0 } has the preimage
+//
+//	19:idem-fingerprint-v1,4:POST,23:/v1/orders/ord_1/refund,1:3,6:amount,5:10.00,6:reason,9:duplicate,6:reason,4:late,4:json,30:{"amount":10,"currency":"EUR"},
+//
+// and the fingerprint c96840512f81601bfa8f9f4777d562145d9d9573099dcb473422c7b8106df608.
+package canonical

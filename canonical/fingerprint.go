@@ -1,0 +1,109 @@
+package canonical
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+)
+
+// Request is what identifies one semantic request.
+type Request struct {
+	Method string     // e.g. "POST"; compared case-insensitively (ASCII)
+	Path   string     // concrete path after template substitution, e.g. "/v1/orders/ord_1/refund"
+	Query  url.Values // decoded query; the parameter "dryRun" is ignored
+	Body   []byte     // raw JSON body; empty or nil means no body
+}
+
+// dryRunParam is the query parameter left out of fingerprints (SPEC §6.6).
+const dryRunParam = "dryRun"
+
+// fingerprintVersion opens every preimage, so that a future encoding can
+// never collide with this one.
+const fingerprintVersion = "idem-fingerprint-v1"
+
+// Fingerprint returns the lower-case hex SHA-256 of r's preimage, whose
+// exact encoding the package documentation gives. Two requests have the same
+// fingerprint when they carry the same semantic intent. It fails only when
+// r.Body is not empty and is not acceptable JSON (see Transform); the error
+// wraps a *SyntaxError.
+func Fingerprint(r Request) (string, error) {
+	pre, err := preimage(r)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(pre)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// preimage builds the bytes that Fingerprint hashes.
+func preimage(r Request) ([]byte, error) {
+	var body []byte
+	if len(r.Body) > 0 {
+		var err error
+		if body, err = Transform(r.Body); err != nil {
+			return nil, fmt.Errorf("fingerprint body: %w", err)
+		}
+	}
+
+	names := make([]string, 0, len(r.Query))
+	pairs := 0
+	size := 64 + len(r.Method) + len(r.Path) + len(body)
+	for name, values := range r.Query {
+		if name == dryRunParam || len(values) == 0 {
+			continue
+		}
+		names = append(names, name)
+		pairs += len(values)
+		for _, v := range values {
+			size += 2*12 + len(name) + len(v)
+		}
+	}
+	slices.Sort(names) // byte-wise
+
+	buf := make([]byte, 0, size)
+	buf = appendField(buf, fingerprintVersion)
+	buf = appendField(buf, upperASCII(r.Method))
+	buf = appendField(buf, r.Path)
+	buf = appendField(buf, strconv.Itoa(pairs))
+	for _, name := range names {
+		for _, v := range r.Query[name] {
+			buf = appendField(buf, name)
+			buf = appendField(buf, v)
+		}
+	}
+	if body == nil {
+		buf = appendField(buf, "nobody")
+	} else {
+		buf = appendField(buf, "json")
+		buf = appendField(buf, body)
+	}
+	return buf, nil
+}
+
+// appendField appends s as a netstring: its length in decimal, ':', s, ','.
+func appendField[S string | []byte](dst []byte, s S) []byte {
+	dst = strconv.AppendInt(dst, int64(len(s)), 10)
+	dst = append(dst, ':')
+	dst = append(dst, s...)
+	return append(dst, ',')
+}
+
+// upperASCII upper-cases a–z only, so that other languages get the same
+// bytes whatever their Unicode case tables say.
+func upperASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if 'a' <= b[j] && b[j] <= 'z' {
+					b[j] -= 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# The project's one test command: `make test` runs it, CI runs it via .ci/run.
+#
+#   scripts/test.sh [go test flags] [packages]
+#   e.g. scripts/test.sh -run Foo ./pgstore/
+#
+# Runs the gofmt check, go vet and `go test -race -count=1`. Packages are the
+# arguments that look like packages (., ./x, ../x, idem, idem/x); without any,
+# ./... is vetted and tested. Other arguments go to `go test` unchanged.
+#
+# PostgreSQL-backed tests (internal/pgtest) need a server. If
+# IDEM_TEST_DATABASE_URL is set they use it: its role needs CREATEDB, since
+# every test creates its own database. Otherwise this script starts a
+# throwaway cluster in a temporary directory and removes it on exit.
+# IDEM_TEST_REQUIRE_PG=1 is always exported, so a PostgreSQL test that cannot
+# reach its server fails instead of skipping.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf 'test.sh: %s\n' "$@" >&2; }
+die() {
+	local rc=$1
+	shift
+	say "$@"
+	exit "$rc"
+}
+
+# ---- Checks that need no database. ----------------------------------------
+
+pkgs=()
+for a in "$@"; do
+	case $a in
+	. | ./* | .. | ../* | idem | idem/*) pkgs+=("$a") ;;
+	esac
+done
+default_pkgs=()
+((${#pkgs[@]})) || default_pkgs=(./...)
+
+scripts/fmt-check.sh
+go vet "${pkgs[@]:-./...}"
+
+# ---- PostgreSQL. ------------------------------------------------------------
+
+# pg_bindir prints the directory holding initdb, pg_ctl and postgres.
+pg_bindir() {
+	local d p
+	if command -v pg_config >/dev/null 2>&1 && d=$(pg_config --bindir 2>/dev/null) && [[ -x $d/initdb ]]; then
+		echo "$d"
+		return 0
+	fi
+	if p=$(command -v initdb 2>/dev/null); then
+		dirname "$(readlink -f "$p")" # /usr/local/bin/initdb may be a symlink
+		return 0
+	fi
+	for d in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V -r); do
+		if [[ -x $d/initdb ]]; then
+			echo "$d"
+			return 0
+		fi
+	done
+	return 1
+}
+
+install_pg() {
+	say "no PostgreSQL found; CI=true and running as root: installing Debian's postgresql package"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	# Keep the package from creating and starting its own "main" cluster on
+	# port 5432: the tests use a throwaway one.
+	apt-get install -y -q --no-install-recommends postgresql-common
+	sed -i -E 's/^#?[[:space:]]*create_main_cluster[[:space:]]*=.*/create_main_cluster = false/' \
+		/etc/postgresql-common/createcluster.conf || true
+	apt-get install -y -q --no-install-recommends postgresql
+}
+
+no_pg() {
+	die 2 "no PostgreSQL server binaries found (looked at \`pg_config --bindir\`, initdb on PATH, /usr/lib/postgresql/*/bin)." \
+		"Either install PostgreSQL (13 or later), e.g." \
+		"    Debian/Ubuntu:  sudo apt-get install postgresql" \
+		"    Fedora:         sudo dnf install postgresql-server" \
+		"    macOS:          brew install postgresql@17" \
+		"and run \`make test\` again (it starts and removes a throwaway cluster itself; nothing needs to be running)," \
+		"or point the tests at an existing server whose role has CREATEDB (each test creates a fresh database):" \
+		"    IDEM_TEST_DATABASE_URL='postgres://user:pass@host:port/db?sslmode=disable' make test"
+}
+
+# free_port prints a TCP port in 20000-60000 that nothing on 127.0.0.1 accepts on.
+free_port() {
+	local port i
+	for i in {1..200}; do
+		port=$((20000 + ((RANDOM << 15) | RANDOM) % 40001))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# as_user runs a command inside $tmp as $run_user: PostgreSQL refuses to run
+# as root. Without $run_user (not root) it runs the command directly.
+as_user() {
+	(
+		cd "$tmp"
+		if [[ -z $run_user ]]; then
+			"$@"
+		elif command -v runuser >/dev/null 2>&1; then
+			runuser -u "$run_user" -- "$@"
+		else
+			su -s /bin/sh "$run_user" -c "$(printf '%q ' "$@")"
+		fi
+	)
+}
+
+tmp=""
+started=""
+run_user=""
+pg_ctl=""
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	set +e
+	if [[ -n $started ]]; then
+		as_user "$pg_ctl" -D "$tmp/data" -m immediate -w -t 30 stop >/dev/null 2>&1
+		# Should pg_ctl fail, do not leave a postmaster behind.
+		if [[ -f $tmp/data/postmaster.pid ]]; then
+			kill -KILL "$(head -n1 "$tmp/data/postmaster.pid")" 2>/dev/null
+		fi
+	fi
+	if [[ -n $tmp ]]; then
+		rm -rf "$tmp"
+	fi
+	exit "$rc"
+}
+
+start_pg() {
+	local bindir initdb postgres pg_isready t0 version port attempt opts deadline log ms
+	t0=${EPOCHREALTIME//[.,]/}
+	if ! bindir=$(pg_bindir); then
+		if [[ $EUID -eq 0 && ${CI:-} == true ]] && command -v apt-get >/dev/null 2>&1; then
+			install_pg
+			bindir=$(pg_bindir) || no_pg
+		else
+			no_pg
+		fi
+	fi
+	initdb=$bindir/initdb pg_ctl=$bindir/pg_ctl postgres=$bindir/postgres pg_isready=$bindir/pg_isready
+	[[ -x $pg_ctl && -x $postgres ]] || die 2 "$bindir has initdb but not pg_ctl and postgres; install the PostgreSQL server package."
+	[[ -x $pg_isready ]] || pg_isready=$(command -v pg_isready) || die 2 "pg_isready not found (looked in $bindir and on PATH)."
+	version=$("$postgres" -V)
+	version=${version#postgres (PostgreSQL) }
+
+	if [[ $EUID -eq 0 ]]; then
+		if id -u postgres >/dev/null 2>&1; then run_user=postgres; else run_user=nobody; fi
+	fi
+
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/idem-pg.XXXXXX")
+	trap cleanup EXIT
+	if [[ -n $run_user ]]; then
+		chown "$run_user:" "$tmp"
+		as_user test -w "$tmp" 2>/dev/null ||
+			die 1 "user $run_user cannot write $tmp; set TMPDIR to a directory $run_user can reach (e.g. /tmp)."
+	fi
+
+	# -A trust: local and 127.0.0.1 connections need no password.
+	if ! as_user "$initdb" -D "$tmp/data" -U idem -A trust -E UTF8 --locale=C --no-sync >"$tmp/initdb.log" 2>&1; then
+		cat "$tmp/initdb.log" >&2
+		die 1 "initdb failed (above)."
+	fi
+	as_user mkdir "$tmp/sock"
+
+	for attempt in 1 2 3; do
+		port=$(free_port) || die 1 "found no free TCP port on 127.0.0.1."
+		# fsync, synchronous_commit and full_page_writes are off for speed: the
+		# cluster is thrown away after the run, so durability buys nothing.
+		# max_connections leaves room for parallel test packages and pools.
+		opts="-c listen_addresses=127.0.0.1 -c port=$port -k '$tmp/sock'"
+		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+		log=$tmp/postgres.$attempt.log
+		started=1
+		# -W: don't wait here; pg_isready below decides when the server is ready.
+		as_user "$pg_ctl" -D "$tmp/data" -l "$log" -o "$opts" -W start >/dev/null
+		deadline=$((SECONDS + 30))
+		until "$pg_isready" -q -h 127.0.0.1 -p "$port" -U idem -d postgres -t 2; do
+			if grep -q 'could not create any TCP/IP sockets' "$log" 2>/dev/null; then
+				continue 2 # lost a race for the port: try another
+			fi
+			if ((SECONDS >= deadline)); then
+				cat "$log" >&2 2>/dev/null
+				die 1 "PostgreSQL $version (in $tmp, port $port) was not ready after 30 s; its log is above."
+			fi
+			sleep 0.1
+		done
+		IDEM_TEST_DATABASE_URL="postgres://idem@127.0.0.1:$port/postgres?sslmode=disable"
+		ms=$(((${EPOCHREALTIME//[.,]/} - t0) / 1000))
+		say "started throwaway PostgreSQL $version on 127.0.0.1:$port as ${run_user:-$(id -un)} in ${ms} ms ($tmp, removed on exit)"
+		return 0
+	done
+	cat "$log" >&2
+	die 1 "PostgreSQL could not bind a port in $attempt attempts; its log is above."
+}
+
+if [[ -n ${IDEM_TEST_DATABASE_URL:-} ]]; then
+	say "using IDEM_TEST_DATABASE_URL=$(sed -E 's#(://[^:/@]*):[^@]*@#\1:****@#; s#(password=)[^ &]*#\1****#g' <<<"$IDEM_TEST_DATABASE_URL")"
+else
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	trap 'exit 129' HUP
+	start_pg
+fi
+export IDEM_TEST_DATABASE_URL
+export IDEM_TEST_REQUIRE_PG=1
+
+# Not exec: the EXIT trap must still stop the cluster; it keeps go test's status.
+go test -race -count=1 "${default_pkgs[@]}" "$@"
