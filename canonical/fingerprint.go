@@ -24,11 +24,12 @@ const dryRunParam = "dryRun"
 // never collide with this one.
 const fingerprintVersion = "idem-fingerprint-v1"
 
-// Fingerprint returns the lower-case hex SHA-256 of r's preimage, whose
-// exact encoding the package documentation gives. Two requests have the same
-// fingerprint when they carry the same semantic intent. It fails only when
-// r.Body is not empty and is not acceptable JSON (see Transform); the error
-// wraps a *SyntaxError.
+// Fingerprint returns the lower-case hex SHA-256 that identifies r's
+// semantic request; the package documentation gives the exact encoding.
+// Requests that differ only in method case, JSON formatting, member order,
+// number spelling, query parameter order or dryRun get the same fingerprint.
+// It fails only when r.Body is not empty and not acceptable JSON (see
+// Transform); the error wraps a *SyntaxError.
 func Fingerprint(r Request) (string, error) {
 	pre, err := preimage(r)
 	if err != nil {

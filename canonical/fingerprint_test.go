@@ -87,12 +87,8 @@ func TestFingerprintCompares(t *testing.T) {
 // stored fingerprint disagree with new requests and break other languages'
 // implementations. The same request is the example in the package doc.
 func TestFingerprintGolden(t *testing.T) {
-	r := Request{
-		Method: "post",
-		Path:   "/v1/orders/ord_1/refund",
-		Query:  url.Values{"reason": {"duplicate", "late"}, "dryRun": {"true"}, "amount": {"10.00"}},
-		Body:   []byte(`{ "currency": "EUR", "amount": 10.0 }`),
-	}
+	r := req(t, "post", "/v1/orders/ord_1/refund?reason=duplicate&dryRun=true&amount=10.00&reason=late",
+		`{ "currency": "EUR", "amount": 10.0 }`)
 	const wantPreimage = `19:idem-fingerprint-v1,4:POST,23:/v1/orders/ord_1/refund,1:3,` +
 		`6:amount,5:10.00,6:reason,9:duplicate,6:reason,4:late,` +
 		`4:json,30:{"amount":10,"currency":"EUR"},`

@@ -1,0 +1,177 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"idem"
+)
+
+const approvalColumns = `org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
+	decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id`
+
+// RequestApproval returns the intent's live approval or creates a pending
+// one. A transaction-scoped advisory lock on the intent makes concurrent
+// requests, from any instance, queue: each reads after the previous one
+// committed, so they share one approval.
+func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
+	now := s.now()
+	expiry := p.Expiry
+	if expiry == 0 {
+		expiry = idem.DefaultApprovalExpiry
+	}
+	var (
+		a       idem.Approval
+		created bool
+	)
+	err := s.inTx(ctx, "request approval", func(tx pgx.Tx) error {
+		created = false
+		intent := p.Org + "/" + p.RequestedBy + "/" + p.Operation + "/" + p.Fingerprint
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", intent); err != nil {
+			return err
+		}
+		var err error
+		a, err = scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
+			WHERE org = $1 AND requested_by = $2 AND operation = $3 AND fingerprint = $4
+				AND status IN ('pending', 'approved', 'rejected') AND expires_at > $5
+			ORDER BY created_at DESC, seq DESC LIMIT 1`,
+			p.Org, p.RequestedBy, p.Operation, p.Fingerprint, now))
+		if err == nil && a.Observe(now).Live(now) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		created = true
+		a, err = scanApproval(tx.QueryRow(ctx, `INSERT INTO idem_approvals (org, id, requested_by, operation,
+				fingerprint, input, reason, status, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9)
+			RETURNING `+approvalColumns,
+			p.Org, p.ID, p.RequestedBy, p.Operation, p.Fingerprint, []byte(p.Input), p.Reason, now, now.Add(expiry)))
+		return err
+	})
+	if err != nil {
+		return idem.Approval{}, false, err
+	}
+	return a.Observe(now), created, nil
+}
+
+// GetApproval reads an approval of org.
+func (s *Store) GetApproval(ctx context.Context, org, id string) (idem.Approval, error) {
+	now := s.now()
+	var a idem.Approval
+	err := s.inTx(ctx, "get approval", func(tx pgx.Tx) error {
+		var err error
+		a, err = getApproval(ctx, tx, org, id, "")
+		return err
+	})
+	if err != nil {
+		return idem.Approval{}, err
+	}
+	return a.Observe(now), nil
+}
+
+// ListApprovals filters by observed status in SQL, so that LIMIT counts
+// only matching rows.
+func (s *Store) ListApprovals(ctx context.Context, p idem.ListApprovalsParams) ([]idem.Approval, error) {
+	now := s.now()
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	args := []any{p.Org, p.RequestedBy}
+	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
+	var filter string
+	switch p.Status {
+	case "":
+	case idem.ApprovalPending, idem.ApprovalApproved:
+		filter = " AND status = " + arg(string(p.Status)) + " AND expires_at > " + arg(now)
+	case idem.ApprovalExpired:
+		filter = " AND (status = 'expired' OR status IN ('pending', 'approved') AND expires_at <= " + arg(now) + ")"
+	default:
+		filter = " AND status = " + arg(string(p.Status))
+	}
+	query := `SELECT ` + approvalColumns + ` FROM idem_approvals
+		WHERE org = $1 AND ($2 = '' OR requested_by = $2)` + filter + `
+		ORDER BY created_at DESC, seq DESC LIMIT ` + arg(limit)
+	var list []idem.Approval
+	err := s.inTx(ctx, "list approvals", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		list, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.Approval, error) {
+			a, err := scanApproval(row)
+			return a.Observe(now), err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// DecideApproval locks the approval, applies Approval.Decide to it as
+// observed now and writes it back if the decision changed it.
+func (s *Store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams) (idem.Approval, error) {
+	now := s.now()
+	var a idem.Approval
+	err := s.inTx(ctx, "decide approval", func(tx pgx.Tx) error {
+		var err error
+		if a, err = getApproval(ctx, tx, p.Org, p.ID, " FOR UPDATE"); err != nil {
+			return err
+		}
+		a = a.Observe(now)
+		changed, err := a.Decide(p.Decision, now)
+		if err != nil || !changed {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE idem_approvals SET status = $3, decided_by = $4, decision_reason = $5,
+				decided_at = $6
+			WHERE org = $1 AND id = $2`,
+			p.Org, p.ID, string(a.Status), a.DecidedBy, a.DecisionReason, a.DecidedAt)
+		return err
+	})
+	if err != nil {
+		return idem.Approval{}, err
+	}
+	return a.Observe(now), nil
+}
+
+// getApproval reads one approval (with an optional locking clause);
+// APPROVAL_NOT_FOUND when org has none with that id.
+func getApproval(ctx context.Context, tx pgx.Tx, org, id, lock string) (idem.Approval, error) {
+	a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
+		WHERE org = $1 AND id = $2`+lock, org, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Approval{}, idem.Errorf(idem.CodeApprovalNotFound, "no approval %q", id).WithDetail("approvalId", id)
+	}
+	return a, err
+}
+
+// scanApproval reads one row of approvalColumns.
+func scanApproval(row scanner) (idem.Approval, error) {
+	var (
+		a                                   idem.Approval
+		status                              string
+		input                               []byte
+		created, expires, decided, consumed *time.Time
+	)
+	err := row.Scan(&a.Org, &a.ID, &a.RequestedBy, &a.Operation, &a.Fingerprint, &input, &a.Reason, &status,
+		&a.DecidedBy, &a.DecisionReason, &created, &expires, &decided, &consumed, &a.ExecutionID)
+	if err != nil {
+		return idem.Approval{}, err
+	}
+	a.Status = idem.ApprovalStatus(status)
+	if input != nil {
+		a.Input = input
+	}
+	a.CreatedAt, a.ExpiresAt = utc(created), utc(expires)
+	a.DecidedAt, a.ConsumedAt = utcPtr(decided), utcPtr(consumed)
+	return a, nil
+}

@@ -1,0 +1,217 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"idem"
+)
+
+// StartExecution consumes p.ApprovalID if set and starts an unkeyed
+// execution.
+func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
+	now := s.now()
+	var x idem.Execution
+	err := s.inTx(ctx, "start execution", func(tx pgx.Tx) error {
+		var err error
+		x, err = startExecution(ctx, tx, p, "", now)
+		return err
+	})
+	if err != nil {
+		return idem.Execution{}, err
+	}
+	return x, nil
+}
+
+// FinishExecution records the outcome and appends the final events.
+func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
+	now := s.now()
+	return s.inTx(ctx, "finish execution", func(tx pgx.Tx) error {
+		return finishExecution(ctx, tx, p, now)
+	})
+}
+
+// AppendEvents appends events to executions of org; an event naming an
+// unknown execution (or another org's) fails the call with NOT_FOUND and
+// nothing is written.
+func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
+	now := s.now()
+	return s.inTx(ctx, "append events", func(tx pgx.Tx) error {
+		return insertEvents(ctx, tx, org, events, now)
+	})
+}
+
+// GetExecution reads an execution and its events in order.
+func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
+	var x idem.Execution
+	err := s.inTx(ctx, "get execution", func(tx pgx.Tx) error {
+		var (
+			key, code, reinvocationOf *string
+			outcome                   string
+			started, finished         *time.Time
+		)
+		x = idem.Execution{Org: org, ID: id}
+		err := tx.QueryRow(ctx, `SELECT principal, operation, fingerprint, key, attempts, outcome, code,
+				reinvocation_of, started_at, finished_at
+			FROM idem_executions WHERE org = $1 AND id = $2`, org, id).
+			Scan(&x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &outcome, &code,
+				&reinvocationOf, &started, &finished)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return idem.Errorf(idem.CodeNotFound, "no execution %q", id)
+		}
+		if err != nil {
+			return err
+		}
+		if key != nil {
+			x.Key = *key
+		}
+		if code != nil {
+			c := idem.Code(*code)
+			x.Code = &c
+		}
+		x.Outcome, x.ReinvocationOf = idem.Outcome(outcome), reinvocationOf
+		x.StartedAt, x.FinishedAt = utc(started), utcPtr(finished)
+
+		rows, err := tx.Query(ctx, `SELECT execution_id, type, at, COALESCE(attempt, 0), COALESCE(code, ''),
+				COALESCE(previous_error_code, ''), COALESCE(attempts, 0), COALESCE(duration_ms, 0), data
+			FROM idem_audit_events WHERE org = $1 AND execution_id = $2 ORDER BY id`, org, id)
+		if err != nil {
+			return err
+		}
+		x.Events, err = pgx.CollectRows(rows, scanEvent)
+		return err
+	})
+	if err != nil {
+		return idem.Execution{}, err
+	}
+	return x, nil
+}
+
+// startExecution consumes p.ApprovalID if set (ErrApprovalNotConsumable
+// unless it is approved, unexpired and bound to this intent; the row lock
+// makes concurrent consumers queue, and all but the first find it consumed),
+// then inserts the execution, linked to the most recent earlier execution of
+// the same intent, with its execution.started event.
+func startExecution(ctx context.Context, tx pgx.Tx, p idem.StartParams, key string, now time.Time) (idem.Execution, error) {
+	if p.ApprovalID != "" {
+		tag, err := tx.Exec(ctx, `UPDATE idem_approvals SET status = 'consumed', consumed_at = $6, execution_id = $7
+			WHERE org = $1 AND id = $2 AND requested_by = $3 AND operation = $4 AND fingerprint = $5
+				AND status = 'approved' AND expires_at > $6`,
+			p.Scope.Org, p.ApprovalID, p.Scope.Principal, p.Operation, p.Fingerprint, now, p.ExecutionID)
+		if err != nil {
+			return idem.Execution{}, err
+		}
+		if tag.RowsAffected() == 0 {
+			return idem.Execution{}, idem.ErrApprovalNotConsumable
+		}
+	}
+	x := idem.Execution{
+		ID: p.ExecutionID, Org: p.Scope.Org, Operation: p.Operation, Principal: p.Scope.Principal,
+		Fingerprint: p.Fingerprint, Key: key, Attempts: 1, Outcome: idem.OutcomeRunning, StartedAt: now,
+	}
+	err := tx.QueryRow(ctx, `INSERT INTO idem_executions (org, id, principal, operation, fingerprint, key,
+			attempts, outcome, reinvocation_of, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 1, 'running', (
+			SELECT id FROM idem_executions
+			WHERE org = $1 AND principal = $3 AND operation = $4 AND fingerprint = $5
+			ORDER BY started_at DESC, seq DESC LIMIT 1), $7)
+		RETURNING reinvocation_of`,
+		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullable(key), now).Scan(&x.ReinvocationOf)
+	if err != nil {
+		return idem.Execution{}, err
+	}
+	x.Events = []idem.AuditEvent{{ExecutionID: x.ID, Type: idem.EventStarted, At: now, Attempt: 1}}
+	if p.ApprovalID != "" {
+		x.Events = append(x.Events, idem.AuditEvent{ExecutionID: x.ID, Type: idem.EventApprovalConsumed, At: now,
+			Data: map[string]string{"approvalId": p.ApprovalID}})
+	}
+	return x, insertEvents(ctx, tx, x.Org, x.Events, now)
+}
+
+// finishExecution records an execution's outcome and appends its events;
+// events without an execution id get p's.
+func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now time.Time) error {
+	tag, err := tx.Exec(ctx, `UPDATE idem_executions SET outcome = $3, code = $4, attempts = $5, finished_at = $6
+		WHERE org = $1 AND id = $2`,
+		p.Org, p.ExecutionID, string(p.Outcome), nullable(string(p.Code)), p.Attempts, now)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return idem.Errorf(idem.CodeNotFound, "no execution %q", p.ExecutionID)
+	}
+	events := make([]idem.AuditEvent, len(p.Events))
+	for i, ev := range p.Events {
+		if ev.ExecutionID == "" {
+			ev.ExecutionID = p.ExecutionID
+		}
+		events[i] = ev
+	}
+	return insertEvents(ctx, tx, p.Org, events, now)
+}
+
+// insertEvents appends events in order, each only if its execution exists in
+// org (else NOT_FOUND). An event without a time gets now.
+func insertEvents(ctx context.Context, tx pgx.Tx, org string, events []idem.AuditEvent, now time.Time) error {
+	if len(events) == 0 {
+		return nil
+	}
+	batch := &pgx.Batch{}
+	for _, ev := range events {
+		at := ev.At
+		if at.IsZero() {
+			at = now
+		}
+		var data []byte
+		if ev.Data != nil {
+			var err error
+			if data, err = json.Marshal(ev.Data); err != nil {
+				return err
+			}
+		}
+		batch.Queue(`INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code,
+				previous_error_code, attempts, duration_ms, data)
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
+			WHERE EXISTS (SELECT 1 FROM idem_executions WHERE org = $1 AND id = $2)`,
+			org, ev.ExecutionID, ev.Type, at, nullable(ev.Attempt), nullable(string(ev.Code)),
+			nullable(string(ev.PreviousErrorCode)), nullable(ev.Attempts), nullable(ev.DurationMs), data)
+	}
+	results := tx.SendBatch(ctx, batch)
+	for _, ev := range events {
+		tag, err := results.Exec()
+		if err != nil {
+			results.Close()
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			results.Close()
+			return idem.Errorf(idem.CodeNotFound, "no execution %q", ev.ExecutionID)
+		}
+	}
+	return results.Close()
+}
+
+// scanEvent reads one audit event row.
+func scanEvent(row pgx.CollectableRow) (idem.AuditEvent, error) {
+	var (
+		ev                 idem.AuditEvent
+		at                 time.Time
+		code, previousCode string
+		data               []byte
+	)
+	err := row.Scan(&ev.ExecutionID, &ev.Type, &at, &ev.Attempt, &code, &previousCode, &ev.Attempts, &ev.DurationMs, &data)
+	if err != nil {
+		return idem.AuditEvent{}, err
+	}
+	ev.At, ev.Code, ev.PreviousErrorCode = at.UTC(), idem.Code(code), idem.Code(previousCode)
+	if data != nil {
+		if err := json.Unmarshal(data, &ev.Data); err != nil {
+			return idem.AuditEvent{}, err
+		}
+	}
+	return ev, nil
+}

@@ -1,0 +1,127 @@
+// Package pgstore is the idem.Store on PostgreSQL (pgx/v5), for any number
+// of idem instances sharing one database.
+//
+// Each method is one READ COMMITTED transaction. Reservations race through
+// INSERT … ON CONFLICT on the attempt's primary key; approvals are consumed
+// by a conditional UPDATE; concurrent approval requests for one intent are
+// serialised by a transaction-scoped advisory lock; sweepers take their
+// batches with FOR UPDATE SKIP LOCKED. Time comes only from the configured
+// clock and is passed to SQL as parameters.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"idem"
+)
+
+var _ idem.Store = (*Store)(nil)
+
+// Store is an idem.Store on a pgx connection pool.
+type Store struct {
+	pool      *pgxpool.Pool
+	clock     idem.Clock
+	ownsPool  bool
+	closeOnce sync.Once
+}
+
+// Open connects to the database at url (a postgres:// URL or libpq
+// keyword/value string), applies pending migrations and returns the store.
+// Close closes its pool. An unreachable database is STORE_UNAVAILABLE.
+func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: parse database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, interpretError(ctx, "open", err)
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s := New(pool, cfg)
+	s.ownsPool = true
+	return s, nil
+}
+
+// New returns a store on a pool the caller owns and has migrated (see
+// Migrate); Close leaves the pool open.
+func New(pool *pgxpool.Pool, cfg idem.StoreConfig) *Store {
+	return &Store{pool: pool, clock: cfg.WithDefaults().Clock}
+}
+
+// Close closes the pool if Open made it. It may be called more than once.
+func (s *Store) Close() error {
+	if s.ownsPool {
+		s.closeOnce.Do(s.pool.Close)
+	}
+	return nil
+}
+
+// now reads the clock at the precision PostgreSQL keeps, so that times
+// compared in Go and in SQL agree.
+func (s *Store) now() time.Time {
+	return s.clock.Now().UTC().Truncate(time.Microsecond)
+}
+
+// maxTxAttempts bounds how often a transaction that lost a serialization
+// failure or a deadlock is run again.
+const maxTxAttempts = 3
+
+// inTx runs fn in one transaction, committing if fn returns nil. It is the
+// only place that retries, and every error leaves through interpretError.
+// fn must start from scratch on each call.
+func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginFunc(ctx, s.pool, fn)
+		if err == nil {
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		retry := errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+		if !retry || attempt == maxTxAttempts || ctx.Err() != nil {
+			return interpretError(ctx, op, err)
+		}
+	}
+}
+
+// scanner is a pgx.Row or pgx.Rows.
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// utc returns t in UTC, and the zero time for NULL.
+func utc(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// utcPtr returns *t in UTC, or nil.
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// nullable maps the zero value ("", 0) to SQL NULL.
+func nullable[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}

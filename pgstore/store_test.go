@@ -1,0 +1,193 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"idem"
+	"idem/internal/pgtest"
+	"idem/pgstore"
+	"idem/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		url := pgtest.NewDatabase(t)
+		return storetest.Harness{
+			Open: func(t *testing.T, clock idem.Clock) idem.Store {
+				s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{Clock: clock})
+				if err != nil {
+					t.Fatalf("pgstore.Open: %v", err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			},
+			Break: func(t *testing.T) { breakDatabase(t, url) },
+		}
+	})
+}
+
+// breakDatabase refuses new connections to the database at url and
+// terminates the open ones, from an admin connection. Connections are
+// allowed again at cleanup, before pgtest drops the database.
+func breakDatabase(t *testing.T, url string) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := pgx.Identifier{cfg.Database}.Sanitize()
+	admin := adminConn(t)
+	if _, err := admin.Exec(t.Context(), "ALTER DATABASE "+name+" ALLOW_CONNECTIONS false"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := adminConn(t).Exec(context.Background(), "ALTER DATABASE "+name+" ALLOW_CONNECTIONS true"); err != nil {
+			t.Errorf("restore connections to %s: %v", name, err)
+		}
+	})
+	if _, err := admin.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = $1 AND pid <> pg_backend_pid()`, cfg.Database); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// adminConn connects to IDEM_TEST_DATABASE_URL for the rest of the test.
+func adminConn(t *testing.T) *pgx.Conn {
+	conn, err := pgx.Connect(context.Background(), pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close() // nothing listens there any more
+	url := fmt.Sprintf("postgres://idem@127.0.0.1:%d/idem?sslmode=disable&connect_timeout=5", port)
+	s, err := pgstore.Open(t.Context(), url, idem.StoreConfig{})
+	if !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Fatalf("Open on a closed port: %v, %v; want STORE_UNAVAILABLE", s, err)
+	}
+}
+
+func TestClosedStoreIsUnavailable(t *testing.T) {
+	s, err := pgstore.Open(t.Context(), pgtest.NewDatabase(t), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close()
+	if _, err := s.GetAttempt(t.Context(), idem.Scope{Org: "acme", Principal: "p"}, "k"); !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Fatalf("GetAttempt on a closed store: %v, want STORE_UNAVAILABLE", err)
+	}
+}
+
+func TestMigrateTwiceAndConcurrently(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pools := []*pgxpool.Pool{newPool(t, url), newPool(t, url)}
+	for round := range 2 {
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() { errs[i] = pgstore.Migrate(t.Context(), pools[i%2]) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, Migrate %d: %v", round, i, err)
+			}
+		}
+	}
+
+	files, err := os.ReadDir("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, f := range files {
+		if name, ok := strings.CutSuffix(f.Name(), ".up.sql"); ok {
+			want = append(want, name)
+		}
+	}
+	rows, err := pools[0].Query(t.Context(), "SELECT format('%s_%s', lpad(version::text, 3, '0'), name) FROM idem_schema_migrations ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("recorded migrations %v, want each of %v once", got, want)
+	}
+
+	// The store works on the migrated pool, and Close leaves a pool it does
+	// not own open.
+	s := pgstore.New(pools[1], idem.StoreConfig{})
+	if _, err := s.StartExecution(t.Context(), idem.StartParams{ExecutionID: "exe_1", Scope: idem.Scope{Org: "acme", Principal: "p"}, Operation: "op", Fingerprint: "fp"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := pools[1].Ping(t.Context()); err != nil {
+		t.Fatalf("Close closed the caller's pool: %v", err)
+	}
+}
+
+func TestOrgLeadsEveryPrimaryKey(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pool := newPool(t, url)
+	if err := pgstore.Migrate(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(t.Context(), `
+		SELECT t.table_name, COALESCE(a.attname, '')
+		FROM information_schema.tables t
+		LEFT JOIN pg_index i ON i.indrelid = (quote_ident(t.table_schema) || '.' || quote_ident(t.table_name))::regclass AND i.indisprimary
+		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE t.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+		ORDER BY t.table_name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type table struct{ Name, First string }
+	tables, err := pgx.CollectRows(rows, pgx.RowToStructByPos[table])
+	if err != nil {
+		t.Fatal(err)
+	}
+	orgScoped := 0
+	for _, tb := range tables {
+		if tb.Name == "idem_schema_migrations" {
+			continue
+		}
+		orgScoped++
+		if tb.First != "org" {
+			t.Errorf("table %s: primary key starts with %q, want org", tb.Name, tb.First)
+		}
+	}
+	if orgScoped < 4 {
+		t.Errorf("found %d org-scoped tables (%v), want at least attempts, approvals, executions, audit events", orgScoped, tables)
+	}
+}
+
+func newPool(t *testing.T, url string) *pgxpool.Pool {
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

@@ -1,0 +1,77 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"idem"
+)
+
+// defaultBatchSize caps each sweep step when SweepParams.BatchSize is 0.
+const defaultBatchSize = 500
+
+// Each sweep step takes at most $2 rows with FOR UPDATE SKIP LOCKED, so that
+// concurrent sweepers split the work instead of queueing, and rows a
+// reservation or completion holds are left for a later round. MATERIALIZED
+// keeps the locked batch from being re-planned into the outer statement.
+var sweepSteps = []struct {
+	name string
+	sql  string
+}{
+	{"forget attempts", `WITH batch AS MATERIALIZED (
+			SELECT org, principal, key FROM idem_attempts
+			WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+		DELETE FROM idem_attempts a USING batch b
+		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key`},
+	// The ciphertext goes; the record stays as a tombstone. (A secret
+	// attempt left indeterminate keeps its state.)
+	{"destroy secrets", `WITH batch AS MATERIALIZED (
+			SELECT org, principal, key FROM idem_attempts
+			WHERE body IS NOT NULL AND secret_expires_at <= $1 AND expires_at > $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE idem_attempts a
+		SET body = NULL, state = CASE a.state WHEN 'completed' THEN 'expired' ELSE a.state END
+		FROM batch b
+		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key`},
+	// The status stays NULL: nothing is known about the result.
+	{"expire leases", `WITH batch AS MATERIALIZED (
+			SELECT org, principal, key FROM idem_attempts
+			WHERE state = 'in_flight' AND lease_expires_at <= $1 AND expires_at > $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE idem_attempts a SET state = 'indeterminate'
+		FROM batch b
+		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key`},
+	{"expire approvals", `WITH batch AS MATERIALIZED (
+			SELECT org, id FROM idem_approvals
+			WHERE status IN ('pending', 'approved') AND expires_at <= $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE idem_approvals a SET status = 'expired'
+		FROM batch b
+		WHERE a.org = b.org AND a.id = b.id`},
+}
+
+// Sweep runs the four steps in one transaction and counts what each did.
+func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
+	now := s.now()
+	batch := p.BatchSize
+	if batch <= 0 {
+		batch = defaultBatchSize
+	}
+	var counts [4]int
+	err := s.inTx(ctx, "sweep", func(tx pgx.Tx) error {
+		for i, step := range sweepSteps {
+			tag, err := tx.Exec(ctx, step.sql, now, batch)
+			if err != nil {
+				return fmt.Errorf("%s: %w", step.name, err)
+			}
+			counts[i] = int(tag.RowsAffected())
+		}
+		return nil
+	})
+	if err != nil {
+		return idem.SweepResult{}, err
+	}
+	return idem.SweepResult{Forgotten: counts[0], SecretsDestroyed: counts[1], LeasesExpired: counts[2], ApprovalsExpired: counts[3]}, nil
+}

@@ -1,0 +1,152 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"idem"
+)
+
+const attemptColumns = `org, principal, key, operation, fingerprint, state, execution_id, fencing_token,
+	lease_expires_at, status, headers, body, sealed_key_id, created_at, completed_at, expires_at, secret_expires_at`
+
+// Reserve implements idem.Store.
+func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
+	var res idem.ReserveResult
+	err := s.write(ctx, "reserve", func(tx *sql.Tx, now time.Time) error {
+		a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
+		if err != nil {
+			return err
+		}
+		if found && !a.Forgotten(now) {
+			res = idem.ReserveResult{Attempt: a.Observe(now)}
+			return nil
+		}
+		if found {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`,
+				p.Scope.Org, p.Scope.Principal, p.Key); err != nil {
+				return err
+			}
+		}
+		var token int64
+		if err := tx.QueryRowContext(ctx,
+			`UPDATE idem_counters SET value = value + 1 WHERE name = 'fencing_token' RETURNING value`).Scan(&token); err != nil {
+			return err
+		}
+		a, err = scanAttempt(tx.QueryRowContext(ctx, `INSERT INTO idem_attempts
+			(org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at, created_at, expires_at)
+			VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?, ?, ?, ?)
+			RETURNING `+attemptColumns,
+			p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID, token,
+			micros(now.Add(p.Lease)), micros(now), micros(now.Add(p.Retention))))
+		if err != nil {
+			return err
+		}
+		exe, err := startExecution(ctx, tx, now, p.StartParams, p.Key)
+		if err != nil {
+			return err
+		}
+		res = idem.ReserveResult{Attempt: a.Observe(now), Reserved: true, Execution: exe}
+		return nil
+	})
+	if err != nil {
+		return idem.ReserveResult{}, err
+	}
+	return res, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attempt, error) {
+	headers, err := json.Marshal(idem.FilterReplayedHeaders(p.Headers))
+	if err != nil {
+		return idem.Attempt{}, interpretError("complete", err)
+	}
+	var out idem.Attempt
+	err = s.write(ctx, "complete", func(tx *sql.Tx, now time.Time) error {
+		var secretExpiresAt sql.NullInt64
+		if p.SealedKeyID != "" {
+			secretExpiresAt = nullMicros(now.Add(p.SecretWindow))
+		}
+		a, err := scanAttempt(tx.QueryRowContext(ctx, `UPDATE idem_attempts
+			SET state = ?, status = ?, headers = ?, body = ?, sealed_key_id = ?, completed_at = ?, secret_expires_at = ?
+			WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at > ?
+			RETURNING `+attemptColumns,
+			idem.FinalState(p.Status), p.Status, string(headers), p.Body, nullString(p.SealedKeyID), micros(now), secretExpiresAt,
+			p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return idem.ErrFenced
+		}
+		if err != nil {
+			return err
+		}
+		// The record names its execution; finish that one.
+		fin := p.Finish
+		fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
+		if err := finishExecution(ctx, tx, now, fin); err != nil {
+			return err
+		}
+		out = a.Observe(now)
+		return nil
+	})
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	return out, nil
+}
+
+// GetAttempt implements idem.Store.
+func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
+	var out idem.Attempt
+	err := s.read(ctx, "get attempt", func(tx *sql.Tx, now time.Time) error {
+		a, found, err := getAttempt(ctx, tx, scope, key)
+		if err != nil {
+			return err
+		}
+		if !found || a.Forgotten(now) {
+			return idem.Errorf(idem.CodeNotFound, "no attempt record for idempotency key %q", key)
+		}
+		out = a.Observe(now)
+		return nil
+	})
+	return out, err
+}
+
+// getAttempt reads the stored record of (scope, key), not Observed.
+func getAttempt(ctx context.Context, tx *sql.Tx, scope idem.Scope, key string) (idem.Attempt, bool, error) {
+	a, err := scanAttempt(tx.QueryRowContext(ctx, `SELECT `+attemptColumns+`
+		FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`, scope.Org, scope.Principal, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.Attempt{}, false, nil
+	}
+	return a, err == nil, err
+}
+
+func scanAttempt(row *sql.Row) (idem.Attempt, error) {
+	var (
+		a                                             idem.Attempt
+		status                                        sql.NullInt64
+		headers, sealedKeyID                          sql.NullString
+		lease, created, completed, expires, secretExp sql.NullInt64
+	)
+	err := row.Scan(&a.Scope.Org, &a.Scope.Principal, &a.Key, &a.Operation, &a.Fingerprint, &a.State, &a.ExecutionID,
+		&a.FencingToken, &lease, &status, &headers, &a.Body, &sealedKeyID, &created, &completed, &expires, &secretExp)
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	if headers.Valid {
+		if err := json.Unmarshal([]byte(headers.String), &a.Headers); err != nil {
+			return idem.Attempt{}, err
+		}
+	}
+	a.Status = int(status.Int64)
+	a.SealedKeyID = sealedKeyID.String
+	a.LeaseExpiresAt = timeOrZero(lease)
+	a.CreatedAt = timeOrZero(created)
+	a.CompletedAt = timeOrZero(completed)
+	a.ExpiresAt = timeOrZero(expires)
+	a.SecretExpiresAt = timeOrZero(secretExp)
+	return a, nil
+}

@@ -1,0 +1,228 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"idem"
+)
+
+// StartExecution implements idem.Store.
+func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
+	var out idem.Execution
+	err := s.write(ctx, "start execution", func(tx *sql.Tx, now time.Time) (err error) {
+		out, err = startExecution(ctx, tx, now, p, "")
+		return err
+	})
+	return out, err
+}
+
+// FinishExecution implements idem.Store.
+func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
+	return s.write(ctx, "finish execution", func(tx *sql.Tx, now time.Time) error {
+		return finishExecution(ctx, tx, now, p)
+	})
+}
+
+// AppendEvents implements idem.Store.
+func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
+	return s.write(ctx, "append events", func(tx *sql.Tx, now time.Time) error {
+		known := map[string]bool{}
+		for _, ev := range events {
+			if !known[ev.ExecutionID] {
+				var exists bool
+				if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM idem_executions WHERE org = ? AND id = ?)`,
+					org, ev.ExecutionID).Scan(&exists); err != nil {
+					return err
+				}
+				if !exists {
+					return executionNotFound(ev.ExecutionID)
+				}
+				known[ev.ExecutionID] = true
+			}
+			if err := insertEvent(ctx, tx, now, org, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GetExecution implements idem.Store.
+func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
+	var x idem.Execution
+	err := s.read(ctx, "get execution", func(tx *sql.Tx, _ time.Time) error {
+		var (
+			key, code, reinvocationOf sql.NullString
+			started                   int64
+			finished                  sql.NullInt64
+		)
+		err := tx.QueryRowContext(ctx, `SELECT org, id, principal, operation, fingerprint, key, attempts, outcome,
+			code, reinvocation_of, started_at, finished_at FROM idem_executions WHERE org = ? AND id = ?`, org, id).
+			Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &x.Outcome,
+				&code, &reinvocationOf, &started, &finished)
+		if errors.Is(err, sql.ErrNoRows) {
+			return executionNotFound(id)
+		}
+		if err != nil {
+			return err
+		}
+		x.Key = key.String
+		if code.Valid {
+			c := idem.Code(code.String)
+			x.Code = &c
+		}
+		x.ReinvocationOf = stringPtr(reinvocationOf)
+		x.StartedAt = fromMicros(started)
+		x.FinishedAt = timePtr(finished)
+		x.Events, err = listEvents(ctx, tx, org, id)
+		return err
+	})
+	if err != nil {
+		return idem.Execution{}, err
+	}
+	return x, nil
+}
+
+// startExecution creates an execution with its execution.started event,
+// consuming p.ApprovalID first if set.
+func startExecution(ctx context.Context, tx *sql.Tx, now time.Time, p idem.StartParams, key string) (idem.Execution, error) {
+	x := idem.Execution{
+		ID:          p.ExecutionID,
+		Org:         p.Scope.Org,
+		Operation:   p.Operation,
+		Principal:   p.Scope.Principal,
+		Fingerprint: p.Fingerprint,
+		Key:         key,
+		Attempts:    1,
+		Outcome:     idem.OutcomeRunning,
+		StartedAt:   now,
+		Events:      []idem.AuditEvent{{ExecutionID: p.ExecutionID, Type: idem.EventStarted, At: now, Attempt: 1}},
+	}
+	if p.ApprovalID != "" {
+		res, err := tx.ExecContext(ctx, `UPDATE idem_approvals SET status = 'consumed', consumed_at = ?, execution_id = ?
+			WHERE org = ? AND id = ? AND requested_by = ? AND operation = ? AND fingerprint = ?
+			AND status = 'approved' AND expires_at > ?`,
+			micros(now), p.ExecutionID, p.Scope.Org, p.ApprovalID, p.Scope.Principal, p.Operation, p.Fingerprint, micros(now))
+		if err != nil {
+			return idem.Execution{}, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return idem.Execution{}, err
+		} else if n == 0 {
+			return idem.Execution{}, idem.ErrApprovalNotConsumable
+		}
+		x.Events = append(x.Events, idem.AuditEvent{ExecutionID: p.ExecutionID, Type: idem.EventApprovalConsumed, At: now,
+			Data: map[string]string{"approvalId": p.ApprovalID}})
+	}
+
+	var previous sql.NullString
+	err := tx.QueryRowContext(ctx, `SELECT id FROM idem_executions
+		WHERE org = ? AND principal = ? AND operation = ? AND fingerprint = ?
+		ORDER BY started_at DESC, rowid DESC LIMIT 1`,
+		x.Org, x.Principal, x.Operation, x.Fingerprint).Scan(&previous)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return idem.Execution{}, err
+	}
+	x.ReinvocationOf = stringPtr(previous)
+
+	if _, err := tx.ExecContext(ctx, `INSERT INTO idem_executions
+		(org, id, principal, operation, fingerprint, key, attempts, outcome, reinvocation_of, started_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullString(key), x.Attempts, x.Outcome, previous, micros(now)); err != nil {
+		return idem.Execution{}, err
+	}
+	for _, ev := range x.Events {
+		if err := insertEvent(ctx, tx, now, x.Org, ev); err != nil {
+			return idem.Execution{}, err
+		}
+	}
+	return x, nil
+}
+
+// finishExecution records p's outcome and appends its events.
+func finishExecution(ctx context.Context, tx *sql.Tx, now time.Time, p idem.FinishParams) error {
+	res, err := tx.ExecContext(ctx, `UPDATE idem_executions SET outcome = ?, code = ?, attempts = ?, finished_at = ?
+		WHERE org = ? AND id = ?`, p.Outcome, nullString(string(p.Code)), p.Attempts, micros(now), p.Org, p.ExecutionID)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return executionNotFound(p.ExecutionID)
+	}
+	for _, ev := range p.Events {
+		ev.ExecutionID = p.ExecutionID
+		if err := insertEvent(ctx, tx, now, p.Org, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertEvent appends ev to its execution; an event without a time happens
+// now.
+func insertEvent(ctx context.Context, tx *sql.Tx, now time.Time, org string, ev idem.AuditEvent) error {
+	if ev.At.IsZero() {
+		ev.At = now
+	}
+	var data sql.NullString
+	if len(ev.Data) > 0 {
+		b, err := json.Marshal(ev.Data)
+		if err != nil {
+			return err
+		}
+		data = sql.NullString{String: string(b), Valid: true}
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO idem_audit_events
+		(org, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		org, ev.ExecutionID, ev.Type, micros(ev.At), nullInt(int64(ev.Attempt)), nullString(string(ev.Code)),
+		nullString(string(ev.PreviousErrorCode)), nullInt(int64(ev.Attempts)), nullInt(ev.DurationMs), data)
+	return err
+}
+
+func listEvents(ctx context.Context, tx *sql.Tx, org, executionID string) ([]idem.AuditEvent, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT type, at, attempt, code, previous_error_code, attempts, duration_ms, data
+		FROM idem_audit_events WHERE org = ? AND execution_id = ? ORDER BY id`, org, executionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	events := []idem.AuditEvent{}
+	for rows.Next() {
+		var (
+			ev                                idem.AuditEvent
+			at                                int64
+			attempt, attempts, durationMs     sql.NullInt64
+			code, previousErrorCode, dataJSON sql.NullString
+		)
+		if err := rows.Scan(&ev.Type, &at, &attempt, &code, &previousErrorCode, &attempts, &durationMs, &dataJSON); err != nil {
+			return nil, err
+		}
+		ev.ExecutionID = executionID
+		ev.At = fromMicros(at)
+		ev.Attempt = int(attempt.Int64)
+		ev.Code = idem.Code(code.String)
+		ev.PreviousErrorCode = idem.Code(previousErrorCode.String)
+		ev.Attempts = int(attempts.Int64)
+		ev.DurationMs = durationMs.Int64
+		if dataJSON.Valid {
+			if err := json.Unmarshal([]byte(dataJSON.String), &ev.Data); err != nil {
+				return nil, err
+			}
+		}
+		events = append(events, ev)
+	}
+	return events, rows.Err()
+}
+
+func executionNotFound(id string) error {
+	return idem.Errorf(idem.CodeNotFound, "execution %q not found", id)
+}
+
+func nullInt(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: v != 0} }

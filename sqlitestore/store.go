@@ -1,0 +1,165 @@
+// Package sqlitestore is the embedded default idem.Store: one SQLite file
+// through modernc.org/sqlite (pure Go), in WAL mode with durable commits.
+//
+// Each Store has one write connection, whose transactions are BEGIN
+// IMMEDIATE, and a small pool of read connections. Several Stores, even in
+// several processes, may share one file: SQLite's write lock, waited for up
+// to the busy timeout, serializes their writes.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"idem"
+)
+
+// busyTimeout is how long a statement waits for another connection's lock
+// before it fails as STORE_UNAVAILABLE.
+const busyTimeout = 10 * time.Second
+
+// readConns is the size of the read pool.
+const readConns = 4
+
+// Store is an idem.Store on one SQLite file.
+type Store struct {
+	w     *sql.DB // one connection; transactions are BEGIN IMMEDIATE
+	r     *sql.DB // plain reads
+	clock idem.Clock
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// Open opens the database file at path, creating it if absent (its
+// directory must exist), applies pending migrations and returns the store.
+func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("sqlitestore: open %q: want the path of a database file", path)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: directory %s: %w", path, dir, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("sqlitestore: open %s: %s is not a directory", path, dir)
+	}
+
+	w, err := openPool(ctx, path, 1, "_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	if err := applyMigrations(ctx, w, cfg.Clock); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := openPool(ctx, path, readConns, "_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return &Store{w: w, r: r, clock: cfg.Clock}, nil
+}
+
+// openPool opens a pool of at most n connections on path, each set up by the
+// DSN: busy timeout, WAL, synchronous=FULL, foreign keys, plus extra.
+func openPool(ctx context.Context, path string, n int, extra string) (*sql.DB, error) {
+	escape := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	dsn := "file:" + escape.Replace(path) + "?" + strings.Join([]string{
+		fmt.Sprintf("_pragma=busy_timeout(%d)", busyTimeout.Milliseconds()),
+		"_pragma=journal_mode(WAL)",
+		"_pragma=synchronous(FULL)",
+		"_pragma=foreign_keys(1)",
+		extra,
+	}, "&")
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.w.Close(), s.r.Close())
+}
+
+// write runs fn in one BEGIN IMMEDIATE transaction on the write connection.
+// now is read from the clock once the write lock is held, so times never run
+// backwards between writers.
+func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return interpretError(op, err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx, s.now()); err != nil {
+		return interpretError(op, err)
+	}
+	return interpretError(op, tx.Commit())
+}
+
+// read runs fn in one read transaction (a consistent snapshot) on the read
+// pool.
+func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return interpretError(op, err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx, s.now()); err != nil {
+		return interpretError(op, err)
+	}
+	return interpretError(op, tx.Commit())
+}
+
+// now is the clock's time at the precision the store keeps.
+func (s *Store) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
+
+// Times are stored as unix microseconds, UTC.
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nullMicros(t time.Time) sql.NullInt64 {
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: !t.IsZero()}
+}
+
+func timeOrZero(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+func timePtr(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}
+
+func stringPtr(v sql.NullString) *string {
+	if !v.Valid {
+		return nil
+	}
+	return &v.String
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }

@@ -1,0 +1,60 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"idem"
+)
+
+// Sweep implements idem.Store. One IMMEDIATE transaction runs four bounded
+// steps; concurrent sweepers serialize on the write lock, so each row is
+// counted by exactly one of them.
+func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
+	batch := p.BatchSize
+	if batch <= 0 {
+		batch = 500
+	}
+	var out idem.SweepResult
+	err := s.write(ctx, "sweep", func(tx *sql.Tx, now time.Time) error {
+		steps := []struct {
+			count *int
+			sql   string
+		}{
+			// Records past retention are forgotten.
+			{&out.Forgotten, `DELETE FROM idem_attempts WHERE rowid IN (
+				SELECT rowid FROM idem_attempts WHERE expires_at <= ? LIMIT ?)`},
+			// Secret ciphertexts past their window are destroyed; the record
+			// stays as a tombstone.
+			{&out.SecretsDestroyed, `UPDATE idem_attempts
+				SET body = NULL, state = CASE state WHEN 'completed' THEN 'expired' ELSE state END
+				WHERE rowid IN (SELECT rowid FROM idem_attempts
+					WHERE body IS NOT NULL AND secret_expires_at <= ? LIMIT ?)`},
+			// In-flight records past their lease are indeterminate (no status).
+			{&out.LeasesExpired, `UPDATE idem_attempts SET state = 'indeterminate'
+				WHERE rowid IN (SELECT rowid FROM idem_attempts
+					WHERE state = 'in_flight' AND lease_expires_at <= ? LIMIT ?)`},
+			// Pending or approved approvals past expiry are expired.
+			{&out.ApprovalsExpired, `UPDATE idem_approvals SET status = 'expired'
+				WHERE rowid IN (SELECT rowid FROM idem_approvals
+					WHERE status IN ('pending', 'approved') AND expires_at <= ? LIMIT ?)`},
+		}
+		for _, step := range steps {
+			res, err := tx.ExecContext(ctx, step.sql, micros(now), batch)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			*step.count = int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return idem.SweepResult{}, err
+	}
+	return out, nil
+}
