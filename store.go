@@ -150,7 +150,9 @@ type CompleteParams struct {
 	// it is destroyed SecretWindow after completion.
 	SealedKeyID  string
 	SecretWindow time.Duration
-	Finish       FinishParams
+	// Finish ends the record's execution; its Org and ExecutionID are
+	// taken from the record.
+	Finish FinishParams
 }
 
 // RequestApprovalParams describes an intent that needs approval.

@@ -6,13 +6,14 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects that Transform
-// accepts; deeper input is refused so that hostile input cannot exhaust
-// memory or time.
+// accepts; deeper input is refused, so hostile input cannot drive the
+// recursive parser arbitrarily deep.
 const MaxDepth = 512
 
 // SyntaxError describes input that Transform refuses: JSON that is malformed
@@ -31,7 +32,9 @@ func (e *SyntaxError) Error() string {
 // Transform returns the RFC 8785 canonical form of the single JSON value in
 // data. It never modifies data. Errors are of type *SyntaxError.
 func Transform(data []byte) ([]byte, error) {
-	p := parser{data: data, out: make([]byte, 0, len(data))}
+	w := workPool.Get().(*work)
+	defer w.release()
+	p := parser{data: data, out: make([]byte, 0, len(data)+len(data)/8), work: w}
 	p.skipSpace()
 	if err := p.value(); err != nil {
 		return nil, err
@@ -43,6 +46,32 @@ func Transform(data []byte) ([]byte, error) {
 	return p.out, nil
 }
 
+// work holds a parser's scratch buffers, reused across calls.
+type work struct {
+	members []member // members of the objects being parsed, innermost last
+	keys    []byte   // unescaped names of those members
+	scratch []byte   // copy of an object's members while they are reordered
+	str     []byte   // unescaped content of the last string with escapes
+}
+
+var workPool = sync.Pool{New: func() any { return new(work) }}
+
+// Buffers larger than these are dropped rather than pooled, so that one huge
+// input does not pin its memory.
+const (
+	maxPooledBytes   = 64 << 10
+	maxPooledMembers = 1 << 10
+)
+
+func (w *work) release() {
+	if cap(w.keys) > maxPooledBytes || cap(w.scratch) > maxPooledBytes || cap(w.str) > maxPooledBytes ||
+		cap(w.members) > maxPooledMembers {
+		return
+	}
+	w.members, w.keys, w.scratch, w.str = w.members[:0], w.keys[:0], w.scratch[:0], w.str[:0]
+	workPool.Put(w)
+}
+
 // parser is a recursive-descent JSON parser that writes the canonical form as
 // it goes. Objects are written in input order and reordered in place once
 // their last member has been read.
@@ -51,11 +80,7 @@ type parser struct {
 	pos   int
 	depth int
 	out   []byte
-
-	members []member // members of the objects being parsed, innermost last
-	keys    []byte   // unescaped names of those members
-	scratch []byte   // copy of an object's members while they are reordered
-	str     []byte   // unescaped content of the last string with escapes
+	*work
 }
 
 // member locates one object member while its object is being parsed.
@@ -198,14 +223,14 @@ func (p *parser) object() error {
 	return nil
 }
 
-func (p *parser) key(m member) []byte { return p.keys[m.keyStart:m.keyEnd] }
-
 // sortMembers puts the members ms of the object whose members start at
 // p.out[region] into RFC 8785 order, refusing duplicate names.
 func (p *parser) sortMembers(region int, ms []member) error {
+	keys := p.keys
+	key := func(m member) []byte { return keys[m.keyStart:m.keyEnd] }
 	sorted := true
 	for i := 1; i < len(ms); i++ {
-		if compareUTF16(p.key(ms[i-1]), p.key(ms[i])) >= 0 {
+		if compareUTF16(key(ms[i-1]), key(ms[i])) >= 0 {
 			sorted = false
 			break
 		}
@@ -213,11 +238,11 @@ func (p *parser) sortMembers(region int, ms []member) error {
 	if sorted {
 		return nil
 	}
-	slices.SortStableFunc(ms, func(a, b member) int { return compareUTF16(p.key(a), p.key(b)) })
+	slices.SortStableFunc(ms, func(a, b member) int { return compareUTF16(key(a), key(b)) })
 	for i := 1; i < len(ms); i++ {
-		if bytes.Equal(p.key(ms[i-1]), p.key(ms[i])) {
+		if bytes.Equal(key(ms[i-1]), key(ms[i])) {
 			// The sort is stable, so ms[i] is the later occurrence.
-			return p.errorAt(ms[i].offset, "duplicate key %q", p.key(ms[i]))
+			return p.errorAt(ms[i].offset, "duplicate key %q", key(ms[i]))
 		}
 	}
 	p.scratch = append(p.scratch[:0], p.out[region:]...)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -384,4 +385,32 @@ func TestAppendStringEscapesExactly(t *testing.T) {
 			t.Errorf("appendString(%U) = %q, want %q", c, got, want)
 		}
 	}
+}
+
+// TestTransformConcurrent runs Transform from many goroutines, as servers do;
+// with -race it checks that the reused scratch buffers are not shared.
+func TestTransformConcurrent(t *testing.T) {
+	inputs := map[string]string{
+		`{"b":{"d":[1,2],"c":"\u00e9"},"a":1.50}`: `{"a":1.5,"b":{"c":"é","d":[1,2]}}`,
+		`{"z":"\n","y":{"x":{"w":null}}}`:         `{"y":{"x":{"w":null}},"z":"\n"}`,
+		`[{"k":1,"k":2}]`:                         "",
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 500 {
+				for in, want := range inputs {
+					got, err := Transform([]byte(in))
+					if want == "" {
+						if err == nil {
+							t.Errorf("Transform(%s) succeeded", in)
+						}
+					} else if err != nil || string(got) != want {
+						t.Errorf("Transform(%s) = %s, %v; want %s", in, got, err, want)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -89,7 +89,10 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 		if err != nil {
 			return err
 		}
-		return finishExecution(ctx, tx, p.Finish, now)
+		// The record names its execution; finish that one.
+		fin := p.Finish
+		fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
+		return finishExecution(ctx, tx, fin, now)
 	})
 	if err != nil {
 		return idem.Attempt{}, err

@@ -33,12 +33,14 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return interpretError(ctx, "migrate", err)
 	}
 	defer conn.Release()
+	// The lock belongs to the session, so a connection that may still hold
+	// it (the lock call failed mid-way, or the unlock failed) is closed
+	// rather than returned to the pool.
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
+		conn.Conn().Close(context.Background())
 		return interpretError(ctx, "migrate", err)
 	}
 	defer func() {
-		// A session lock outlives the transaction; a connection that could
-		// not drop it must not go back to the pool.
 		unlockCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrationLock); err != nil {

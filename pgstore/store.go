@@ -41,9 +41,9 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: parse database url: %w", err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // connects lazily: Migrate is the first contact
 	if err != nil {
-		return nil, interpretError(ctx, "open", err)
+		return nil, fmt.Errorf("pgstore: %w", err)
 	}
 	if err := Migrate(ctx, pool); err != nil {
 		pool.Close()

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"idem"
+	"idem/internal/fakeclock"
 	"idem/internal/pgtest"
 	"idem/pgstore"
 	"idem/storetest"
@@ -190,4 +192,64 @@ func newPool(t *testing.T, url string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// Reservations replacing forgotten records race sweepers deleting them, on
+// separate pools: every reservation must win, and nothing it made be swept.
+func TestReserveRacesSweeper(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	clock := fakeclock.New(time.Now())
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(t.Context(), url, idem.StoreConfig{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	reserver, sweeper := open(), open()
+	const keys = 200
+	params := func(i int) idem.ReserveParams {
+		return idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: fmt.Sprintf("exe_%d_%d", i, clock.Now().UnixNano()), Scope: idem.Scope{Org: "acme", Principal: "p"}, Operation: "op", Fingerprint: "fp"},
+			Key:         fmt.Sprint("key-", i), Lease: time.Minute, Retention: time.Hour,
+		}
+	}
+	for i := range keys {
+		if _, err := reserver.Reserve(t.Context(), params(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour)
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			r, err := sweeper.Sweep(t.Context(), idem.SweepParams{BatchSize: 10})
+			if err != nil {
+				t.Errorf("Sweep: %v", err)
+				return
+			}
+			if r.Done(10) {
+				return
+			}
+		}
+	})
+	for i := range keys {
+		wg.Go(func() {
+			res, err := reserver.Reserve(t.Context(), params(i))
+			if err != nil || !res.Reserved {
+				t.Errorf("Reserve over a forgotten record: %+v, %v", res, err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := sweeper.Sweep(t.Context(), idem.SweepParams{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		if a, err := reserver.GetAttempt(t.Context(), idem.Scope{Org: "acme", Principal: "p"}, fmt.Sprint("key-", i)); err != nil || a.State != idem.AttemptInFlight {
+			t.Fatalf("key-%d after the race: %+v, %v", i, a, err)
+		}
+	}
 }

@@ -74,20 +74,24 @@ install_pg() {
 }
 
 no_pg() {
-	die 2 "no PostgreSQL server binaries found (looked at \`pg_config --bindir\`, initdb on PATH, /usr/lib/postgresql/*/bin)." \
-		"Either install PostgreSQL (13 or later), e.g." \
-		"    Debian/Ubuntu:  sudo apt-get install postgresql" \
-		"    Fedora:         sudo dnf install postgresql-server" \
-		"    macOS:          brew install postgresql@17" \
-		"and run \`make test\` again (it starts and removes a throwaway cluster itself; nothing needs to be running)," \
-		"or point the tests at an existing server whose role has CREATEDB (each test creates a fresh database):" \
-		"    IDEM_TEST_DATABASE_URL='postgres://user:pass@host:port/db?sslmode=disable' make test"
+	cat >&2 <<-'EOF'
+		test.sh: no PostgreSQL server binaries found (looked at `pg_config --bindir`,
+		initdb on PATH, /usr/lib/postgresql/*/bin). Either install PostgreSQL 13 or later:
+		    Debian/Ubuntu:  sudo apt-get install postgresql
+		    Fedora:         sudo dnf install postgresql-server
+		    macOS:          brew install postgresql@17
+		and run `make test` again (it starts and removes a throwaway cluster by itself;
+		no server needs to be running), or point the tests at an existing server whose
+		role has CREATEDB (every test creates, then drops, a database of its own):
+		    IDEM_TEST_DATABASE_URL='postgres://user:pass@host:port/db?sslmode=disable' make test
+	EOF
+	exit 2
 }
 
 # free_port prints a TCP port in 20000-60000 that nothing on 127.0.0.1 accepts on.
 free_port() {
-	local port i
-	for i in {1..200}; do
+	local port
+	for _ in {1..200}; do
 		port=$((20000 + ((RANDOM << 15) | RANDOM) % 40001))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
@@ -116,11 +120,31 @@ tmp=""
 started=""
 run_user=""
 pg_ctl=""
+test_pid=""
 
+# stop_tests ends the go test process group (go, compilers, test binaries):
+# signal sig, then SIGKILL after 10 s. It runs from traps, so nothing in it
+# may trip set -e.
+stop_tests() {
+	local sig=$1
+	[[ -n $test_pid ]] || return 0
+	kill -"$sig" -- "-$test_pid" 2>/dev/null || :
+	for _ in {1..100}; do
+		kill -0 "$test_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL -- "-$test_pid" 2>/dev/null || :
+	wait "$test_pid" 2>/dev/null || :
+	test_pid=""
+}
+
+# cleanup runs on every exit: normal, failed tests, errors and signals. It
+# keeps the exit status.
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM HUP
 	set +e
+	stop_tests TERM
 	if [[ -n $started ]]; then
 		as_user "$pg_ctl" -D "$tmp/data" -m immediate -w -t 30 stop >/dev/null 2>&1
 		# Should pg_ctl fail, do not leave a postmaster behind.
@@ -156,7 +180,6 @@ start_pg() {
 	fi
 
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/idem-pg.XXXXXX")
-	trap cleanup EXIT
 	if [[ -n $run_user ]]; then
 		chown "$run_user:" "$tmp"
 		as_user test -w "$tmp" 2>/dev/null ||
@@ -201,16 +224,45 @@ start_pg() {
 	die 1 "PostgreSQL could not bind a port in $attempt attempts; its log is above."
 }
 
+trap cleanup EXIT
+trap 'stop_tests INT; exit 130' INT
+trap 'stop_tests TERM; exit 143' TERM
+trap 'stop_tests HUP; exit 129' HUP
+
 if [[ -n ${IDEM_TEST_DATABASE_URL:-} ]]; then
 	say "using IDEM_TEST_DATABASE_URL=$(sed -E 's#(://[^:/@]*):[^@]*@#\1:****@#; s#(password=)[^ &]*#\1****#g' <<<"$IDEM_TEST_DATABASE_URL")"
 else
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
-	trap 'exit 129' HUP
 	start_pg
 fi
 export IDEM_TEST_DATABASE_URL
 export IDEM_TEST_REQUIRE_PG=1
 
-# Not exec: the EXIT trap must still stop the cluster; it keeps go test's status.
-go test -race -count=1 "${default_pkgs[@]}" "$@"
+# go test runs in the background, in its own process group (set -m), so that
+# a signal to this script is handled at once -- bash would otherwise run the
+# traps only after go test ends -- and reaches all of go test's processes
+# (Ctrl-C does so through the INT trap). wait keeps go test's exit status.
+#
+# go test runs with -v into a log; what is shown is each package's result
+# and every conformance case (storetest) by store, and, when anything
+# failed, the whole log.
+log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
+say "go test -race -count=1 -v ${default_pkgs[*]} $*"
+set -m
+go test -race -count=1 -v "${default_pkgs[@]}" "$@" >"$log" 2>&1 &
+test_pid=$!
+set +m
+rc=0
+wait "$test_pid" || rc=$?
+test_pid=""
+if ((rc != 0)); then
+	cat "$log"
+else
+	awk '
+		/^=== RUN   TestConformance$/ { conf = 1 }
+		/^(ok|FAIL|\?) / { print; conf = 0; next }
+		/^--- (PASS|FAIL|SKIP): / { print; next }
+		conf && /^    --- (PASS|FAIL|SKIP): TestConformance\// { print }
+	' "$log"
+fi
+rm -f "$log"
+exit "$rc"

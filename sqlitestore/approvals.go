@@ -20,17 +20,17 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 		created bool
 	)
 	err := s.write(ctx, "request approval", func(tx *sql.Tx, now time.Time) error {
-		// The newest approval of the intent that is still live.
+		// The newest approval of the intent that is Live at now.
 		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
 			WHERE org = ? AND requested_by = ? AND operation = ? AND fingerprint = ?
 			AND status IN ('pending', 'approved', 'rejected') AND expires_at > ?
 			ORDER BY created_at DESC, rowid DESC LIMIT 1`,
 			p.Org, p.RequestedBy, p.Operation, p.Fingerprint, micros(now)))
-		if err == nil && a.Observe(now).Live(now) {
+		if err == nil {
 			out = a.Observe(now)
 			return nil
 		}
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		expiry := p.Expiry
@@ -166,10 +166,10 @@ func getApproval(ctx context.Context, tx *sql.Tx, org, id string) (idem.Approval
 
 func scanApproval(row interface{ Scan(...any) error }) (idem.Approval, error) {
 	var (
-		a                                      idem.Approval
-		input, decidedBy, reason, executionID  sql.NullString
-		created, expires                       int64
-		decidedAt, consumedAt                  sql.NullInt64
+		a                                     idem.Approval
+		input, decidedBy, reason, executionID sql.NullString
+		created, expires                      int64
+		decidedAt, consumedAt                 sql.NullInt64
 	)
 	err := row.Scan(&a.Org, &a.ID, &a.RequestedBy, &a.Operation, &a.Fingerprint, &input, &a.Reason, &a.Status,
 		&decidedBy, &reason, &created, &expires, &decidedAt, &consumedAt, &executionID)

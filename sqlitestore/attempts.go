@@ -62,7 +62,7 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attempt, error) {
 	headers, err := json.Marshal(idem.FilterReplayedHeaders(p.Headers))
 	if err != nil {
-		return idem.Attempt{}, interpretError("complete", err)
+		return idem.Attempt{}, interpretError(ctx, "complete", err)
 	}
 	var out idem.Attempt
 	err = s.write(ctx, "complete", func(tx *sql.Tx, now time.Time) error {

@@ -12,13 +12,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"idem"
 )
@@ -86,11 +86,31 @@ func openPool(ctx context.Context, path string, n int, extra string) (*sql.DB, e
 	}
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
-	if err := db.PingContext(ctx); err != nil {
+	if err := ping(ctx, db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// ping opens a first connection. The connection that turns a new file to
+// WAL can meet SQLITE_BUSY from a concurrent opener without SQLite waiting,
+// so a busy ping is retried for up to busyTimeout.
+func ping(ctx context.Context, db *sql.DB) error {
+	ctx, cancel := context.WithTimeout(ctx, busyTimeout)
+	defer cancel()
+	for {
+		err := db.PingContext(ctx)
+		var e *sqlite.Error
+		if err == nil || !errors.As(err, &e) || e.Code()&0xff != sqlite3.SQLITE_BUSY {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // Close closes both pools.
@@ -104,13 +124,13 @@ func (s *Store) Close() error {
 func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return interpretError(op, err)
+		return interpretError(ctx, op, err)
 	}
 	defer tx.Rollback()
 	if err := fn(tx, s.now()); err != nil {
-		return interpretError(op, err)
+		return interpretError(ctx, op, err)
 	}
-	return interpretError(op, tx.Commit())
+	return interpretError(ctx, op, tx.Commit())
 }
 
 // read runs fn in one read transaction (a consistent snapshot) on the read
@@ -118,13 +138,13 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx, now ti
 func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return interpretError(op, err)
+		return interpretError(ctx, op, err)
 	}
 	defer tx.Rollback()
 	if err := fn(tx, s.now()); err != nil {
-		return interpretError(op, err)
+		return interpretError(ctx, op, err)
 	}
-	return interpretError(op, tx.Commit())
+	return interpretError(ctx, op, tx.Commit())
 }
 
 // now is the clock's time at the precision the store keeps.

@@ -15,8 +15,8 @@ import (
 // Harness opens store instances on one fresh, empty database.
 type Harness struct {
 	// Open opens a new store instance on the database, with its own
-	// connections, reading time from clock. The store closes it at the end
-	// of the test.
+	// connections, reading time from clock, and closes it when the test
+	// ends.
 	Open func(t *testing.T, clock idem.Clock) idem.Store
 	// Break makes the database unreachable for every instance opened so
 	// far, so that their calls fail.

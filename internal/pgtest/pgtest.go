@@ -36,21 +36,25 @@ const (
 	adminTimeout = 30 * time.Second
 )
 
-const howTo = "run `make test` (it starts a throwaway PostgreSQL cluster), " +
-	"or set " + EnvURL + "=postgres://user:pass@host:port/db?sslmode=disable " +
-	"for a role with CREATEDB"
+const (
+	howToSet = "run `make test` (it starts a throwaway PostgreSQL cluster), " +
+		"or set " + EnvURL + "=postgres://user:pass@host:port/db?sslmode=disable " +
+		"for a role with CREATEDB"
+	howToReach = "check that the server is up and " + EnvURL + " is right, " +
+		"or unset it so that `make test` starts a throwaway PostgreSQL cluster"
+)
 
 // required reports whether IDEM_TEST_REQUIRE_PG=1.
 func required() bool { return os.Getenv(EnvRequire) == "1" }
 
 // unavailable skips the test, or fails it when PostgreSQL is required.
-func unavailable(t testing.TB, format string, args ...any) {
+func unavailable(t testing.TB, hint, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
 	if required() {
-		t.Fatalf("pgtest: %s (%s=1): %s", msg, EnvRequire, howTo)
+		t.Fatalf("pgtest: %s (%s=1): %s", msg, EnvRequire, hint)
 	}
-	t.Skipf("pgtest: %s; skipping: %s", msg, howTo)
+	t.Skipf("pgtest: %s; skipping: %s", msg, hint)
 }
 
 // URL returns the admin connection string from IDEM_TEST_DATABASE_URL.
@@ -60,7 +64,7 @@ func URL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(EnvURL)
 	if u == "" {
-		unavailable(t, "%s is not set", EnvURL)
+		unavailable(t, howToSet, "%s is not set", EnvURL)
 	}
 	return u
 }
@@ -89,7 +93,7 @@ func NewDatabase(t testing.TB) string {
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		unavailable(t, "cannot connect to %s: %v", EnvURL, err)
+		unavailable(t, howToReach, "cannot connect to %s: %v", EnvURL, err)
 	}
 	defer conn.Close(ctx)
 

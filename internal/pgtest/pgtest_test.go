@@ -188,7 +188,7 @@ func TestSkipOrFail(t *testing.T) {
 		{"NewDatabase/unset/required", "", "1", func(t testing.TB) { NewDatabase(t) }, "", EnvURL + "=postgres://"},
 		// Port 1 on loopback refuses at once.
 		{"NewDatabase/unreachable", "postgres://x@127.0.0.1:1/d?sslmode=disable&connect_timeout=5", "", func(t testing.TB) { NewDatabase(t) }, "cannot connect", ""},
-		{"NewDatabase/unreachable/required", "postgres://x@127.0.0.1:1/d?sslmode=disable&connect_timeout=5", "1", func(t testing.TB) { NewDatabase(t) }, "", "127.0.0.1"},
+		{"NewDatabase/unreachable/required", "postgres://x@127.0.0.1:1/d?sslmode=disable&connect_timeout=5", "1", func(t testing.TB) { NewDatabase(t) }, "", "127.0.0.1:1"},
 		{"NewDatabase/malformed", "postgres://x@h:notaport/d", "", func(t testing.TB) { NewDatabase(t) }, "", "parse " + EnvURL},
 	}
 	for _, c := range cases {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"idem/internal/pgtest"
+)
+
+// run runs idem with args and an empty environment except env.
+func run(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	m := Main{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
+	code = m.Run(context.Background(), args)
+	return code, out.String(), errOut.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := run(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "idem ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("idem version = %d %q", code, out)
+	}
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	for _, args := range [][]string{{"no-such-command"}, {"version", "extra"}, {"migrate", "--no-such-flag"}, {"migrate", "--store", "mysql://x"}} {
+		if code, _, stderr := run(t, nil, args...); code != exitUsage || !strings.Contains(stderr, "Error:") {
+			t.Errorf("idem %v = exit %d, stderr %q; want exit 2 with an error", args, code, stderr)
+		}
+	}
+}
+
+func TestMigrateSQLiteTwice(t *testing.T) {
+	url := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	for i := range 2 {
+		code, out, stderr := run(t, nil, "migrate", "--store", url)
+		if code != 0 || !strings.Contains(out, "schema up to date") {
+			t.Fatalf("run %d: idem migrate = exit %d, out %q, err %q", i+1, code, out, stderr)
+		}
+	}
+}
+
+func TestMigrateFromEnvironment(t *testing.T) {
+	url := "sqlite:" + filepath.Join(t.TempDir(), "env.db")
+	code, out, stderr := run(t, map[string]string{"IDEM_STORE": url}, "migrate")
+	if code != 0 || !strings.Contains(out, url) {
+		t.Fatalf("idem migrate with IDEM_STORE = exit %d, out %q, err %q", code, out, stderr)
+	}
+}
+
+func TestMigratePostgresTwice(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	for i := range 2 {
+		code, out, stderr := run(t, nil, "migrate", "--store", url)
+		if code != 0 || !strings.Contains(out, "schema up to date") {
+			t.Fatalf("run %d: idem migrate = exit %d, out %q, err %q", i+1, code, out, stderr)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"postgres://idem:secret@127.0.0.1:5432/db", "postgres://idem:***@127.0.0.1:5432/db"},
+		{"postgres://idem@127.0.0.1/db", "postgres://idem@127.0.0.1/db"},
+		{"sqlite:idem.db", "sqlite:idem.db"},
+	}
+	for _, tt := range tests {
+		if got := redact(tt.in); got != tt.want {
+			t.Errorf("redact(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
