@@ -77,9 +77,10 @@ func (a Attempt) Observe(now time.Time) Attempt {
 func (a Attempt) Forgotten(now time.Time) bool { return !now.Before(a.ExpiresAt) }
 
 // FinalState is the state a completion with this HTTP status leaves: any
-// 5xx after the handler started is indeterminate, never a replayable result.
+// 5xx after the handler started, and a cancellation (499) after it started,
+// is indeterminate, never a replayable result.
 func FinalState(status int) AttemptState {
-	if status >= 500 {
+	if status >= 500 || status == StatusClientClosedRequest {
 		return AttemptIndeterminate
 	}
 	return AttemptCompleted

@@ -147,7 +147,7 @@ func TestAttemptObserve(t *testing.T) {
 			}
 		})
 	}
-	if FinalState(499) != AttemptCompleted || FinalState(500) != AttemptIndeterminate {
+	if FinalState(422) != AttemptCompleted || FinalState(499) != AttemptIndeterminate || FinalState(500) != AttemptIndeterminate {
 		t.Error("FinalState splits at the wrong status")
 	}
 }

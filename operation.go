@@ -65,6 +65,9 @@ type Metadata struct {
 	Approval     ApprovalMode    `json:"approval"`
 	Surfaces     []Surface       `json:"surfaces"`
 	Errors       []DeclaredError `json:"errors"`
+	// SuccessStatus is the HTTP status of a successful result (200); a
+	// handler may choose another with Call.SetStatus.
+	SuccessStatus int `json:"-"`
 }
 
 var operationName = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
@@ -92,6 +95,9 @@ func (m Metadata) WithDefaults() Metadata {
 	}
 	if m.Errors == nil {
 		m.Errors = []DeclaredError{}
+	}
+	if m.SuccessStatus == 0 {
+		m.SuccessStatus = 200
 	}
 	return m
 }
@@ -131,6 +137,9 @@ func (m Metadata) Validate() error {
 	case ApprovalNone, ApprovalAlways, ApprovalPolicy:
 	default:
 		return fail("approval %q is not one of none, always, policy", m.Approval)
+	}
+	if m.SuccessStatus < 200 || m.SuccessStatus > 299 {
+		return fail("success status %d is not a 2xx", m.SuccessStatus)
 	}
 	for _, s := range m.Surfaces {
 		if s != SurfaceCLI && s != SurfaceHTTP && s != SurfaceMCP {

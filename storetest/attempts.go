@@ -121,7 +121,7 @@ func testReserveFindsExisting(t *testing.T, e *env) {
 
 func testServerErrorIsIndeterminate(t *testing.T, e *env) {
 	s := e.s(t)
-	for _, status := range []int{500, 504} {
+	for _, status := range []int{499, 500, 504} {
 		key := newID("key-")
 		res := mustReserve(t, s, reserveParams(scopeA, key, fpOne))
 		got, err := s.Complete(ctx(t), completeParams(res.Attempt, status, `{"code":"EXECUTION_FAILED"}`))

@@ -1,0 +1,397 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// finalizeTimeout bounds the store writes of finalization, which run even
+// when the caller has gone.
+const finalizeTimeout = 10 * time.Second
+
+// outcome is how the handler stage (10 and 11) ended.
+type outcome struct {
+	status int
+	header http.Header
+	data   json.RawMessage
+	err    *Error
+	// retried holds an execution.retried event per re-attempt.
+	retried []AuditEvent
+}
+
+// execute runs stages 10 to 13 for a reserved (fence != 0) or started
+// execution.
+func (x *execution) execute(ctx context.Context, in any, fence int64) Response {
+	if x.key != "" && x.req.Detachable {
+		// Reserved: a dropped connection no longer cancels the execution,
+		// so that the same-key retry finds its result (SPEC §7).
+		ctx = context.WithoutCancel(ctx)
+	}
+	o := x.runAttempts(ctx, in)
+	return x.finalize(ctx, o, fence)
+}
+
+// runAttempts calls the handler, retrying only when SPEC §7 allows it.
+func (x *execution) runAttempts(ctx context.Context, in any) outcome {
+	m := x.op.meta
+	var retried []AuditEvent
+	for attempt := 1; ; attempt++ {
+		x.attempts = attempt
+		call := x.newCall(attempt, false)
+		out, err := x.runOne(ctx, call, in, x.op.invoke)
+		if err == nil {
+			data, verr := x.encodeOutput(out)
+			if verr != nil {
+				return outcome{err: verr, retried: retried}
+			}
+			status := call.status
+			if status == 0 {
+				status = m.SuccessStatus
+			}
+			return outcome{status: status, header: call.header, data: data, retried: retried}
+		}
+		e := classify(m, err)
+		if !x.mayRetry(attempt, e, err) {
+			return outcome{err: e, retried: retried}
+		}
+		retried = append(retried, AuditEvent{ExecutionID: x.executionID, Type: EventRetried, At: x.r.cfg.Clock.Now(), Attempt: attempt + 1, PreviousErrorCode: e.Code})
+		if !sleep(ctx, jitter(MaxBackoff(m.RuntimeRetry.BackoffMs, attempt))) {
+			return outcome{err: cancelled(), retried: retried}
+		}
+	}
+}
+
+func (x *execution) newCall(attempt int, dryRun bool) *Call {
+	return &Call{
+		Operation: x.op.meta.Name, ExecutionID: x.executionID, Attempt: attempt, Principal: x.req.Principal,
+		IdempotencyKey: "ik_" + x.executionID[len("exe_"):], RequestKey: x.key, DryRun: dryRun,
+	}
+}
+
+// runOne runs one attempt under its own timeout. The caller's cancellation
+// wins over everything; a result that arrives after the timeout or the
+// cancellation is discarded.
+func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(context.Context, *Call, any) (any, error)) (any, error) {
+	actx, cancel := context.WithTimeout(withCall(ctx, call), x.op.meta.Timeout)
+	defer cancel()
+	type result struct {
+		out any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- result{err: fmt.Errorf("handler panicked: %v", v)}
+			}
+		}()
+		out, err := fn(actx, call, in)
+		done <- result{out, err}
+	}()
+	select {
+	case res := <-done:
+		switch {
+		case ctx.Err() != nil:
+			return nil, cancelled()
+		case errors.Is(actx.Err(), context.DeadlineExceeded):
+			return nil, timedOut(x.op.meta)
+		}
+		return res.out, res.err
+	case <-actx.Done():
+		if ctx.Err() != nil {
+			return nil, cancelled()
+		}
+		return nil, timedOut(x.op.meta)
+	}
+}
+
+func cancelled() *Error {
+	return Errorf(CodeCancelled, "the caller cancelled the execution")
+}
+
+func timedOut(m Metadata) *Error {
+	return Errorf(CodeTimeout, "the attempt outlived its timeout of %s", m.Timeout)
+}
+
+// classify turns a handler error into the answer's error. An *Error passes
+// as is (a declared business outcome when its status is below 500); a
+// context error is TIMEOUT or CANCELLED; anything else is
+// EXECUTION_FAILED, retryable only if the handler marked it so.
+func classify(m Metadata, err error) *Error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, context.DeadlineExceeded):
+		return timedOut(m)
+	case errors.Is(err, context.Canceled):
+		return cancelled()
+	}
+	out := Errorf(CodeExecutionFailed, "operation %s failed", m.Name)
+	out.Retryable = IsRetryable(err)
+	out.Err = err
+	return out
+}
+
+// mayRetry holds every condition of SPEC §7 for a runtime retry.
+func (x *execution) mayRetry(attempt int, e *Error, cause error) bool {
+	m := x.op.meta
+	switch {
+	case attempt > m.RuntimeRetry.MaxAttempts:
+		return false
+	case !e.Retryable || e.Code == CodeCancelled:
+		return false
+	case m.SideEffect.Writes() && !m.Idempotent:
+		return false
+	case m.RuntimeRetry.RetryOn != nil && !m.RuntimeRetry.RetryOn(cause):
+		return false
+	}
+	return true
+}
+
+// jitter draws a wait in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d unless ctx ends first; it reports whether it waited.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// encodeOutput marshals and validates the handler's output (stage 11).
+func (x *execution) encodeOutput(out any) (json.RawMessage, *Error) {
+	data, err := json.Marshal(out)
+	if err != nil {
+		e := Errorf(CodeOutputInvalid, "operation %s produced output that cannot be encoded", x.op.meta.Name)
+		e.Err = err
+		return nil, e
+	}
+	if errs := x.op.output.Validate(data); len(errs) > 0 {
+		e := Errorf(CodeOutputInvalid, "operation %s produced output that breaks its schema at %q: %s", x.op.meta.Name, errs[0].Path, errs[0].Message)
+		return nil, e
+	}
+	return data, nil
+}
+
+// finalize runs stage 12 once: it builds the answer, completes the attempt
+// record (keyed) or finishes the execution, with the final audit event.
+func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Response {
+	m := x.op.meta
+	meta := x.meta()
+	var resp Response
+	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
+	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
+	if o.err == nil {
+		body, _ := json.Marshal(Envelope{Data: o.data, Meta: meta})
+		h := http.Header{}
+		for k, v := range o.header {
+			h[k] = v
+		}
+		h.Set("Content-Type", ContentTypeJSON)
+		resp = Response{Status: o.status, Header: h, Body: body}
+		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
+	} else {
+		e := o.err
+		if x.key != "" && (e.Status >= 500 || e.Code == CodeCancelled) {
+			// The record is indeterminate now: a same-key retry can only
+			// say so, so nothing about this answer is retryable.
+			e = e.WithDetail("reconcile", reconcileName(m))
+			e.Retryable = false
+		}
+		resp = problemResponse(NewProblem(e, meta))
+		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, e.Code, OutcomeFailed, e.Code
+	}
+	fin.Events = append(o.retried, final)
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	defer cancel()
+	store := x.r.cfg.Store
+	if x.key == "" {
+		if err := store.FinishExecution(sctx, fin); err != nil {
+			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
+		}
+		return resp
+	}
+	status, stored, keyID := resp.Status, resp.Body, ""
+	if m.Retry.Enforcement == EnforceTransactionalSecretReplay && resp.Status < 400 {
+		sealed, id, err := x.r.cfg.Sealer.Seal(resp.Body, x.aad())
+		if err != nil {
+			// Unsealable: the secret must not reach the store in clear text,
+			// so the record is left indeterminate; this caller still gets it.
+			x.r.cfg.Logger.Error("seal secret result", "executionId", x.executionID, "error", err)
+			status, stored = http.StatusInternalServerError, nil
+		} else {
+			stored, keyID = sealed, id
+		}
+	}
+	_, err := store.Complete(sctx, CompleteParams{
+		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
+		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
+	})
+	switch {
+	case errors.Is(err, ErrFenced):
+		// The lease passed first: the record already reads indeterminate and
+		// stays so. The execution is still finished.
+		x.r.cfg.Logger.Warn("completion fenced: the lease passed before the result", "executionId", x.executionID)
+		if err := store.FinishExecution(sctx, fin); err != nil {
+			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
+		}
+	case err != nil:
+		// The record stays in flight and becomes indeterminate by lease.
+		x.r.cfg.Logger.Error("complete attempt", "executionId", x.executionID, "error", err)
+	}
+	return resp
+}
+
+// aad binds a sealed result to its record.
+func (x *execution) aad() []byte {
+	return []byte(x.req.Principal.Org + "\x00" + x.req.Principal.ID + "\x00" + x.key)
+}
+
+func reconcileName(m Metadata) any {
+	if m.Retry.Reconcile == "" {
+		return nil
+	}
+	return m.Retry.Reconcile
+}
+
+// answerExisting answers from an attempt record (stage 5, or stage 8 when a
+// record appeared concurrently).
+func (x *execution) answerExisting(ctx context.Context, a Attempt) Response {
+	m := x.op.meta
+	if a.Fingerprint != x.fingerprint {
+		return x.fail(Errorf(CodeIdempotencyKeyReused, "idempotency key %q already names a different request (method, path, query or body differ); use a new key for a new intent", x.key))
+	}
+	if a.State == AttemptInFlight && x.req.Wait > 0 {
+		return x.waitAndAnswer(ctx, a)
+	}
+	switch a.State {
+	case AttemptInFlight:
+		return x.fail(Errorf(CodeIdempotencyKeyInFlight, "the request with idempotency key %q is still running; retry with the same key after Retry-After, or send Prefer: wait=N", x.key))
+	case AttemptIndeterminate:
+		return x.fail(Errorf(CodeIdempotencyResultIndeterminate, "nobody can prove whether the request with idempotency key %q took effect; run %s and use a new key only if a new mutation is still needed", x.key, m.Retry.Reconcile).
+			WithDetail("reconcile", reconcileName(m)).WithDetail("executionId", a.ExecutionID))
+	case AttemptExpired:
+		return x.fail(Errorf(CodeIdempotencyResultExpired, "the one-time result of idempotency key %q is no longer kept; run %s to find what it created", x.key, m.Retry.Reconcile).
+			WithDetail("reconcile", reconcileName(m)).WithDetail("executionId", a.ExecutionID))
+	}
+	return x.replay(ctx, a)
+}
+
+// replay answers with the stored result, marked as a replay.
+func (x *execution) replay(ctx context.Context, a Attempt) Response {
+	stored := a.Body
+	if a.SealedKeyID != "" {
+		plain, err := x.r.cfg.Sealer.Open(a.Body, x.aad(), a.SealedKeyID)
+		if err != nil {
+			e := Errorf(CodeInternal, "the stored secret result cannot be opened (the server's secret key changed?); run %s", x.op.meta.Retry.Reconcile)
+			e.Err = err
+			return x.fail(e)
+		}
+		stored = plain
+	}
+	body, problem, err := markReplayed(a.Status, stored, x.key)
+	if err != nil {
+		e := Errorf(CodeInternal, "the stored result of idempotency key %q is unreadable", x.key)
+		e.Err = err
+		return x.fail(e)
+	}
+	h := http.Header{}
+	for k, v := range a.Headers {
+		h[k] = v
+	}
+	h.Set(HeaderIdempotentReplayed, "true")
+	x.replayed = true
+	x.executionID = a.ExecutionID
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	defer cancel()
+	ev := AuditEvent{ExecutionID: a.ExecutionID, Type: EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}}
+	if err := x.r.cfg.Store.AppendEvents(sctx, a.Scope.Org, ev); err != nil {
+		x.r.cfg.Logger.Warn("audit replay", "executionId", a.ExecutionID, "error", err)
+	}
+	return Response{Status: a.Status, Header: h, Body: body, Problem: problem, Replayed: true}
+}
+
+// waitAndAnswer honours Prefer: wait on an in-flight record: it polls the
+// record until it is final or the wait (capped) passes, then answers as
+// usual, saying which wait it applied.
+func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
+	wait := min(x.req.Wait, x.r.cfg.MaxWait)
+	deadline := time.Now().Add(wait)
+	for poll := 10 * time.Millisecond; a.State == AttemptInFlight && time.Now().Before(deadline); poll = min(poll*2, 250*time.Millisecond) {
+		if !sleep(ctx, min(poll, time.Until(deadline))) {
+			break
+		}
+		next, err := x.r.cfg.Store.GetAttempt(ctx, x.req.Principal.Scope(), x.key)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				break
+			}
+			return x.fail(storeFailure(ctx, err))
+		}
+		a = next
+	}
+	x.req.Wait = 0
+	resp := x.answerExisting(ctx, a)
+	resp.Header.Set(HeaderPreferenceApplied, "wait="+strconv.Itoa(int(wait/time.Second)))
+	return resp
+}
+
+// preview answers a dry run: the preview handler, no retries, nothing
+// stored (SPEC §6.6).
+func (x *execution) preview(ctx context.Context, in any) Response {
+	x.executionID = newID("exe_", x.r.cfg.Clock.Now())
+	x.attempts = 1
+	out, err := x.runOne(ctx, x.newCall(1, true), in, x.op.preview)
+	meta := x.meta()
+	meta.DryRun = true
+	if err != nil {
+		return problemResponse(NewProblem(classify(x.op.meta, err), meta))
+	}
+	data, jerr := json.Marshal(out)
+	if jerr != nil {
+		e := Errorf(CodeOutputInvalid, "the preview of %s cannot be encoded", x.op.meta.Name)
+		e.Err = jerr
+		return problemResponse(NewProblem(e, meta))
+	}
+	body, _ := json.Marshal(Envelope{Data: data, Meta: meta})
+	return Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {ContentTypeJSON}}, Body: body}
+}
+
+// retryable marks a handler error as safe to retry.
+type retryable struct{ err error }
+
+func (r retryable) Error() string { return r.err.Error() }
+func (r retryable) Unwrap() error { return r.err }
+
+// Retryable marks err as transient: the runtime may retry the attempt when
+// the operation allows runtime retries (SPEC §7).
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return retryable{err}
+}
+
+// IsRetryable reports whether err was marked with Retryable.
+func IsRetryable(err error) bool {
+	var r retryable
+	return errors.As(err, &r)
+}

@@ -1,0 +1,169 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"idem"
+	"idem/internal/fakeclock"
+	"idem/pgstore"
+	"idem/secretbox"
+	"idem/sqlitestore"
+	"idem/internal/pgtest"
+)
+
+var (
+	agent    = idem.Principal{Org: "acme", ID: "agent-1", Kind: idem.KindAgent}
+	agent2   = idem.Principal{Org: "acme", ID: "agent-2", Kind: idem.KindAgent}
+	browser  = idem.Principal{Org: "acme", ID: "alice", Kind: idem.KindBrowser}
+	approver = idem.Principal{Org: "acme", ID: "bob", Kind: idem.KindCLISession, Roles: []string{idem.RoleApprover}}
+)
+
+// fixture is a runner on a real store with a fake clock.
+type fixture struct {
+	t      *testing.T
+	runner *idem.Runner
+	store  idem.Store
+	clock  *fakeclock.Clock
+}
+
+// newSQLiteStore opens a store on a fresh SQLite file.
+func newSQLiteStore(t *testing.T, clock idem.Clock) idem.Store {
+	t.Helper()
+	s, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// newPGStores opens n store instances (own pools) on one fresh database.
+func newPGStores(t *testing.T, clock idem.Clock, n int) []idem.Store {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	var out []idem.Store
+	for range n {
+		s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		out = append(out, s)
+	}
+	return out
+}
+
+func newFixture(t *testing.T, ops []idem.Operation, configure ...func(*idem.RunnerConfig)) *fixture {
+	t.Helper()
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	return newFixtureOn(t, clock, newSQLiteStore(t, clock), ops, configure...)
+}
+
+func newFixtureOn(t *testing.T, clock *fakeclock.Clock, store idem.Store, ops []idem.Operation, configure ...func(*idem.RunnerConfig)) *fixture {
+	t.Helper()
+	reg, err := idem.NewRegistry(ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, err := secretbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := idem.RunnerConfig{Store: store, Clock: clock, Sealer: box, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	r, err := idem.NewRunner(reg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, runner: r, store: store, clock: clock}
+}
+
+// call builds a request; body is marshalled unless it is a string or nil.
+type call struct {
+	op        string
+	principal idem.Principal
+	path      map[string]string
+	query     url.Values
+	body      any
+	key       string
+	wait      time.Duration
+}
+
+func (f *fixture) do(ctx context.Context, c call) idem.Response {
+	f.t.Helper()
+	req := idem.Request{Operation: c.op, Principal: c.principal, PathParams: c.path, Query: c.query, Wait: c.wait}
+	if req.Principal.ID == "" {
+		req.Principal = agent
+	}
+	switch b := c.body.(type) {
+	case nil:
+	case string:
+		req.Body = []byte(b)
+	default:
+		req.Body, _ = json.Marshal(b)
+	}
+	if c.key != "" {
+		req.KeyHeader = []string{c.key}
+	}
+	return f.runner.Call(ctx, req)
+}
+
+// decoded is a response body read generically.
+type decoded struct {
+	Data      json.RawMessage `json:"data"`
+	Code      idem.Code       `json:"code"`
+	Retryable bool            `json:"retryable"`
+	Details   map[string]any  `json:"details"`
+	Meta      struct {
+		Operation   string `json:"operation"`
+		ExecutionID string `json:"executionId"`
+		Attempts    int    `json:"attempts"`
+		DryRun      bool   `json:"dryRun"`
+		Idempotency *struct {
+			Key      string `json:"key"`
+			Replayed bool   `json:"replayed"`
+		} `json:"idempotency"`
+	} `json:"meta"`
+}
+
+func decode(t *testing.T, r idem.Response) decoded {
+	t.Helper()
+	var d decoded
+	if err := json.Unmarshal(r.Body, &d); err != nil {
+		t.Fatalf("response body %q: %v", r.Body, err)
+	}
+	return d
+}
+
+// expect checks status and code of a response and returns its body.
+func expect(t *testing.T, r idem.Response, status int, code idem.Code) decoded {
+	t.Helper()
+	d := decode(t, r)
+	if r.Status != status || d.Code != code {
+		t.Fatalf("got %d %s, want %d %s; body %s", r.Status, d.Code, status, code, r.Body)
+	}
+	return d
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	ja, _ := json.Marshal(x)
+	jb, _ := json.Marshal(y)
+	return bytes.Equal(ja, jb)
+}

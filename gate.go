@@ -1,0 +1,62 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// evaluatePolicies runs stage 6: the runner's policies, then the
+// operation's, all of them, under one timeout. It returns whether approval
+// is needed and the reason a policy gave.
+func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMessage) (bool, string, *Error) {
+	m := x.op.meta
+	policies := append(append([]Policy(nil), x.r.cfg.Policies...), x.op.policies...)
+	pctx, cancel := context.WithTimeout(ctx, x.r.cfg.PolicyTimeout)
+	defer cancel()
+	d, record, err := evaluatePolicies(pctx, policies, PolicyInput{Operation: m, Principal: x.req.Principal, Input: in, RawInput: raw})
+	x.policyLog = record
+	if err != nil {
+		return false, "", AsError(err)
+	}
+	switch {
+	case d.Effect == Deny:
+		return false, "", Errorf(CodePolicyDenied, "denied by policy: %s", d.Reason).WithDetail("reason", d.Reason)
+	case d.Effect == RequireApproval && m.Approval == ApprovalNone:
+		// The operation declares it takes no approvals, so asking for one
+		// cannot be honoured: refuse rather than run unapproved.
+		return false, "", Errorf(CodePolicyDenied, "a policy requires approval, but operation %s takes none: %s", m.Name, d.Reason).WithDetail("reason", d.Reason)
+	case d.Effect == RequireApproval:
+		return true, d.Reason, nil
+	case m.Approval == ApprovalAlways:
+		return true, fmt.Sprintf("operation %s always requires approval", m.Name), nil
+	}
+	return false, "", nil
+}
+
+// approvalGate runs stage 7: it returns the id of an approved approval of
+// this intent, or the answer that stops the call: the pending approval to
+// decide, or the rejection.
+func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (string, *Error) {
+	p := x.req.Principal
+	a, _, err := x.r.cfg.Store.RequestApproval(ctx, RequestApprovalParams{
+		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Operation: x.op.meta.Name,
+		Fingerprint: x.fingerprint, Input: raw, Reason: reason, Expiry: x.r.cfg.ApprovalExpiry,
+	})
+	if err != nil {
+		return "", storeFailure(ctx, err)
+	}
+	switch a.Status {
+	case ApprovalApproved:
+		return a.ID, nil
+	case ApprovalRejected:
+		decided := ""
+		if a.DecisionReason != nil {
+			decided = *a.DecisionReason
+		}
+		return "", Errorf(CodeApprovalRejected, "approval %s for this exact request was rejected: %s", a.ID, decided).
+			WithDetail("approvalId", a.ID).WithDetail("reason", decided)
+	}
+	return "", Errorf(CodeApprovalRequired, "this request needs approval: %s; ask an approver to approve %s, then send the same request again", reason, a.ID).
+		WithDetail("approvalId", a.ID).WithDetail("reason", reason)
+}

@@ -1,0 +1,402 @@
+// Package schema generates JSON Schemas (Draft 2020-12) from Go types and
+// validates JSON instances against them.
+//
+// Generation uses github.com/invopop/jsonschema (struct tags such as
+// `jsonschema:"enum=read,enum=write,minimum=1,description=..."`); validation
+// uses github.com/santhosh-tekuri/jsonschema/v6. Schemas are self-contained:
+// no $id, no $ref, no $defs, every type expanded inline.
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	invopop "github.com/invopop/jsonschema"
+	santhosh "github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Schema is a JSON Schema (Draft 2020-12) generated from a Go type, with
+// its compiled validator. It is safe for concurrent use.
+type Schema struct {
+	doc       json.RawMessage
+	validator *santhosh.Schema
+}
+
+// FieldError is one reason an instance is invalid.
+type FieldError struct {
+	Path    string `json:"path"`    // JSON Pointer into the instance; "" is the root
+	Message string `json:"message"` // what is wrong, e.g. `must be >= 1`
+}
+
+// resourceURL names the schema inside the validator's compiler; it is never
+// fetched and never appears in the document.
+const resourceURL = "urn:idem:schema"
+
+// For generates the schema of t (usually a struct or pointer to struct; any
+// type encoding/json can represent is accepted) and compiles its validator.
+// Recursive types and types JSON cannot carry (chan, func, complex) are errors.
+func For(t reflect.Type) (s *Schema, err error) {
+	if t == nil {
+		return nil, errors.New("schema: nil type")
+	}
+	if err := checkType(t, t.String(), map[reflect.Type]bool{}, map[reflect.Type]bool{}); err != nil {
+		return nil, fmt.Errorf("schema: %s: %w", t, err)
+	}
+	defer func() { // the reflector panics on what it cannot represent
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("schema: %s: %v", t, r)
+		}
+	}()
+
+	// DoNotReference alone expands everything inline. ExpandedStruct is not
+	// needed and is harmful: it looks the root up by bare type name, so a
+	// nested type with the same name (e.g. http.Header inside a Header
+	// struct) would replace the root.
+	r := &invopop.Reflector{Anonymous: true, DoNotReference: true}
+	doc, err := json.Marshal(r.ReflectFromType(t))
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: marshal: %w", t, err)
+	}
+
+	v, err := santhosh.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: reparse: %w", t, err)
+	}
+	c := santhosh.NewCompiler()
+	c.DefaultDraft(santhosh.Draft2020)
+	c.AssertFormat() // a date-time field rejects "tomorrow" here, not in the handler
+	if err := c.AddResource(resourceURL, v); err != nil {
+		return nil, fmt.Errorf("schema: %s: %w", t, err)
+	}
+	validator, err := c.Compile(resourceURL)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: compile: %w", t, err)
+	}
+	return &Schema{doc: doc, validator: validator}, nil
+}
+
+// JSON returns the schema document: compact, and byte-identical for the same
+// type across runs and processes. The caller must not modify it.
+func (s *Schema) JSON() json.RawMessage { return s.doc }
+
+// Validate checks one JSON instance and returns nil when it is valid.
+// Errors are leaf causes only, sorted by path then message. An empty or
+// unparsable instance yields one error at "".
+func (s *Schema) Validate(instance []byte) []FieldError {
+	v, err := santhosh.UnmarshalJSON(bytes.NewReader(instance))
+	if err != nil {
+		return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}
+	}
+	if fe := checkNumbers(v, nil); fe != nil {
+		return []FieldError{*fe}
+	}
+	err = s.validator.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *santhosh.ValidationError
+	if !errors.As(err, &ve) {
+		return []FieldError{{Path: "", Message: err.Error()}}
+	}
+	var out []FieldError
+	collect(ve, &out)
+	slices.SortFunc(out, func(a, b FieldError) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Message, b.Message)
+	})
+	return slices.Compact(out)
+}
+
+func syntaxMessage(err error) string {
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected end of input"
+	case errors.As(err, &se):
+		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	return err.Error()
+}
+
+// maxExponent bounds the decimal exponent of instance numbers. The validator
+// turns numbers into big.Rat: 1e999999 costs ~20ms, and past 1e6 math/big
+// gives up and the validator dereferences nil (a panic).
+const maxExponent = 1000
+
+// checkNumbers rejects numbers whose exponent exceeds maxExponent.
+func checkNumbers(v any, path []string) *FieldError {
+	switch v := v.(type) {
+	case json.Number:
+		if i := strings.IndexAny(string(v), "eE"); i >= 0 {
+			e, err := strconv.Atoi(string(v[i+1:]))
+			if err != nil || e > maxExponent || e < -maxExponent {
+				return &FieldError{Path: pointer(path), Message: fmt.Sprintf("number is out of range (exponent beyond ±%d)", maxExponent)}
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if fe := checkNumbers(e, append(path, strconv.Itoa(i))); fe != nil {
+				return fe
+			}
+		}
+	case map[string]any:
+		// Visit keys in order so the reported error is deterministic.
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if fe := checkNumbers(v[k], append(path, k)); fe != nil {
+				return fe
+			}
+		}
+	}
+	return nil
+}
+
+// collect appends the leaf causes of e to out.
+func collect(e *santhosh.ValidationError, out *[]FieldError) {
+	if len(e.Causes) == 0 {
+		*out = append(*out, leaf(e)...)
+		return
+	}
+	switch k := e.ErrorKind.(type) {
+	case *kind.AnyOf, *kind.OneOf:
+		collectAlternatives(e, out)
+		return
+	case *kind.PropertyNames:
+		*out = append(*out, FieldError{pointer(e.InstanceLocation), fmt.Sprintf("property name %s is not allowed", strconv.Quote(k.Property))})
+		return
+	}
+	for _, c := range e.Causes {
+		collect(c, out)
+	}
+}
+
+// collectAlternatives reports an anyOf/oneOf that nothing matched. Branches
+// that failed only on type are dropped when another branch got the type
+// right (that is the one the caller meant); when all failed on type, one
+// message lists every accepted type ("must be integer or null, got string").
+func collectAlternatives(e *santhosh.ValidationError, out *[]FieldError) {
+	var want []string
+	var got string
+	var others []*santhosh.ValidationError
+	for _, c := range e.Causes {
+		if t, ok := c.ErrorKind.(*kind.Type); ok && len(c.Causes) == 0 && slices.Equal(c.InstanceLocation, e.InstanceLocation) {
+			got = t.Got
+			for _, w := range t.Want {
+				if !slices.Contains(want, w) {
+					want = append(want, w)
+				}
+			}
+			continue
+		}
+		others = append(others, c)
+	}
+	if len(others) > 0 {
+		for _, c := range others {
+			collect(c, out)
+		}
+		return
+	}
+	*out = append(*out, FieldError{pointer(e.InstanceLocation), typeMessage(want, got)})
+}
+
+var printer = message.NewPrinter(language.English)
+
+// leaf renders one leaf cause; required and additionalProperties give one
+// error per property.
+func leaf(e *santhosh.ValidationError) []FieldError {
+	at := pointer(e.InstanceLocation)
+	one := func(format string, args ...any) []FieldError {
+		return []FieldError{{at, fmt.Sprintf(format, args...)}}
+	}
+	switch k := e.ErrorKind.(type) {
+	case *kind.Type:
+		return one("%s", typeMessage(k.Want, k.Got))
+	case *kind.Enum:
+		if len(k.Want) == 1 {
+			return one("value must be %s", jsonText(k.Want[0]))
+		}
+		vals := make([]string, len(k.Want))
+		for i, w := range k.Want {
+			vals[i] = jsonText(w)
+		}
+		return one("value must be one of %s", strings.Join(vals, ", "))
+	case *kind.Const:
+		return one("value must be %s", jsonText(k.Want))
+	case *kind.Required:
+		var out []FieldError
+		for _, p := range k.Missing {
+			out = append(out, FieldError{at, "missing property " + strconv.Quote(p)})
+		}
+		return out
+	case *kind.AdditionalProperties:
+		var out []FieldError
+		for _, p := range k.Properties {
+			out = append(out, FieldError{at, fmt.Sprintf("additional property %s is not allowed", strconv.Quote(p))})
+		}
+		return out
+	case *kind.DependentRequired:
+		var out []FieldError
+		for _, p := range k.Missing {
+			out = append(out, FieldError{at, fmt.Sprintf("missing property %s, required when %s is present", strconv.Quote(p), strconv.Quote(k.Prop))})
+		}
+		return out
+	case *kind.Minimum:
+		return one("must be >= %s", ratText(k.Want))
+	case *kind.Maximum:
+		return one("must be <= %s", ratText(k.Want))
+	case *kind.ExclusiveMinimum:
+		return one("must be > %s", ratText(k.Want))
+	case *kind.ExclusiveMaximum:
+		return one("must be < %s", ratText(k.Want))
+	case *kind.MultipleOf:
+		return one("must be a multiple of %s", ratText(k.Want))
+	case *kind.MinLength:
+		return one("must be at least %s long", plural(k.Want, "character"))
+	case *kind.MaxLength:
+		return one("must be at most %s long", plural(k.Want, "character"))
+	case *kind.Pattern:
+		return one("must match pattern %s", strconv.Quote(k.Want))
+	case *kind.Format:
+		return one("must be a valid %s", k.Want)
+	case *kind.MinItems:
+		return one("must have at least %s", plural(k.Want, "item"))
+	case *kind.MaxItems:
+		return one("must have at most %s", plural(k.Want, "item"))
+	case *kind.UniqueItems:
+		return one("items %d and %d are equal; items must be unique", k.Duplicates[0], k.Duplicates[1])
+	case *kind.MinProperties:
+		return one("must have at least %s", plural(k.Want, "property"))
+	case *kind.MaxProperties:
+		return one("must have at most %s", plural(k.Want, "property"))
+	case *kind.FalseSchema:
+		return one("no value is allowed here")
+	case *kind.OneOf: // leaf only when several alternatives matched
+		return one("matches more than one alternative (%d and %d); must match exactly one", k.Subschemas[0], k.Subschemas[1])
+	}
+	return one("%s", e.ErrorKind.LocalizedString(printer))
+}
+
+func typeMessage(want []string, got string) string {
+	return fmt.Sprintf("must be %s, got %s", strings.Join(want, " or "), got)
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "y") {
+		return fmt.Sprintf("%d %sies", n, noun[:len(noun)-1])
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// ratText prints a schema bound as written: exact for integers, shortest
+// float form otherwise.
+func ratText(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// jsonText renders an enum/const value as JSON ("read", 3, null).
+func jsonText(v any) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Sprint(v)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// pointer builds an RFC 6901 JSON Pointer from reference tokens.
+func pointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(pointerEscaper.Replace(t))
+	}
+	return b.String()
+}
+
+var (
+	timeType        = reflect.TypeFor[time.Time]()
+	rawMessageType  = reflect.TypeFor[json.RawMessage]()
+	customSchema    = reflect.TypeFor[interface{ JSONSchema() *invopop.Schema }]()
+	aliasSchemaType = reflect.TypeFor[interface{ JSONSchemaAlias() any }]()
+)
+
+// checkType walks t the way the reflector will (same fields, same special
+// types) and reports what it cannot expand inline: unsupported kinds, which
+// the reflector panics on, and recursion, which with DoNotReference would
+// recurse until the process dies. where names the position for messages.
+func checkType(t reflect.Type, where string, visiting, done map[reflect.Type]bool) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if done[t] || t == timeType || t == rawMessageType || t.Implements(customSchema) {
+		return nil
+	}
+	if t.Implements(aliasSchemaType) {
+		alias := reflect.New(t).Interface().(interface{ JSONSchemaAlias() any }).JSONSchemaAlias()
+		return checkType(reflect.TypeOf(alias), where, visiting, done)
+	}
+	if visiting[t] {
+		return fmt.Errorf("recursive type %s at %s cannot be expanded inline", t, where)
+	}
+	visiting[t] = true
+	defer delete(visiting, t)
+
+	switch t.Kind() {
+	case reflect.Bool, reflect.String, reflect.Interface,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+	case reflect.Slice, reflect.Array:
+		if err := checkType(t.Elem(), where+"[]", visiting, done); err != nil {
+			return err
+		}
+	case reflect.Map:
+		if err := checkType(t.Elem(), where+"[]", visiting, done); err != nil {
+			return err
+		}
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			schemaName, _, _ := strings.Cut(f.Tag.Get("jsonschema"), ",")
+			if name == "-" || schemaName == "-" || (!f.Anonymous && !f.IsExported()) {
+				continue
+			}
+			if err := checkType(f.Type, where+"."+f.Name, visiting, done); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("unsupported type %s at %s: JSON Schema cannot represent it", t, where)
+	}
+	done[t] = true
+	return nil
+}

@@ -1,0 +1,108 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Effect is a policy's verdict.
+type Effect string
+
+// The policy effects, in ascending precedence: deny beats
+// require_approval, which beats allow.
+const (
+	Allow           Effect = "allow"
+	RequireApproval Effect = "require_approval"
+	Deny            Effect = "deny"
+)
+
+func (e Effect) rank() int {
+	switch e {
+	case Allow:
+		return 0
+	case RequireApproval:
+		return 1
+	}
+	return 2 // deny, and anything unknown fails closed
+}
+
+// Decision is what a policy decided and why.
+type PolicyDecision struct {
+	Effect Effect
+	Reason string
+}
+
+// PolicyInput is what a policy sees of a call.
+type PolicyInput struct {
+	Operation Metadata
+	Principal Principal
+	// Input is the decoded input (the operation's In type, by value).
+	Input any
+	// RawInput is the validated input as JSON.
+	RawInput json.RawMessage
+}
+
+// Policy decides whether a call may run. Every policy that applies is
+// evaluated; one that returns an error, panics or outlives the runner's
+// policy timeout fails the call closed (403 POLICY_FAILED).
+type Policy struct {
+	Name     string
+	Evaluate func(ctx context.Context, in PolicyInput) (PolicyDecision, error)
+}
+
+// PolicyFor builds a Policy over an operation's typed input. Calls whose
+// input is not an In are allowed by it (the policy does not apply).
+func PolicyFor[In any](name string, evaluate func(ctx context.Context, p Principal, in In) (PolicyDecision, error)) Policy {
+	return Policy{Name: name, Evaluate: func(ctx context.Context, pi PolicyInput) (PolicyDecision, error) {
+		in, ok := pi.Input.(In)
+		if !ok {
+			return PolicyDecision{Effect: Allow}, nil
+		}
+		return evaluate(ctx, pi.Principal, in)
+	}}
+}
+
+// evaluatePolicies runs every policy and combines them by precedence; the
+// returned reason is the strongest policy's. A failure is POLICY_FAILED.
+func evaluatePolicies(ctx context.Context, policies []Policy, in PolicyInput) (PolicyDecision, []string, error) {
+	final := PolicyDecision{Effect: Allow}
+	var record []string
+	for _, p := range policies {
+		d, err := evaluateOne(ctx, p, in)
+		if err != nil {
+			return PolicyDecision{}, record, Errorf(CodePolicyFailed, "policy %s could not be evaluated, so the call was refused: %v", p.Name, err)
+		}
+		record = append(record, p.Name+"="+string(d.Effect))
+		if d.Effect.rank() > final.Effect.rank() {
+			final = d
+		}
+	}
+	return final, record, nil
+}
+
+func evaluateOne(ctx context.Context, p Policy, in PolicyInput) (d PolicyDecision, err error) {
+	type result struct {
+		d   PolicyDecision
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- result{err: fmt.Errorf("panic: %v", v)}
+			}
+		}()
+		d, err := p.Evaluate(ctx, in)
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil && r.d.Effect != Allow && r.d.Effect != Deny && r.d.Effect != RequireApproval {
+			r.err = fmt.Errorf("unknown effect %q", r.d.Effect)
+		}
+		return r.d, r.err
+	case <-ctx.Done():
+		return PolicyDecision{}, fmt.Errorf("no decision in time: %w", ctx.Err())
+	}
+}

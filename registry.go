@@ -1,0 +1,149 @@
+package idem
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Registry holds the declared operations, checked against every
+// registration rule of SPEC §3. NewRegistry is the only way to make one, so
+// a Registry is always valid.
+type Registry struct {
+	ops    map[string]*compiled
+	sorted []string
+}
+
+// Descriptor is what surfaces publish about an operation: the catalog
+// entry, the OpenAPI operation and the MCP tool are built from it.
+type Descriptor struct {
+	Metadata
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
+	// Params are the flat arguments in declaration order.
+	Params []Param
+}
+
+// reservedArguments are argument names the surfaces add themselves.
+var reservedArguments = []string{"idempotencyKey", "dryRun"}
+
+var pathParam = regexp.MustCompile(`\{([^{}/]+)\}`)
+
+// NewRegistry checks and registers ops. It rejects, with an error naming
+// the operation and the rule: invalid metadata (Metadata.Validate: runtime
+// retry on a writing operation without idempotent: true, a contract kind
+// that contradicts the side effect, …); preview: true without a preview
+// handler; a reconcile that names no registered read operation; two
+// operations with one name or one method and path; route parameters that
+// do not match the input's path fields; argument names that collide.
+func NewRegistry(ops ...Operation) (*Registry, error) {
+	r := &Registry{ops: map[string]*compiled{}}
+	routes := map[string]string{}
+	var errs []error
+	for _, op := range ops {
+		c, err := op.compile()
+		if err == nil {
+			err = c.meta.Validate()
+		}
+		if err == nil {
+			err = checkOperation(c)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		name := c.meta.Name
+		if _, dup := r.ops[name]; dup {
+			errs = append(errs, fmt.Errorf("operation %q: declared twice", name))
+			continue
+		}
+		route := c.meta.Method + " " + pathParam.ReplaceAllString(c.meta.Path, "{}")
+		if other, dup := routes[route]; dup {
+			errs = append(errs, fmt.Errorf("operation %q: route %s %s is already operation %q's", name, c.meta.Method, c.meta.Path, other))
+			continue
+		}
+		routes[route] = name
+		r.ops[name] = c
+		r.sorted = append(r.sorted, name)
+	}
+	for _, name := range r.sorted {
+		c := r.ops[name]
+		if rec := c.meta.Retry.Reconcile; rec != "" {
+			target, ok := r.ops[rec]
+			if !ok {
+				errs = append(errs, fmt.Errorf("operation %q: reconcile names %q, which is not a registered operation", name, rec))
+			} else if target.meta.SideEffect.Writes() || target.meta.Retry.Kind != RetryFreshRead {
+				errs = append(errs, fmt.Errorf("operation %q: reconcile names %q, which is not a read operation (fresh_read)", name, rec))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("idem: %w", errors.Join(errs...))
+	}
+	sort.Strings(r.sorted)
+	return r, nil
+}
+
+// checkOperation checks the rules that need the compiled operation.
+func checkOperation(c *compiled) error {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("operation %q: %s", c.meta.Name, fmt.Sprintf(format, args...))
+	}
+	if c.meta.Retry.Preview && c.preview == nil {
+		return fail("retry.preview is true but no preview handler is declared (WithPreview)")
+	}
+	seen := map[string]string{}
+	pathFields := map[string]bool{}
+	for _, p := range c.params {
+		for _, reserved := range reservedArguments {
+			if p.Name == reserved {
+				return fail("argument %q is reserved for the surfaces; rename the field", p.Name)
+			}
+		}
+		if prev, dup := seen[p.Name]; dup {
+			return fail("argument %q is declared twice (%s and %s)", p.Name, prev, p.In)
+		}
+		seen[p.Name] = p.In
+		if p.In == "path" {
+			pathFields[p.Name] = true
+		}
+	}
+	for _, m := range pathParam.FindAllStringSubmatch(c.meta.Path, -1) {
+		if !pathFields[m[1]] {
+			return fail("route %s has {%s} but the input has no field %q tagged in:\"path\"", c.meta.Path, m[1], m[1])
+		}
+		delete(pathFields, m[1])
+	}
+	for name := range pathFields {
+		return fail("input field %q is tagged in:\"path\" but route %s has no {%s}", name, c.meta.Path, name)
+	}
+	if strings.Contains(pathParam.ReplaceAllString(c.meta.Path, ""), "{") {
+		return fail("route %s has a malformed {parameter}", c.meta.Path)
+	}
+	return nil
+}
+
+// Names returns the operation names, sorted.
+func (r *Registry) Names() []string { return append([]string(nil), r.sorted...) }
+
+// Describe returns the descriptor of an operation.
+func (r *Registry) Describe(name string) (Descriptor, bool) {
+	c, ok := r.ops[name]
+	if !ok {
+		return Descriptor{}, false
+	}
+	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(), Params: append([]Param(nil), c.params...)}, true
+}
+
+// Descriptors returns every operation's descriptor, sorted by name.
+func (r *Registry) Descriptors() []Descriptor {
+	out := make([]Descriptor, 0, len(r.sorted))
+	for _, name := range r.sorted {
+		d, _ := r.Describe(name)
+		out = append(out, d)
+	}
+	return out
+}

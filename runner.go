@@ -1,0 +1,376 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"idem/canonical"
+)
+
+// RunnerConfig configures a Runner. Zero fields take the defaults of SPEC
+// §6 and §8.
+type RunnerConfig struct {
+	Store Store
+	Clock Clock
+	// Logger gets one line per execution; slog.Default() when nil.
+	Logger *slog.Logger
+	// Sealer encrypts secret results; required when an operation uses
+	// transactional_secret_replay.
+	Sealer Sealer
+	// Retention is how long attempt records are kept (24 h).
+	Retention time.Duration
+	// LeaseGrace is added to an execution's own bound to make its lease (5 s).
+	LeaseGrace time.Duration
+	// SecretWindow is how long a secret result can be replayed (15 min).
+	SecretWindow time.Duration
+	// ApprovalExpiry is how long an approval stays decidable and usable (15 min).
+	ApprovalExpiry time.Duration
+	// Policies apply to every operation, before the operation's own.
+	Policies []Policy
+	// PolicyTimeout bounds all policies of one call (2 s).
+	PolicyTimeout time.Duration
+	// MaxWait caps Prefer: wait (30 s).
+	MaxWait time.Duration
+}
+
+// WithDefaults fills unset fields.
+func (c RunnerConfig) WithDefaults() RunnerConfig {
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	setDefault(&c.Retention, 24*time.Hour)
+	setDefault(&c.LeaseGrace, 5*time.Second)
+	setDefault(&c.SecretWindow, DefaultSecretReplayWindowMs*time.Millisecond)
+	setDefault(&c.ApprovalExpiry, DefaultApprovalExpiry)
+	setDefault(&c.PolicyTimeout, 2*time.Second)
+	setDefault(&c.MaxWait, 30*time.Second)
+	return c
+}
+
+func setDefault(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+func (c RunnerConfig) validate(ops map[string]*compiled) error {
+	if c.Store == nil {
+		return errors.New("idem: RunnerConfig.Store is required")
+	}
+	for name, op := range ops {
+		if op.meta.Retry.Enforcement == EnforceTransactionalSecretReplay && c.Sealer == nil {
+			return fmt.Errorf("idem: operation %q uses transactional_secret_replay: RunnerConfig.Sealer is required", name)
+		}
+	}
+	for _, d := range []time.Duration{c.Retention, c.LeaseGrace, c.SecretWindow, c.ApprovalExpiry, c.PolicyTimeout, c.MaxWait} {
+		if d < 0 {
+			return errors.New("idem: RunnerConfig durations must not be negative")
+		}
+	}
+	return nil
+}
+
+// Runner is the one execution pipeline (SPEC §5) every surface calls.
+type Runner struct {
+	cfg RunnerConfig
+	ops map[string]*compiled
+	reg *Registry
+}
+
+// NewRunner returns the pipeline over the registry's operations.
+func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
+	cfg = cfg.WithDefaults()
+	ops := make(map[string]*compiled, len(reg.ops))
+	for name, op := range reg.ops {
+		c := *op
+		if c.meta.Retry.Enforcement == EnforceTransactionalSecretReplay {
+			c.meta.Retry.SecretReplayWindowMs = cfg.SecretWindow.Milliseconds()
+		}
+		ops[name] = &c
+	}
+	if err := cfg.validate(ops); err != nil {
+		return nil, err
+	}
+	return &Runner{cfg: cfg, ops: ops, reg: reg}, nil
+}
+
+// Describe returns an operation's descriptor as this runner publishes it
+// (with its configured secret window).
+func (r *Runner) Describe(name string) (Descriptor, bool) {
+	c, ok := r.ops[name]
+	if !ok {
+		return Descriptor{}, false
+	}
+	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(), Params: append([]Param(nil), c.params...)}, true
+}
+
+// Descriptors returns every operation's descriptor, sorted by name.
+func (r *Runner) Descriptors() []Descriptor {
+	out := make([]Descriptor, 0, len(r.reg.sorted))
+	for _, name := range r.reg.sorted {
+		d, _ := r.Describe(name)
+		out = append(out, d)
+	}
+	return out
+}
+
+// Request is one call as a surface received it (SPEC §5 stage 1), in the
+// shape of an HTTP request so that the same intent has the same fingerprint
+// on every surface.
+type Request struct {
+	Operation string
+	Surface   Surface
+	Principal Principal
+	// PathParams fill the route's {name} segments (decoded values).
+	PathParams map[string]string
+	// Query is the query string; dryRun=true in it asks for a preview.
+	Query url.Values
+	// Body is the raw JSON body; empty means none.
+	Body []byte
+	// KeyHeader holds the Idempotency-Key values as received; nil when
+	// absent. It is not examined on fresh_read operations.
+	KeyHeader []string
+	// Wait is the Prefer: wait the caller asked for.
+	Wait time.Duration
+	// Detachable says ctx ends when the connection drops (HTTP): a keyed
+	// execution then keeps running once its reservation is taken, so that
+	// the same-key retry finds it. Explicit cancellation (MCP, the Go API)
+	// leaves it false: cancelling ctx cancels the execution.
+	Detachable bool
+}
+
+// dryRun reports whether the request asks for a preview.
+func (q Request) dryRun() bool { return q.Query.Get("dryRun") == "true" }
+
+// newID returns prefix + a time-ordered, random, URL-safe id (ULID-like:
+// 48 bits of milliseconds, 80 random bits, base32).
+func newID(prefix string, now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
+	_, _ = rand.Read(b[6:])
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// Call runs one call through the pipeline and returns its one final
+// answer. It never returns an error: every failure is a Response.
+func (r *Runner) Call(ctx context.Context, req Request) Response {
+	start := r.cfg.Clock.Now()
+	x := &execution{r: r, req: req, start: start}
+	resp := x.run(ctx)
+	x.log(resp, r.cfg.Clock.Now().Sub(start))
+	return resp
+}
+
+// execution is the state of one pass through the pipeline.
+type execution struct {
+	r           *Runner
+	req         Request
+	op          *compiled
+	start       time.Time
+	key         string // the valid idempotency key, "" when unkeyed
+	fingerprint string
+	executionID string
+	attempts    int
+	replayed    bool
+	policyLog   []string
+}
+
+func (x *execution) meta() *Meta {
+	m := &Meta{ExecutionID: x.executionID, Attempts: x.attempts}
+	if x.op != nil {
+		m.Operation = x.op.meta.Name
+	}
+	if x.key != "" {
+		m.Idempotency = &IdempotencyMeta{Key: x.key}
+	}
+	return m
+}
+
+// fail answers with e and the meta known so far.
+func (x *execution) fail(e *Error) Response {
+	return problemResponse(NewProblem(e, x.meta()))
+}
+
+func (x *execution) run(ctx context.Context) Response {
+	r, req := x.r, x.req
+	// Stage 2: resolve.
+	op, ok := r.ops[req.Operation]
+	if !ok || !exposedOn(op.meta, req.Surface) {
+		return x.fail(Errorf(CodeOperationNotFound, "no operation named %q on this surface", req.Operation))
+	}
+	x.op = op
+	// Stage 3: contract checks, in the order of SPEC §6.4.
+	if err := x.checkContract(); err != nil {
+		return x.fail(err)
+	}
+	// Stage 4: input.
+	raw, in, err := x.decodeInput()
+	if err != nil {
+		return x.fail(err)
+	}
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body})
+	if ferr != nil {
+		return x.fail(Errorf(CodeInvalidInput, "the body is not canonical JSON: %v", ferr).WithDetail("errors", []map[string]string{{"path": "", "message": ferr.Error()}}))
+	}
+	x.fingerprint = fp
+	// Stage 5: an existing attempt answers before any policy or approval.
+	if x.key != "" {
+		a, err := r.cfg.Store.GetAttempt(ctx, req.Principal.Scope(), x.key)
+		switch {
+		case err == nil:
+			return x.answerExisting(ctx, a)
+		case !errors.Is(err, ErrNotFound):
+			return x.fail(storeFailure(ctx, err))
+		}
+	}
+	// Stage 6: policies.
+	approvalNeeded, reason, perr := x.evaluatePolicies(ctx, in, raw)
+	if perr != nil {
+		return x.fail(perr)
+	}
+	if req.dryRun() {
+		return x.preview(ctx, in)
+	}
+	// Stage 7: approval gate.
+	approvalID := ""
+	if approvalNeeded {
+		id, err := x.approvalGate(ctx, raw, reason)
+		if err != nil {
+			return x.fail(err)
+		}
+		approvalID = id
+	}
+	// Stages 8 and 9: reservation (or an unkeyed start), with the approval
+	// consumed in the same transaction and execution.started written.
+	x.executionID = newID("exe_", r.cfg.Clock.Now())
+	start := StartParams{ExecutionID: x.executionID, Scope: req.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	var fence int64
+	if x.key != "" {
+		res, err := r.cfg.Store.Reserve(ctx, ReserveParams{StartParams: start, Key: x.key, Lease: op.meta.Lease(r.cfg.LeaseGrace), Retention: r.cfg.Retention})
+		if err != nil {
+			x.executionID = ""
+			return x.startFailure(ctx, err, raw, reason)
+		}
+		if !res.Reserved {
+			x.executionID = ""
+			return x.answerExisting(ctx, res.Attempt)
+		}
+		fence = res.Attempt.FencingToken
+	} else if _, err := r.cfg.Store.StartExecution(ctx, start); err != nil {
+		x.executionID = ""
+		return x.startFailure(ctx, err, raw, reason)
+	}
+	// Stages 10 to 13.
+	return x.execute(ctx, in, fence)
+}
+
+// startFailure answers a failed reservation or start: an approval consumed
+// or expired since the gate means the gate answers again.
+func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) Response {
+	if errors.Is(err, ErrApprovalNotConsumable) {
+		if _, gerr := x.approvalGate(ctx, raw, reason); gerr != nil {
+			return x.fail(gerr)
+		}
+		return x.fail(Errorf(CodeApprovalRequired, "the approval for this request was used or expired meanwhile; ask again"))
+	}
+	return x.fail(storeFailure(ctx, err))
+}
+
+func exposedOn(m Metadata, s Surface) bool {
+	if s == "" {
+		return true // the Go API reaches every operation
+	}
+	for _, have := range m.Surfaces {
+		if have == s {
+			return true
+		}
+	}
+	return false
+}
+
+// checkContract applies the contract checks of SPEC §6.4 in order.
+func (x *execution) checkContract() *Error {
+	m, req := x.op.meta, x.req
+	dry := req.dryRun()
+	if m.Retry.Kind != RetryFreshRead && req.KeyHeader != nil {
+		key, err := ParseKeyHeader(req.KeyHeader)
+		if err != nil {
+			return AsError(err)
+		}
+		if dry {
+			return Errorf(CodeIdempotencyKeyNotSupported, "a dry run takes no idempotency key: preview without it, then send the live request with its own key")
+		}
+		x.key = key
+	}
+	if dry && !m.Retry.Preview {
+		x.key = ""
+		return Errorf(CodeDryRunNotSupported, "operation %s has no preview (retry.preview is false); remove dryRun=true", m.Name)
+	}
+	if x.key != "" && m.Retry.Kind != RetrySameKeyReplay {
+		x.key = ""
+		return Errorf(CodeIdempotencyKeyNotSupported, "operation %s is %s: it takes no Idempotency-Key; follow retry.kind in the catalog", m.Name, m.Retry.Kind)
+	}
+	if x.key == "" && !dry && m.Retry.Kind == RetrySameKeyReplay && req.Principal.MustSendKey() {
+		return Errorf(CodeIdempotencyKeyRequired, "operation %s replays by key: generate a key, record it in durable task state, and send it as Idempotency-Key", m.Name)
+	}
+	return nil
+}
+
+// concretePath substitutes the route's parameters.
+func (x *execution) concretePath() string {
+	return pathParam.ReplaceAllStringFunc(x.op.meta.Path, func(m string) string {
+		return url.PathEscape(x.req.PathParams[m[1:len(m)-1]])
+	})
+}
+
+// storeFailure maps a store error to the answer: a done context is the
+// caller's cancellation, anything else fails closed.
+func storeFailure(ctx context.Context, err error) *Error {
+	if ctx.Err() != nil {
+		return Errorf(CodeCancelled, "the caller cancelled the request before it ran")
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return Unavailable("store", err)
+}
+
+func (x *execution) log(resp Response, took time.Duration) {
+	attrs := []any{
+		slog.String("executionId", x.executionID), slog.String("operation", x.req.Operation),
+		slog.String("org", x.req.Principal.Org), slog.String("principal", x.req.Principal.ID),
+		slog.Int("status", resp.Status), slog.Int("attempts", x.attempts),
+		slog.Bool("keyed", x.key != ""), slog.Bool("replayed", resp.Replayed),
+		slog.Int64("durationMs", took.Milliseconds()),
+	}
+	if resp.Problem != nil {
+		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
+	}
+	if len(x.policyLog) > 0 {
+		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
+	}
+	level := slog.LevelInfo
+	if resp.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	x.r.cfg.Logger.Log(context.Background(), level, "execution", attrs...)
+}
+
+// jsonValue marshals v, for building inputs and outputs.
+func jsonValue(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}

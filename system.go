@@ -1,0 +1,112 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// The runner's system calls: approvals (SPEC §8), executions and attempt
+// records (SPEC §10.1), with their visibility rules. Surfaces wrap them in
+// the success envelope.
+
+// ListApprovals returns the approvals p may see, newest first: every
+// approval of the org for an approver, its own requests for anyone else.
+func (r *Runner) ListApprovals(ctx context.Context, p Principal, status ApprovalStatus) ([]Approval, error) {
+	params := ListApprovalsParams{Org: p.Org, Status: status}
+	if !p.HasRole(RoleApprover) {
+		params.RequestedBy = p.ID
+	}
+	list, err := r.cfg.Store.ListApprovals(ctx, params)
+	if err != nil {
+		return nil, storeFailure(ctx, err)
+	}
+	return list, nil
+}
+
+// GetApproval returns an approval its requester or an approver of its org
+// may see; APPROVAL_NOT_FOUND for anyone else.
+func (r *Runner) GetApproval(ctx context.Context, p Principal, id string) (Approval, error) {
+	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
+	if err != nil {
+		return Approval{}, storeFailure(ctx, err)
+	}
+	if a.RequestedBy != p.ID && !p.HasRole(RoleApprover) {
+		return Approval{}, approvalNotFound(id)
+	}
+	return a, nil
+}
+
+func approvalNotFound(id string) *Error {
+	return Errorf(CodeApprovalNotFound, "no approval %q visible to this caller", id).WithDetail("approvalId", id)
+}
+
+// DecideApproval approves or rejects an approval, checking in the order of
+// SPEC §8: unknown or another org's → APPROVAL_NOT_FOUND; no approver role
+// → FORBIDDEN; the requester → SELF_APPROVAL_FORBIDDEN; then the state
+// rules of Approval.Decide.
+func (r *Runner) DecideApproval(ctx context.Context, p Principal, id string, approve bool, reason string) (Approval, error) {
+	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
+	if err != nil {
+		return Approval{}, storeFailure(ctx, err)
+	}
+	if !p.HasRole(RoleApprover) {
+		return Approval{}, Errorf(CodeForbidden, "deciding approvals needs the %s role", RoleApprover)
+	}
+	if a.RequestedBy == p.ID {
+		return Approval{}, Errorf(CodeSelfApprovalForbidden, "approval %s was requested by you; another approver must decide it", id).WithDetail("approvalId", id)
+	}
+	decided, err := r.cfg.Store.DecideApproval(ctx, DecideApprovalParams{Org: p.Org, ID: id, Decision: Decision{Approve: approve, By: p.ID, Reason: reason}})
+	if err != nil {
+		return Approval{}, storeFailure(ctx, err)
+	}
+	return decided, nil
+}
+
+// GetExecution returns an execution with its audit events to its own
+// principal and to approvers of its org; NOT_FOUND for anyone else.
+func (r *Runner) GetExecution(ctx context.Context, p Principal, id string) (Execution, error) {
+	x, err := r.cfg.Store.GetExecution(ctx, p.Org, id)
+	if err != nil {
+		return Execution{}, storeFailure(ctx, err)
+	}
+	if x.Principal != p.ID && !p.HasRole(RoleApprover) {
+		return Execution{}, Errorf(CodeNotFound, "no execution %q visible to this caller", id)
+	}
+	return x, nil
+}
+
+// AttemptView is the wire form of an attempt record (SPEC §10.1).
+type AttemptView struct {
+	Key             string       `json:"key"`
+	Operation       string       `json:"operation"`
+	State           AttemptState `json:"state"`
+	Fingerprint     string       `json:"fingerprint"`
+	ExecutionID     string       `json:"executionId"`
+	Status          *int         `json:"status"`
+	CreatedAt       time.Time    `json:"createdAt"`
+	CompletedAt     *time.Time   `json:"completedAt"`
+	ExpiresAt       time.Time    `json:"expiresAt"`
+	SecretExpiresAt *time.Time   `json:"secretExpiresAt,omitempty"`
+}
+
+// GetAttempt returns the caller's own attempt record for key.
+func (r *Runner) GetAttempt(ctx context.Context, p Principal, key string) (AttemptView, error) {
+	if err := ValidateKey(key); err != nil {
+		return AttemptView{}, err
+	}
+	a, err := r.cfg.Store.GetAttempt(ctx, p.Scope(), key)
+	if err != nil {
+		return AttemptView{}, storeFailure(ctx, err)
+	}
+	v := AttemptView{Key: a.Key, Operation: a.Operation, State: a.State, Fingerprint: a.Fingerprint, ExecutionID: a.ExecutionID, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt}
+	if a.Status != 0 {
+		v.Status = &a.Status
+	}
+	if !a.CompletedAt.IsZero() {
+		v.CompletedAt = &a.CompletedAt
+	}
+	if a.SealedKeyID != "" {
+		v.SecretExpiresAt = &a.SecretExpiresAt
+	}
+	return v, nil
+}
