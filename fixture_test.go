@@ -14,10 +14,10 @@ import (
 
 	"idem"
 	"idem/internal/fakeclock"
+	"idem/internal/pgtest"
 	"idem/pgstore"
 	"idem/secretbox"
 	"idem/sqlitestore"
-	"idem/internal/pgtest"
 )
 
 var (

@@ -118,7 +118,10 @@ func TestContractChecksInOrder(t *testing.T) {
 	bind := idem.Define(idem.Metadata{
 		Name: "thing.bind", Method: "PUT", Path: "/v1/things/{id}/bind", Summary: "Bind", SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{Kind: idem.RetryConvergent, Reconcile: "thing.show", Preview: true},
-	}, func(ctx context.Context, call *idem.Call, in showIn) (thing, error) { runs.Add(1); return thing{ID: in.ID}, nil }).
+	}, func(ctx context.Context, call *idem.Call, in showIn) (thing, error) {
+		runs.Add(1)
+		return thing{ID: in.ID}, nil
+	}).
 		WithPreview(func(ctx context.Context, call *idem.Call, in showIn) (any, error) {
 			return map[string]any{"wouldBind": in.ID, "dryRun": call.DryRun}, nil
 		})
