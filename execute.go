@@ -60,10 +60,10 @@ func (x *execution) runAttempts(ctx context.Context, in any) outcome {
 		if !x.mayRetry(attempt, e, err) {
 			return outcome{err: e, retried: retried}
 		}
-		retried = append(retried, AuditEvent{ExecutionID: x.executionID, Type: EventRetried, At: x.r.cfg.Clock.Now(), Attempt: attempt + 1, PreviousErrorCode: e.Code})
 		if !sleep(ctx, jitter(MaxBackoff(m.RuntimeRetry.BackoffMs, attempt))) {
 			return outcome{err: cancelled(), retried: retried}
 		}
+		retried = append(retried, AuditEvent{ExecutionID: x.executionID, Type: EventRetried, At: x.r.cfg.Clock.Now(), Attempt: attempt + 1, PreviousErrorCode: e.Code})
 	}
 }
 

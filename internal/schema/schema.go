@@ -87,9 +87,9 @@ func For(t reflect.Type) (s *Schema, err error) {
 	return &Schema{doc: doc, validator: validator}, nil
 }
 
-// JSON returns the schema document: compact, and byte-identical for the same
-// type across runs and processes. The caller must not modify it.
-func (s *Schema) JSON() json.RawMessage { return s.doc }
+// JSON returns a copy of the schema document: compact, and byte-identical
+// for the same type across runs and processes.
+func (s *Schema) JSON() json.RawMessage { return slices.Clone(s.doc) }
 
 // Validate checks one JSON instance and returns nil when it is valid.
 // Errors are leaf causes only, sorted by path then message. An empty or
@@ -132,15 +132,22 @@ func syntaxMessage(err error) string {
 	return err.Error()
 }
 
-// maxExponent bounds the decimal exponent of instance numbers. The validator
-// turns numbers into big.Rat: 1e999999 costs ~20ms, and past 1e6 math/big
-// gives up and the validator dereferences nil (a panic).
-const maxExponent = 1000
+// Limits on instance numbers. The validator turns each number into a
+// big.Rat: a 1 MiB integer literal costs ~2s, 1e999999 ~20ms, and past an
+// effective exponent of 1e6 math/big gives up and the validator
+// dereferences nil (a panic). Far beyond anything a Go field can hold.
+const (
+	maxNumberLen = 1000
+	maxExponent  = 1000
+)
 
-// checkNumbers rejects numbers whose exponent exceeds maxExponent.
+// checkNumbers reports the first number (in key order) beyond the limits.
 func checkNumbers(v any, path []string) *FieldError {
 	switch v := v.(type) {
 	case json.Number:
+		if len(v) > maxNumberLen {
+			return &FieldError{Path: pointer(path), Message: fmt.Sprintf("number is too long (over %d characters)", maxNumberLen)}
+		}
 		if i := strings.IndexAny(string(v), "eE"); i >= 0 {
 			e, err := strconv.Atoi(string(v[i+1:]))
 			if err != nil || e > maxExponent || e < -maxExponent {
@@ -275,6 +282,9 @@ func leaf(e *santhosh.ValidationError) []FieldError {
 	case *kind.Pattern:
 		return one("must match pattern %s", strconv.Quote(k.Want))
 	case *kind.Format:
+		if hint, ok := formatHints[k.Want]; ok {
+			return one("must be a valid %s (%s)", k.Want, hint)
+		}
 		return one("must be a valid %s", k.Want)
 	case *kind.MinItems:
 		return one("must have at least %s", plural(k.Want, "item"))
@@ -288,10 +298,18 @@ func leaf(e *santhosh.ValidationError) []FieldError {
 		return one("must have at most %s", plural(k.Want, "property"))
 	case *kind.FalseSchema:
 		return one("no value is allowed here")
-	case *kind.OneOf: // leaf only when several alternatives matched
+	case *kind.OneOf: // a leaf only when several alternatives matched
+		if len(k.Subschemas) < 2 {
+			break
+		}
 		return one("matches more than one alternative (%d and %d); must match exactly one", k.Subschemas[0], k.Subschemas[1])
 	}
 	return one("%s", e.ErrorKind.LocalizedString(printer))
+}
+
+var formatHints = map[string]string{
+	"date-time": "RFC 3339, e.g. 2006-01-02T15:04:05Z",
+	"date":      "e.g. 2006-01-02",
 }
 
 func typeMessage(want []string, got string) string {
@@ -360,8 +378,11 @@ func checkType(t reflect.Type, where string, visiting, done map[reflect.Type]boo
 		return nil
 	}
 	if t.Implements(aliasSchemaType) {
-		alias := reflect.New(t).Interface().(interface{ JSONSchemaAlias() any }).JSONSchemaAlias()
-		return checkType(reflect.TypeOf(alias), where, visiting, done)
+		alias := reflect.TypeOf(reflect.New(t).Interface().(interface{ JSONSchemaAlias() any }).JSONSchemaAlias())
+		if alias == nil {
+			return fmt.Errorf("%s.JSONSchemaAlias returned nil at %s", t, where)
+		}
+		return checkType(alias, where, visiting, done)
 	}
 	if visiting[t] {
 		return fmt.Errorf("recursive type %s at %s cannot be expanded inline", t, where)
@@ -374,11 +395,7 @@ func checkType(t reflect.Type, where string, visiting, done map[reflect.Type]boo
 		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
 		reflect.Float32, reflect.Float64:
-	case reflect.Slice, reflect.Array:
-		if err := checkType(t.Elem(), where+"[]", visiting, done); err != nil {
-			return err
-		}
-	case reflect.Map:
+	case reflect.Slice, reflect.Array, reflect.Map:
 		if err := checkType(t.Elem(), where+"[]", visiting, done); err != nil {
 			return err
 		}

@@ -27,7 +27,8 @@ type grant struct {
 	Scope string `json:"scope" jsonschema:"enum=read,enum=write,enum=admin"`
 }
 
-// createInput is the representative type of the golden file.
+// createInput is the representative type of the golden file; its in:"path"
+// and in:"query" tags must not change generation.
 type createInput struct {
 	Slug     string            `json:"slug" in:"path" jsonschema:"pattern=^[a-z0-9-]+$,description=URL-safe business identifier"`
 	Verbose  bool              `json:"verbose,omitempty" in:"query"`
@@ -83,6 +84,8 @@ func TestValidate(t *testing.T) {
 		{"huge negative integer", `{"slug":"a","amount":-123456789012345678901234567890}`, []FieldError{{"/amount", "must be >= 1"}}},
 		{"exponent integer", `{"slug":"a","amount":1e3}`, nil},
 		{"exponent out of range", `{"slug":"a","amount":1e1000001}`, []FieldError{{"/amount", "number is out of range (exponent beyond ±1000)"}}},
+		{"long fraction out of range", `{"slug":"a","amount":1,"ratio":0.` + strings.Repeat("0", 2000) + `1e1000}`, []FieldError{{"/ratio", "number is too long (over 1000 characters)"}}},
+		{"first bad number in key order", `{"slug":"a","amount":1e2000,"meta":[1e-2000]}`, []FieldError{{"/amount", "number is out of range (exponent beyond ±1000)"}}},
 		{"minimum", `{"slug":"a","amount":0}`, []FieldError{{"/amount", "must be >= 1"}}},
 		{"exclusive minimum", `{"slug":"a","amount":1,"ratio":0}`, []FieldError{{"/ratio", "must be > 0"}}},
 		{"maximum", `{"slug":"a","amount":1,"ratio":1.25}`, []FieldError{{"/ratio", "must be <= 1"}}},
@@ -106,7 +109,7 @@ func TestValidate(t *testing.T) {
 		{"nested additional property", `{"slug":"a","amount":1,"simulate":{"delayMs":1,"x":true}}`, []FieldError{{"/simulate", `additional property "x" is not allowed`}}},
 		{"json:\"-\" field is unknown", `{"slug":"a","amount":1,"Ignored":"x"}`, []FieldError{{"", `additional property "Ignored" is not allowed`}}},
 		{"map value, escaped key", `{"slug":"a","amount":1,"labels":{"a/b~c":1}}`, []FieldError{{"/labels/a~1b~0c", "must be string, got number"}}},
-		{"date-time format", `{"slug":"a","amount":1,"at":"tomorrow"}`, []FieldError{{"/at", "must be a valid date-time"}}},
+		{"date-time format", `{"slug":"a","amount":1,"at":"tomorrow"}`, []FieldError{{"/at", "must be a valid date-time (RFC 3339, e.g. 2006-01-02T15:04:05Z)"}}},
 		{"raw message takes any JSON", `{"slug":"a","amount":1,"meta":"text"}`, nil},
 		{"several errors sorted", `{"amount":"x","simulate":{"delayMs":1.5},"zzz":0}`, []FieldError{
 			{"", `additional property "zzz" is not allowed`},
