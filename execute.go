@@ -33,8 +33,12 @@ func (x *execution) execute(ctx context.Context, in any, fence int64) Response {
 		// so that the same-key retry finds its result (SPEC §7).
 		ctx = context.WithoutCancel(ctx)
 	}
-	o := x.runAttempts(ctx, in)
-	return x.finalize(ctx, o, fence)
+	if ctx.Err() != nil {
+		// Cancelled while the reservation was written: the handler never
+		// starts, and the execution is finalized as CANCELLED.
+		return x.finalize(ctx, outcome{err: cancelled()}, fence)
+	}
+	return x.finalize(ctx, x.runAttempts(ctx, in), fence)
 }
 
 // runAttempts calls the handler, retrying only when SPEC §7 allows it.

@@ -256,9 +256,15 @@ func (x *execution) run(ctx context.Context) Response {
 	// consumed in the same transaction and execution.started written.
 	x.executionID = newID("exe_", r.cfg.Clock.Now())
 	start := StartParams{ExecutionID: x.executionID, Scope: req.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	// The write runs detached from the caller's cancellation, so that its
+	// outcome is known: a commit cut off by a cancellation could otherwise
+	// leave a reservation nobody finishes. A cancellation that arrived
+	// meanwhile is honoured before the handler starts (execute).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	defer cancel()
 	var fence int64
 	if x.key != "" {
-		res, err := r.cfg.Store.Reserve(ctx, ReserveParams{StartParams: start, Key: x.key, Lease: op.meta.Lease(r.cfg.LeaseGrace), Retention: r.cfg.Retention})
+		res, err := r.cfg.Store.Reserve(sctx, ReserveParams{StartParams: start, Key: x.key, Lease: op.meta.Lease(r.cfg.LeaseGrace), Retention: r.cfg.Retention})
 		if err != nil {
 			x.executionID = ""
 			return x.startFailure(ctx, err, raw, reason)
@@ -268,7 +274,7 @@ func (x *execution) run(ctx context.Context) Response {
 			return x.answerExisting(ctx, res.Attempt)
 		}
 		fence = res.Attempt.FencingToken
-	} else if _, err := r.cfg.Store.StartExecution(ctx, start); err != nil {
+	} else if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {
 		x.executionID = ""
 		return x.startFailure(ctx, err, raw, reason)
 	}

@@ -1,0 +1,332 @@
+package idem_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"idem"
+	"idem/sqlitestore"
+)
+
+// exampleStore opens a SQLite store in a new temporary directory and
+// returns it with a function that closes it and removes the directory.
+func exampleStore() (idem.Store, func()) {
+	dir, err := os.MkdirTemp("", "idem-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		os.RemoveAll(dir)
+		log.Fatal(err)
+	}
+	return store, func() {
+		store.Close()
+		os.RemoveAll(dir)
+	}
+}
+
+// exampleRunner builds the registry of ops and a quiet Runner on store.
+func exampleRunner(store idem.Store, ops ...idem.Operation) *idem.Runner {
+	reg, err := idem.NewRegistry(ops...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return runner
+}
+
+// exampleAnswer is what the examples read from an answer's body.
+type exampleAnswer struct {
+	Data    json.RawMessage `json:"data"`
+	Code    idem.Code       `json:"code"`
+	Details struct {
+		Errors []struct {
+			Path string `json:"path"`
+		} `json:"errors"`
+	} `json:"details"`
+	Meta struct {
+		Attempts    int `json:"attempts"`
+		Idempotency struct {
+			Replayed bool `json:"replayed"`
+		} `json:"idempotency"`
+		ExecutionID string `json:"executionId"`
+	} `json:"meta"`
+}
+
+func readAnswer(resp idem.Response) exampleAnswer {
+	var a exampleAnswer
+	if err := json.Unmarshal(resp.Body, &a); err != nil {
+		log.Fatal(err)
+	}
+	return a
+}
+
+// The input of business.create: org fills the route's {org} segment, name
+// and plan travel in the JSON body and are validated against the schema
+// generated from the jsonschema tags.
+type exampleBusinessIn struct {
+	Org  string `json:"org" in:"path"`
+	Name string `json:"name" jsonschema:"minLength=1,maxLength=80"`
+	Plan string `json:"plan" jsonschema:"enum=free,enum=pro"`
+}
+
+type exampleShowBusinessIn struct {
+	Org  string `json:"org" in:"path"`
+	Slug string `json:"slug" in:"path"`
+}
+
+type exampleBusiness struct {
+	Slug string `json:"slug"`
+	Name string `json:"name"`
+	Plan string `json:"plan"`
+}
+
+func ExampleDefine() {
+	var created int
+	create := idem.Define(idem.Metadata{
+		Name: "business.create", Method: "POST", Path: "/v1/orgs/{org}/businesses",
+		Summary: "Create a business", SideEffect: idem.SideEffectWrite,
+		Retry: idem.RetryContract{
+			Kind:      idem.RetrySameKeyReplay,
+			Reconcile: "business.show",
+			Rationale: "Creating twice would make two businesses; a same-key retry replays the first answer.",
+		},
+		SuccessStatus: http.StatusCreated,
+	}, func(ctx context.Context, call *idem.Call, in exampleBusinessIn) (exampleBusiness, error) {
+		created++
+		slug := strings.ToLower(strings.ReplaceAll(in.Name, " ", "-"))
+		call.Header().Set("Location", "/v1/orgs/"+in.Org+"/businesses/"+slug)
+		return exampleBusiness{Slug: slug, Name: in.Name, Plan: in.Plan}, nil
+	})
+	show := idem.Define(idem.Metadata{
+		Name: "business.show", Method: "GET", Path: "/v1/orgs/{org}/businesses/{slug}",
+		Summary: "Show a business", SideEffect: idem.SideEffectRead,
+	}, func(ctx context.Context, call *idem.Call, in exampleShowBusinessIn) (exampleBusiness, error) {
+		return exampleBusiness{Slug: in.Slug}, nil
+	})
+
+	store, cleanup := exampleStore()
+	defer cleanup()
+	reg, err := idem.NewRegistry(create, show)
+	if err != nil {
+		log.Fatal(err)
+	}
+	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	agent := idem.Principal{Org: "acme", ID: "onboarding-agent", Kind: idem.KindAgent}
+	req := idem.Request{
+		Operation:  "business.create",
+		Principal:  agent,
+		PathParams: map[string]string{"org": "acme"},
+		Body:       []byte(`{"name": "Corner Bakery", "plan": "pro"}`),
+		KeyHeader:  []string{"create-corner-bakery"},
+	}
+	// The agent sends the request, then (say its connection dropped) sends
+	// it again with the same key.
+	for range 2 {
+		resp := runner.Call(context.Background(), req)
+		a := readAnswer(resp)
+		fmt.Printf("%d %s replayed=%v Location=%s\n", resp.Status, a.Data, a.Meta.Idempotency.Replayed, resp.Header.Get("Location"))
+	}
+	fmt.Println("handler runs:", created)
+
+	// Input that breaks the schema never reaches the handler.
+	req.Body, req.KeyHeader = []byte(`{"name": "", "plan": "gold"}`), []string{"create-nameless"}
+	resp := runner.Call(context.Background(), req)
+	var paths []string
+	for _, e := range readAnswer(resp).Details.Errors {
+		paths = append(paths, e.Path)
+	}
+	slices.Sort(paths)
+	fmt.Println(resp.Status, resp.Problem.Code, paths, "handler runs:", created)
+	// Output:
+	// 201 {"slug":"corner-bakery","name":"Corner Bakery","plan":"pro"} replayed=false Location=/v1/orgs/acme/businesses/corner-bakery
+	// 201 {"slug":"corner-bakery","name":"Corner Bakery","plan":"pro"} replayed=true Location=/v1/orgs/acme/businesses/corner-bakery
+	// handler runs: 1
+	// 400 INVALID_INPUT [/name /plan] handler runs: 1
+}
+
+type exampleRefundIn struct {
+	Order       string `json:"order" in:"path"`
+	AmountCents int    `json:"amountCents" jsonschema:"minimum=1"`
+}
+
+type exampleOrderIn struct {
+	Order string `json:"order" in:"path"`
+}
+
+type exampleRefund struct {
+	Order       string `json:"order"`
+	AmountCents int    `json:"amountCents"`
+}
+
+func ExamplePolicyFor() {
+	// Refunds above 100.00 need a second pair of eyes.
+	largeRefunds := idem.PolicyFor("large-refunds", func(ctx context.Context, p idem.Principal, in exampleRefundIn) (idem.PolicyDecision, error) {
+		if in.AmountCents > 100_00 {
+			return idem.PolicyDecision{Effect: idem.RequireApproval, Reason: "refunds above 100.00 need approval"}, nil
+		}
+		return idem.PolicyDecision{Effect: idem.Allow}, nil
+	})
+	refund := idem.Define(idem.Metadata{
+		Name: "order.refund", Method: "POST", Path: "/v1/orders/{order}/refunds",
+		Summary: "Refund an order", SideEffect: idem.SideEffectWrite,
+		Retry:         idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "order.show", Rationale: "One refund per key."},
+		Approval:      idem.ApprovalPolicy,
+		SuccessStatus: http.StatusCreated,
+	}, func(ctx context.Context, call *idem.Call, in exampleRefundIn) (exampleRefund, error) {
+		return exampleRefund{Order: in.Order, AmountCents: in.AmountCents}, nil
+	}).WithPolicies(largeRefunds)
+	show := idem.Define(idem.Metadata{
+		Name: "order.show", Method: "GET", Path: "/v1/orders/{order}", Summary: "Show an order", SideEffect: idem.SideEffectRead,
+	}, func(ctx context.Context, call *idem.Call, in exampleOrderIn) (exampleRefund, error) {
+		return exampleRefund{Order: in.Order}, nil
+	})
+
+	store, cleanup := exampleStore()
+	defer cleanup()
+	runner := exampleRunner(store, refund, show)
+	ctx := context.Background()
+	agent := idem.Principal{Org: "acme", ID: "support-agent", Kind: idem.KindAgent}
+	approver := idem.Principal{Org: "acme", ID: "dana", Kind: idem.KindCLISession, Roles: []string{idem.RoleApprover}}
+	refundReq := func(cents int, key string) idem.Request {
+		return idem.Request{
+			Operation: "order.refund", Principal: agent, PathParams: map[string]string{"order": "ord_1"},
+			Body: fmt.Appendf(nil, `{"amountCents": %d}`, cents), KeyHeader: []string{key},
+		}
+	}
+
+	small := runner.Call(ctx, refundReq(25_00, "refund-small"))
+	fmt.Println("small refund:", small.Status)
+
+	large := runner.Call(ctx, refundReq(250_00, "refund-large"))
+	fmt.Println("large refund:", large.Status, large.Problem.Code, "-", large.Problem.Details["reason"])
+	approvalID := large.Problem.Details["approvalId"].(string)
+
+	decided, err := runner.DecideApproval(ctx, approver, approvalID, true, "checked with the customer")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("decision:", decided.Status)
+
+	// The same request with the same key now runs, consuming the approval.
+	again := runner.Call(ctx, refundReq(250_00, "refund-large"))
+	fmt.Println("large refund again:", again.Status, string(readAnswer(again).Data))
+	a, err := runner.GetApproval(ctx, agent, approvalID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("approval:", a.Status)
+	// Output:
+	// small refund: 201
+	// large refund: 403 APPROVAL_REQUIRED - refunds above 100.00 need approval
+	// decision: approved
+	// large refund again: 201 {"order":"ord_1","amountCents":25000}
+	// approval: consumed
+}
+
+// exampleGateway stands in for a payment provider that, like real ones,
+// applies each idempotency key's charge once and answers repeats with the
+// charge it already made.
+type exampleGateway struct {
+	mu      sync.Mutex
+	calls   int
+	charges map[string]int // idempotency key → amount charged
+}
+
+func (g *exampleGateway) Charge(ctx context.Context, idempotencyKey string, amountCents int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls++
+	if _, done := g.charges[idempotencyKey]; !done {
+		g.charges[idempotencyKey] = amountCents
+	}
+	return nil
+}
+
+type exampleChargeIn struct {
+	AmountCents int `json:"amountCents" jsonschema:"minimum=1"`
+}
+
+type exampleCharge struct {
+	AmountCents int `json:"amountCents"`
+}
+
+func ExampleCall_IdempotencyKey() {
+	gateway := &exampleGateway{charges: map[string]int{}}
+	charge := idem.Define(idem.Metadata{
+		Name: "payment.charge", Method: "POST", Path: "/v1/payments", Summary: "Charge a card",
+		SideEffect: idem.SideEffectExternal,
+		// The claim that makes runtime retries legal on an external effect:
+		// repeating the handler is safe because the gateway deduplicates on
+		// call.IdempotencyKey.
+		Idempotent:   true,
+		RuntimeRetry: idem.RuntimeRetry{MaxAttempts: 1, BackoffMs: 20},
+		Retry:        idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "payment.list", Rationale: "One charge per key."},
+	}, func(ctx context.Context, call *idem.Call, in exampleChargeIn) (exampleCharge, error) {
+		if err := gateway.Charge(ctx, call.IdempotencyKey, in.AmountCents); err != nil {
+			return exampleCharge{}, err
+		}
+		if call.Attempt == 1 {
+			// The charge went through, but its answer was lost on the way
+			// back: a transient failure the runtime may retry.
+			return exampleCharge{}, idem.Retryable(errors.New("gateway: connection reset while reading the answer"))
+		}
+		return exampleCharge{AmountCents: in.AmountCents}, nil
+	})
+	list := idem.Define(idem.Metadata{
+		Name: "payment.list", Method: "GET", Path: "/v1/payments", Summary: "List payments", SideEffect: idem.SideEffectRead,
+	}, func(ctx context.Context, call *idem.Call, in struct{}) ([]exampleCharge, error) {
+		return nil, nil
+	})
+
+	store, cleanup := exampleStore()
+	defer cleanup()
+	runner := exampleRunner(store, charge, list)
+	agent := idem.Principal{Org: "acme", ID: "billing-agent", Kind: idem.KindAgent}
+	resp := runner.Call(context.Background(), idem.Request{
+		Operation: "payment.charge", Principal: agent,
+		Body: []byte(`{"amountCents": 4200}`), KeyHeader: []string{"invoice-17-payment"},
+	})
+	a := readAnswer(resp)
+	fmt.Println("status:", resp.Status, "attempts:", a.Meta.Attempts)
+	fmt.Println("gateway calls:", gateway.calls, "charges applied:", len(gateway.charges))
+
+	x, err := runner.GetExecution(context.Background(), agent, a.Meta.ExecutionID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range x.Events {
+		switch e.Type {
+		case idem.EventRetried:
+			fmt.Printf("%s attempt=%d after %s\n", e.Type, e.Attempt, e.PreviousErrorCode)
+		case idem.EventSucceeded, idem.EventFailed:
+			fmt.Printf("%s attempts=%d\n", e.Type, e.Attempts)
+		default:
+			fmt.Printf("%s attempt=%d\n", e.Type, e.Attempt)
+		}
+	}
+	// Output:
+	// status: 200 attempts: 2
+	// gateway calls: 2 charges applied: 1
+	// execution.started attempt=1
+	// execution.retried attempt=2 after EXECUTION_FAILED
+	// execution.succeeded attempts=2
+}
