@@ -14,7 +14,7 @@ const (
 	CodeNotFound           Code = "NOT_FOUND"
 	CodeOperationNotFound  Code = "OPERATION_NOT_FOUND"
 	CodeMethodNotAllowed   Code = "METHOD_NOT_ALLOWED"
-	CodeUnauthorized       Code = "UNAUTHORIZED"
+	CodeUnauthenticated    Code = "UNAUTHENTICATED"
 	CodeForbidden          Code = "FORBIDDEN"
 	CodeRequestTooLarge    Code = "REQUEST_TOO_LARGE"
 	CodeRateLimited        Code = "RATE_LIMITED"
@@ -75,7 +75,7 @@ var codeTable = map[Code]CodeInfo{
 	CodeNotFound:           {404, false, "Not found", "Check the path and the resource identifiers; the resource or route does not exist for this caller."},
 	CodeOperationNotFound:  {404, false, "Operation not found", "Read the operations catalog (GET /v1/operations) for the names exposed on this surface."},
 	CodeMethodNotAllowed:   {405, false, "Method not allowed", "Use one of the methods in the Allow header."},
-	CodeUnauthorized:       {401, false, "Unauthorized", "Send a valid token as Authorization: Bearer <token>."},
+	CodeUnauthenticated:    {401, false, "Unauthenticated", "Send a valid token as Authorization: Bearer <token>."},
 	CodeForbidden:          {403, false, "Forbidden", "The caller lacks a role this action needs; ask an administrator or use a principal that has it."},
 	CodeRequestTooLarge:    {413, false, "Request too large", "Send a smaller body; the limit is 1 MiB unless the server says otherwise."},
 	CodeRateLimited:        {429, true, "Rate limited", "Wait for Retry-After, then send the same request again."},

@@ -40,6 +40,23 @@ type RunnerConfig struct {
 	PolicyTimeout time.Duration
 	// MaxWait caps Prefer: wait (30 s).
 	MaxWait time.Duration
+	// Observe, if set, is told about every finished call (for metrics).
+	Observe func(Report)
+}
+
+// Report describes one finished call.
+type Report struct {
+	Operation string
+	Status    int
+	// Code is the problem's code; empty on success.
+	Code     Code
+	Keyed    bool
+	Replayed bool
+	DryRun   bool
+	// Attempts is how many handler attempts this call ran (0 for answers
+	// that ran none, replays included).
+	Attempts int
+	Duration time.Duration
 }
 
 // WithDefaults fills unset fields.
@@ -169,7 +186,18 @@ func (r *Runner) Call(ctx context.Context, req Request) Response {
 	start := r.cfg.Clock.Now()
 	x := &execution{r: r, req: req, start: start}
 	resp := x.run(ctx)
-	x.log(resp, r.cfg.Clock.Now().Sub(start))
+	took := r.cfg.Clock.Now().Sub(start)
+	x.log(resp, took)
+	if r.cfg.Observe != nil {
+		rep := Report{Operation: req.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: req.dryRun(), Duration: took}
+		if !resp.Replayed {
+			rep.Attempts = x.attempts
+		}
+		if resp.Problem != nil {
+			rep.Code = resp.Problem.Code
+		}
+		r.cfg.Observe(rep)
+	}
 	return resp
 }
 

@@ -87,6 +87,9 @@ type Store interface {
 	// from several instances at once.
 	Sweep(ctx context.Context, p SweepParams) (SweepResult, error)
 
+	// Ping checks that the database answers (for readiness probes).
+	Ping(ctx context.Context) error
+
 	// Close releases the store's resources.
 	Close() error
 }

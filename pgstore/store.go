@@ -125,3 +125,11 @@ func nullable[T comparable](v T) *T {
 	}
 	return &v
 }
+
+// Ping implements idem.Store: one round trip on a pooled connection.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.inTx(ctx, "ping", func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+}

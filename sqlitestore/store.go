@@ -183,3 +183,12 @@ func stringPtr(v sql.NullString) *string {
 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// Ping implements idem.Store: it reads the schema version table, so a file
+// that cannot be read fails.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.read(ctx, "ping", func(tx *sql.Tx, _ time.Time) error {
+		var n int
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM idem_schema_migrations`).Scan(&n)
+	})
+}

@@ -306,6 +306,9 @@ func testCancelledContext(t *testing.T, e *env) {
 func testUnreachable(t *testing.T, e *env) {
 	s := e.s(t)
 	mustReserve(t, s, reserveParams(scopeA, "key-1", fpOne))
+	if err := s.Ping(ctx(t)); err != nil {
+		t.Fatalf("Ping on a reachable database: %v", err)
+	}
 	e.Break(t)
 	c, cancel := context.WithTimeout(ctx(t), 30*time.Second)
 	defer cancel()
@@ -320,6 +323,7 @@ func testUnreachable(t *testing.T, e *env) {
 			return err
 		},
 		"Sweep": func() error { _, err := s.Sweep(c, idem.SweepParams{}); return err },
+		"Ping":  func() error { return s.Ping(c) },
 	}
 	for name, call := range calls {
 		err := call()
