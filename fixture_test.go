@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,22 @@ type fixture struct {
 	runner *idem.Runner
 	store  idem.Store
 	clock  *fakeclock.Clock
+}
+
+// watchedStore reports GetAttempt calls on gets once armed, so that a test
+// can tell when a waiter is polling.
+type watchedStore struct {
+	idem.Store
+	armed atomic.Bool
+	gets  chan struct{}
+}
+
+func (s *watchedStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
+	a, err := s.Store.GetAttempt(ctx, scope, key)
+	if s.armed.Load() {
+		s.gets <- struct{}{}
+	}
+	return a, err
 }
 
 // newSQLiteStore opens a store on a fresh SQLite file.

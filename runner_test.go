@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"idem"
+	"idem/internal/fakeclock"
 )
 
 type createIn struct {
@@ -249,7 +250,9 @@ func slowOp(release <-chan struct{}, runs *atomic.Int64, timeout time.Duration) 
 func TestInFlightAndPreferWait(t *testing.T) {
 	var runs atomic.Int64
 	release := make(chan struct{})
-	f := newFixture(t, []idem.Operation{slowOp(release, &runs, time.Minute), showOp()})
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	watched := &watchedStore{Store: newSQLiteStore(t, clock), gets: make(chan struct{}, 64)}
+	f := newFixtureOn(t, clock, watched, []idem.Operation{slowOp(release, &runs, time.Minute), showOp()})
 	done := make(chan idem.Response, 1)
 	go func() { done <- f.do(context.Background(), call{op: "slow.create", body: `{"name":"a"}`, key: "k"}) }()
 	waitFor(t, func() bool {
@@ -262,9 +265,13 @@ func TestInFlightAndPreferWait(t *testing.T) {
 		t.Fatalf("in-flight answer = %s %v", busy.Body, busy.Header)
 	}
 	waiter := make(chan idem.Response, 1)
+	watched.armed.Store(true)
+	gets := watched.gets
 	go func() {
 		waiter <- f.do(context.Background(), call{op: "slow.create", body: `{"name":"a"}`, key: "k", wait: 45 * time.Second})
 	}()
+	<-gets // stage 5 found the record in flight
+	<-gets // the waiter polls it: it is waiting
 	close(release)
 	first := <-done
 	waited := <-waiter

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"idem"
+	"idem/httpapi"
+	"idem/metrics"
+	"idem/secretbox"
+)
+
+// serveOptions are the flags of idem serve (SPEC §10.3).
+type serveOptions struct {
+	addr           string
+	store          string
+	secretKeyFile  string
+	tokensFile     string
+	retention      time.Duration
+	secretWindow   time.Duration
+	leaseGrace     time.Duration
+	approvalExpiry time.Duration
+}
+
+// sweepInterval is how often each instance sweeps (with jitter).
+const sweepInterval = 30 * time.Second
+
+func (m Main) serveCommand() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the operations over HTTP",
+		Long: "Serve the HTTP API, the operations catalog (GET /v1/operations) and the OpenAPI document\n" +
+			"(GET /openapi.json) on one store. Several instances may share a PostgreSQL store.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.store = m.storeFlagValue(o.store)
+			if o.addr == "" {
+				o.addr = m.envOr("IDEM_ADDR", "127.0.0.1:8080")
+			}
+			if o.secretKeyFile == "" {
+				o.secretKeyFile = m.envOr("IDEM_SECRET_KEY_FILE", "idem.key")
+			}
+			if o.tokensFile == "" {
+				o.tokensFile = m.Getenv("IDEM_TOKENS_FILE")
+			}
+			return m.serve(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "", "address to listen on (env IDEM_ADDR; default 127.0.0.1:8080)")
+	f.StringVar(&o.store, "store", "", "store URL: sqlite:PATH or postgres://… (env IDEM_STORE; default "+defaultStore+")")
+	f.StringVar(&o.secretKeyFile, "secret-key-file", "", "key file sealing one-time secret results, created 0600 if absent (env IDEM_SECRET_KEY_FILE; default idem.key)")
+	f.StringVar(&o.tokensFile, "tokens-file", "", "file of hashed bearer tokens, one per line: sha256:HEX ORG PRINCIPAL KIND [ROLES] (env IDEM_TOKENS_FILE)")
+	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept")
+	f.DurationVar(&o.secretWindow, "secret-window", 15*time.Minute, "how long a one-time secret result can be replayed")
+	f.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "grace added to an execution's bound before an in-flight record reads as indeterminate")
+	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
+	return cmd
+}
+
+func (m Main) envOr(name, def string) string {
+	if v := m.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// serve runs the server until ctx ends, then shuts down gracefully.
+func (m Main) serve(ctx context.Context, o serveOptions) error {
+	for name, d := range map[string]time.Duration{"--retention": o.retention, "--secret-window": o.secretWindow, "--lease-grace": o.leaseGrace, "--approval-expiry": o.approvalExpiry} {
+		if d <= 0 {
+			return usagef("%s must be positive, got %s", name, d)
+		}
+	}
+	logger := slog.New(slog.NewJSONHandler(m.Stderr, nil))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mx := metrics.New(reg)
+
+	opened, err := openStore(ctx, o.store, idem.StoreConfig{})
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", redact(o.store), err)
+	}
+	defer opened.Close()
+	store := mx.Store(opened)
+
+	box, err := secretbox.LoadOrCreateKeyFile(o.secretKeyFile)
+	if err != nil {
+		return err
+	}
+	auth, err := m.authenticator(o.tokensFile)
+	if err != nil {
+		return err
+	}
+	ops := m.operations()
+	registry, err := idem.NewRegistry(ops...)
+	if err != nil {
+		return err
+	}
+	runner, err := idem.NewRunner(registry, idem.RunnerConfig{
+		Store: store, Logger: logger, Sealer: box, Observe: mx.Observe,
+		Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
+	})
+	if err != nil {
+		return err
+	}
+	handler := httpapi.NewHandler(httpapi.Config{
+		Runner: runner, Store: store, Auth: auth, Logger: logger, Version: buildVersion(),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	})
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.addr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	addr := ln.Addr().String()
+	fmt.Fprintf(m.Stderr, "listening on http://%s\n", addr)
+	logger.Info("serving", "addr", addr, "store", redact(o.store), "operations", len(registry.Names()), "secretKeyId", box.KeyID())
+
+	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
+	swept := make(chan struct{})
+	go func() { defer close(swept); sweepLoop(sweepCtx, store, logger) }()
+
+	select {
+	case err := <-served:
+		stopSweeper()
+		<-swept
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: no new requests; running executions finish within their bound")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownBound(registry))
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	stopSweeper()
+	<-swept
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err != nil {
+		logger.Warn("shutdown bound passed with executions still running; their records become indeterminate by lease")
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// shutdownBound is the longest any execution may run: the largest lease
+// without grace, at least 5 s.
+func shutdownBound(reg *idem.Registry) time.Duration {
+	bound := 5 * time.Second
+	for _, name := range reg.Names() {
+		d, _ := reg.Describe(name)
+		bound = max(bound, d.Lease(0))
+	}
+	return bound
+}
+
+// sweepLoop sweeps every sweepInterval (± jitter, so instances spread out)
+// until ctx ends, running rounds until nothing is left.
+func sweepLoop(ctx context.Context, store idem.Store, logger *slog.Logger) {
+	const batch = 500
+	for {
+		wait := sweepInterval/2 + rand.N(sweepInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		for {
+			r, err := store.Sweep(ctx, idem.SweepParams{BatchSize: batch})
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Warn("sweep", "error", err)
+				}
+				break
+			}
+			if r != (idem.SweepResult{}) {
+				logger.Info("swept", "forgotten", r.Forgotten, "secretsDestroyed", r.SecretsDestroyed, "leasesExpired", r.LeasesExpired, "approvalsExpired", r.ApprovalsExpired)
+			}
+			if r.Done(batch) {
+				break
+			}
+		}
+	}
+}
+
+// authenticator loads the tokens file; without one, no token is accepted.
+func (m Main) authenticator(path string) (httpapi.Authenticator, error) {
+	if path == "" {
+		return httpapi.NewTokens(nil), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokens file: %w", err)
+	}
+	defer f.Close()
+	return httpapi.ReadTokensFile(f)
+}
+
+// operations are the operations this binary serves. The reference
+// application (--demo) adds its own.
+func (m Main) operations() []idem.Operation { return nil }

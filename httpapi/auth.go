@@ -1,0 +1,90 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strings"
+
+	"idem"
+)
+
+// Authenticator turns a bearer token into a principal.
+type Authenticator interface {
+	// Authenticate returns the token's principal, or an error when the
+	// token is unknown.
+	Authenticate(ctx context.Context, token string) (idem.Principal, error)
+}
+
+// Tokens is an Authenticator over a fixed set of tokens. It keeps only the
+// tokens' SHA-256 hashes, never the tokens.
+type Tokens struct {
+	byHash map[[sha256.Size]byte]idem.Principal
+}
+
+// NewTokens hashes each token and returns the set.
+func NewTokens(tokens map[string]idem.Principal) *Tokens {
+	t := &Tokens{byHash: make(map[[sha256.Size]byte]idem.Principal, len(tokens))}
+	for token, p := range tokens {
+		t.byHash[sha256.Sum256([]byte(token))] = p
+	}
+	return t
+}
+
+// Authenticate implements Authenticator.
+func (t *Tokens) Authenticate(_ context.Context, token string) (idem.Principal, error) {
+	p, ok := t.byHash[sha256.Sum256([]byte(token))]
+	if !ok || token == "" {
+		return idem.Principal{}, idem.Errorf(idem.CodeUnauthenticated, "the bearer token is not known; send a valid token as Authorization: Bearer <token>")
+	}
+	return p, nil
+}
+
+// ReadTokensFile reads hashed tokens, one per line:
+//
+//	sha256:<hex of SHA-256(token)> <org> <principal id> <kind> [role,role…]
+//
+// Blank lines and lines starting with # are ignored.
+func ReadTokensFile(r io.Reader) (*Tokens, error) {
+	t := &Tokens{byHash: map[[sha256.Size]byte]idem.Principal{}}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 4 || len(f) > 5 || !strings.HasPrefix(f[0], "sha256:") {
+			return nil, fmt.Errorf("tokens file line %d: want sha256:<hex> ORG PRINCIPAL KIND [ROLES]", n)
+		}
+		sum, err := hex.DecodeString(strings.TrimPrefix(f[0], "sha256:"))
+		if err != nil || len(sum) != sha256.Size {
+			return nil, fmt.Errorf("tokens file line %d: the hash is not 64 hex digits", n)
+		}
+		kind := idem.PrincipalKind(f[3])
+		switch kind {
+		case idem.KindAgent, idem.KindCLISession, idem.KindServiceAccount, idem.KindBrowser:
+		default:
+			return nil, fmt.Errorf("tokens file line %d: kind %q is not one of agent, cli_session, service_account, browser", n, f[3])
+		}
+		p := idem.Principal{Org: f[1], ID: f[2], Kind: kind}
+		if len(f) == 5 {
+			p.Roles = strings.Split(f[4], ",")
+		}
+		t.byHash[[sha256.Size]byte(sum)] = p
+	}
+	return t, sc.Err()
+}
+
+// bearer returns the token of an Authorization: Bearer header.
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}

@@ -1,0 +1,122 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"idem"
+)
+
+// DirectCLIOperation is a command registered directly in the CLI, not
+// projected from an operation. The catalog lists it under
+// directCliOperations so that an agent learns its retry contract too.
+type DirectCLIOperation struct {
+	Name    string             `json:"name"`
+	Command string             `json:"command"`
+	Summary string             `json:"summary"`
+	Retry   idem.RetryContract `json:"retry"`
+}
+
+// DirectCLIOperations returns the CLI's own commands that change something
+// outside one server mutation: today `idem webhook listen`.
+func DirectCLIOperations() []DirectCLIOperation {
+	return []DirectCLIOperation{{
+		Name:    "webhook.listen",
+		Command: "idem webhook listen",
+		Summary: "Run a local webhook receiver that verifies signatures and prints deliveries.",
+		Retry: idem.RetryContract{
+			Kind: idem.RetryNoAutomaticRetry,
+			Rationale: "A process-owning, multi-step session (tunnel, temporary endpoint, optional send, tail, cleanup), " +
+				"not one server mutation that response replay can make atomic.",
+		}.WithDefaults(),
+	}}
+}
+
+// catalogOperation is one entry of the catalog: the fields of SPEC §4 in
+// their wire order (encoding/json keeps struct field order).
+type catalogOperation struct {
+	Name         string               `json:"name"`
+	Method       string               `json:"method"`
+	Path         string               `json:"path"`
+	Summary      string               `json:"summary"`
+	SideEffect   idem.SideEffect      `json:"sideEffect"`
+	Idempotent   bool                 `json:"idempotent"`
+	TimeoutMs    int64                `json:"timeoutMs"`
+	RuntimeRetry catalogRuntimeRetry  `json:"runtimeRetry"`
+	Retry        idem.RetryContract   `json:"retry"`
+	Approval     idem.ApprovalMode    `json:"approval"`
+	Surfaces     []idem.Surface       `json:"surfaces"`
+	Errors       []idem.DeclaredError `json:"errors"`
+	InputSchema  json.RawMessage      `json:"inputSchema"`
+	OutputSchema json.RawMessage      `json:"outputSchema"`
+}
+
+type catalogRuntimeRetry struct {
+	MaxAttempts int `json:"maxAttempts"`
+	BackoffMs   int `json:"backoffMs"`
+}
+
+type catalogDocument struct {
+	Operations          []catalogOperation   `json:"operations"`
+	DirectCLIOperations []DirectCLIOperation `json:"directCliOperations"`
+}
+
+// Catalog renders the operations catalog served at GET /v1/operations
+// (SPEC §4): {"operations": [...], "directCliOperations": [...]}, compact,
+// with a trailing newline. Operations are sorted by name, surfaces sorted,
+// errors in declaration order ([] when none); schemas are embedded as the
+// registry generated them. The same descriptors give the same bytes in
+// every run and process: nothing on the output path iterates a map.
+//
+// Pass Runner.Descriptors, which carry the configured secret replay window.
+// Catalog panics if a descriptor's schema is not valid JSON, which the
+// registry never produces.
+func Catalog(descs []idem.Descriptor) []byte {
+	doc := catalogDocument{
+		Operations:          make([]catalogOperation, 0, len(descs)),
+		DirectCLIOperations: DirectCLIOperations(),
+	}
+	for _, d := range sortedDescriptors(descs) {
+		doc.Operations = append(doc.Operations, catalogOperation{
+			Name: d.Name, Method: d.Method, Path: d.Path, Summary: d.Summary,
+			SideEffect: d.SideEffect, Idempotent: d.Idempotent,
+			TimeoutMs:    d.Timeout.Milliseconds(),
+			RuntimeRetry: catalogRuntimeRetry{MaxAttempts: d.RuntimeRetry.MaxAttempts, BackoffMs: d.RuntimeRetry.BackoffMs},
+			Retry:        d.Retry,
+			Approval:     d.Approval,
+			Surfaces:     sortedSurfaces(d.Surfaces),
+			Errors:       append([]idem.DeclaredError{}, d.Errors...),
+			InputSchema:  schemaOrEmpty(d.InputSchema),
+			OutputSchema: schemaOrEmpty(d.OutputSchema),
+		})
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		panic(fmt.Sprintf("httpapi: render catalog: %v", err))
+	}
+	return append(out, '\n')
+}
+
+// sortedDescriptors returns a copy of descs sorted by name.
+func sortedDescriptors(descs []idem.Descriptor) []idem.Descriptor {
+	out := slices.Clone(descs)
+	slices.SortFunc(out, func(a, b idem.Descriptor) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func sortedSurfaces(s []idem.Surface) []idem.Surface {
+	out := append([]idem.Surface{}, s...)
+	slices.Sort(out)
+	return out
+}
+
+// schemaOrEmpty stands in {} for a missing schema, which json.Marshal
+// could not embed.
+func schemaOrEmpty(s json.RawMessage) json.RawMessage {
+	if len(s) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return s
+}

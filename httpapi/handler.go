@@ -1,0 +1,331 @@
+// Package httpapi is idem's HTTP surface: a route per operation, each
+// through the one Runner, plus the catalog, the OpenAPI document, the
+// approval, execution and attempt routes, and the operational endpoints.
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"idem"
+)
+
+// DefaultMaxBodyBytes is the request body limit (1 MiB).
+const DefaultMaxBodyBytes = 1 << 20
+
+// Config is what NewHandler needs.
+type Config struct {
+	Runner *idem.Runner
+	// Store answers readiness probes (GET /readyz).
+	Store idem.Store
+	Auth  Authenticator
+	// Metrics serves GET /metrics; the route is absent when nil.
+	Metrics http.Handler
+	// MaxBodyBytes limits request bodies; DefaultMaxBodyBytes when 0.
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+	// Version names the API in the OpenAPI document.
+	Version string
+	// Routes are extra authenticated routes ("GET /v1/demo/…"), answered
+	// by the given function with the caller's principal.
+	Routes map[string]func(w http.ResponseWriter, r *http.Request, p idem.Principal)
+}
+
+// handler is the HTTP surface.
+type handler struct {
+	cfg     Config
+	mux     *http.ServeMux
+	catalog []byte
+	openapi []byte
+	// methods maps a path pattern to its handlers by method.
+	methods map[string]map[string]http.HandlerFunc
+}
+
+// NewHandler returns the HTTP surface over cfg.Runner.
+func NewHandler(cfg Config) http.Handler {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	descs := cfg.Runner.Descriptors()
+	h := &handler{
+		cfg: cfg, mux: http.NewServeMux(), methods: map[string]map[string]http.HandlerFunc{},
+		catalog: Catalog(descs),
+		openapi: OpenAPI(descs, OpenAPIInfo{Title: "idem", Version: cfg.Version}),
+	}
+	for _, d := range descs {
+		if slices.Contains(d.Surfaces, idem.SurfaceHTTP) {
+			h.route(d.Method, d.Path, h.operation(d))
+		}
+	}
+	h.route("GET", "/v1/operations", h.static(h.catalog))
+	h.route("GET", "/openapi.json", h.static(h.openapi))
+	h.route("GET", "/healthz", h.healthz)
+	h.route("GET", "/readyz", h.readyz)
+	if cfg.Metrics != nil {
+		h.route("GET", "/metrics", cfg.Metrics.ServeHTTP)
+	}
+	h.route("GET", "/v1/approvals", h.authed(h.listApprovals))
+	h.route("GET", "/v1/approvals/{id}", h.authed(h.getApproval))
+	h.route("POST", "/v1/approvals/{id}/approve", h.authed(h.decide(true)))
+	h.route("POST", "/v1/approvals/{id}/reject", h.authed(h.decide(false)))
+	h.route("GET", "/v1/executions/{id}", h.authed(h.getExecution))
+	h.route("GET", "/v1/attempts/{key}", h.authed(h.getAttempt))
+	for pattern, fn := range cfg.Routes {
+		method, path, _ := strings.Cut(pattern, " ")
+		h.route(method, path, h.authed(fn))
+	}
+	for path, byMethod := range h.methods {
+		h.mux.HandleFunc(path, h.dispatch(byMethod))
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeNotFound, "no route %s %s; the operations are listed at GET /v1/operations", r.Method, r.URL.Path), nil))
+	})
+	return recoverer(cfg.Logger, h.mux)
+}
+
+// route adds a handler for method and path; paths are registered once,
+// without a method, so that a known path with another method answers 405
+// with Allow as a problem object.
+func (h *handler) route(method, path string, fn http.HandlerFunc) {
+	key := pathParam.ReplaceAllString(path, "{$1}")
+	if h.methods[key] == nil {
+		h.methods[key] = map[string]http.HandlerFunc{}
+	}
+	h.methods[key][method] = fn
+}
+
+var pathParam = regexp.MustCompile(`\{([^{}/]+)\}`)
+
+func (h *handler) dispatch(byMethod map[string]http.HandlerFunc) http.HandlerFunc {
+	allowed := make([]string, 0, len(byMethod))
+	for m := range byMethod {
+		allowed = append(allowed, m)
+	}
+	slices.Sort(allowed)
+	allow := strings.Join(allowed, ", ")
+	return func(w http.ResponseWriter, r *http.Request) {
+		if fn, ok := byMethod[r.Method]; ok {
+			fn(w, r)
+			return
+		}
+		resp := idem.ErrorResponse(idem.Errorf(idem.CodeMethodNotAllowed, "%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow), nil)
+		resp.Header.Set("Allow", allow)
+		write(w, resp)
+	}
+}
+
+// operation serves one operation's route through the runner.
+func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
+	var pathNames []string
+	for _, p := range d.Params {
+		if p.In == "path" {
+			pathNames = append(pathNames, p.Name)
+		}
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		body, ok := h.readBody(w, r, &idem.Meta{Operation: d.Name})
+		if !ok {
+			return
+		}
+		req := idem.Request{
+			Operation: d.Name, Surface: idem.SurfaceHTTP, Principal: p,
+			PathParams: map[string]string{}, Query: r.URL.Query(), Body: body,
+			KeyHeader: r.Header.Values("Idempotency-Key"), Wait: preferWait(r.Header.Values("Prefer")),
+			Detachable: true,
+		}
+		for _, name := range pathNames {
+			req.PathParams[name] = r.PathValue(name)
+		}
+		write(w, h.cfg.Runner.Call(r.Context(), req))
+	}
+}
+
+// authenticate answers 401 unless the request carries a known bearer token.
+func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Principal, bool) {
+	token, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		resp := idem.ErrorResponse(idem.Errorf(idem.CodeUnauthenticated, "send a token as Authorization: Bearer <token>"), nil)
+		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem"`)
+		write(w, resp)
+		return idem.Principal{}, false
+	}
+	p, err := h.cfg.Auth.Authenticate(r.Context(), token)
+	if err != nil {
+		resp := idem.ErrorResponse(err, nil)
+		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_token"`)
+		write(w, resp)
+		return idem.Principal{}, false
+	}
+	return p, true
+}
+
+func (h *handler) authed(fn func(http.ResponseWriter, *http.Request, idem.Principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := h.authenticate(w, r); ok {
+			fn(w, r, p)
+		}
+	}
+}
+
+// readBody reads the request body within the limit (413 beyond it).
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request, meta *idem.Meta) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeRequestTooLarge, "the body is over the %d-byte limit; send a smaller one", tooLarge.Limit), meta))
+		return nil, false
+	case err != nil:
+		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the body could not be read: %v", err), meta))
+		return nil, false
+	}
+	return body, true
+}
+
+// preferWait reads wait=N from Prefer headers (RFC 7240); 0 when absent
+// or malformed.
+func preferWait(values []string) time.Duration {
+	for _, v := range values {
+		for _, pref := range strings.Split(v, ",") {
+			name, value, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(value), `"`))
+			if err == nil && n > 0 {
+				return time.Duration(min(n, 3600)) * time.Second
+			}
+		}
+	}
+	return 0
+}
+
+// write sends a runner Response.
+func write(w http.ResponseWriter, resp idem.Response) {
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+// writeData sends {"data": v} with status 200, or the problem of err.
+func writeData(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		write(w, idem.ErrorResponse(err, nil))
+		return
+	}
+	body, jerr := json.Marshal(struct {
+		Data any `json:"data"`
+	}{v})
+	if jerr != nil {
+		write(w, idem.ErrorResponse(jerr, nil))
+		return
+	}
+	write(w, idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: body})
+}
+
+func (h *handler) static(body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		write(w, idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: body})
+	}
+}
+
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	writeData(w, map[string]string{"status": "ok"}, nil)
+}
+
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := h.cfg.Store.Ping(r.Context()); err != nil {
+		write(w, idem.ErrorResponse(idem.Unavailable("ping", err), nil))
+		return
+	}
+	writeData(w, map[string]string{"status": "ready"}, nil)
+}
+
+var approvalStatuses = []idem.ApprovalStatus{idem.ApprovalPending, idem.ApprovalApproved, idem.ApprovalRejected, idem.ApprovalConsumed, idem.ApprovalExpired}
+
+func (h *handler) listApprovals(w http.ResponseWriter, r *http.Request, p idem.Principal) {
+	status := idem.ApprovalStatus(r.URL.Query().Get("status"))
+	if status != "" && !slices.Contains(approvalStatuses, status) {
+		writeData(w, nil, idem.Errorf(idem.CodeInvalidInput, "status %q is not one of pending, approved, rejected, consumed, expired", status).
+			WithDetail("errors", []map[string]string{{"path": "/status", "message": "must be one of pending, approved, rejected, consumed, expired"}}))
+		return
+	}
+	list, err := h.cfg.Runner.ListApprovals(r.Context(), p, status)
+	if list == nil {
+		list = []idem.Approval{}
+	}
+	writeData(w, list, err)
+}
+
+func (h *handler) getApproval(w http.ResponseWriter, r *http.Request, p idem.Principal) {
+	a, err := h.cfg.Runner.GetApproval(r.Context(), p, r.PathValue("id"))
+	writeData(w, a, err)
+}
+
+func (h *handler) decide(approve bool) func(http.ResponseWriter, *http.Request, idem.Principal) {
+	return func(w http.ResponseWriter, r *http.Request, p idem.Principal) {
+		body, ok := h.readBody(w, r, nil)
+		if !ok {
+			return
+		}
+		var in struct {
+			Reason string `json:"reason"`
+		}
+		if len(strings.TrimSpace(string(body))) > 0 {
+			if err := json.Unmarshal(body, &in); err != nil {
+				writeData(w, nil, idem.Errorf(idem.CodeInvalidInput, "the body must be {\"reason\": \"…\"}: %v", err).
+					WithDetail("errors", []map[string]string{{"path": "", "message": "must be a JSON object with an optional string reason"}}))
+				return
+			}
+		}
+		a, err := h.cfg.Runner.DecideApproval(r.Context(), p, r.PathValue("id"), approve, in.Reason)
+		writeData(w, a, err)
+	}
+}
+
+func (h *handler) getExecution(w http.ResponseWriter, r *http.Request, p idem.Principal) {
+	x, err := h.cfg.Runner.GetExecution(r.Context(), p, r.PathValue("id"))
+	writeData(w, x, err)
+}
+
+func (h *handler) getAttempt(w http.ResponseWriter, r *http.Request, p idem.Principal) {
+	a, err := h.cfg.Runner.GetAttempt(r.Context(), p, r.PathValue("key"))
+	if idem.ErrorCode(err) == idem.CodeIdempotencyKeyInvalid {
+		err = idem.Errorf(idem.CodeNotFound, "no attempt record for that key")
+	}
+	writeData(w, a, err)
+}
+
+// recoverer answers a panic with 500 INTERNAL instead of a dropped
+// connection.
+func recoverer(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v)
+				write(w, idem.ErrorResponse(errors.New("panic"), nil))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
