@@ -1,0 +1,163 @@
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"testing"
+
+	"idem"
+	"idem/internal/pgtest"
+	"idem/pgstore"
+	"idem/secretbox"
+	"idem/sqlitestore"
+)
+
+// testEnv is the demo on a real store, called through a real Runner.
+type testEnv struct {
+	app    *App
+	runner *idem.Runner
+	store  idem.Store
+}
+
+// stores are the two databases every demo test runs on.
+var stores = map[string]func(t *testing.T) string{
+	"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "idem.db") },
+	"postgres": func(t *testing.T) string { return pgtest.NewDatabase(t) },
+}
+
+// forEachStore runs fn on SQLite and on PostgreSQL.
+func forEachStore(t *testing.T, fn func(t *testing.T, e *testEnv)) {
+	for name, url := range stores {
+		t.Run(name, func(t *testing.T) { fn(t, newTestEnv(t, url(t), Config{})) })
+	}
+}
+
+func newTestEnv(t *testing.T, storeURL string, cfg Config) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	var store idem.Store
+	var err error
+	if path, ok := cutPrefix(storeURL, "sqlite:"); ok {
+		store, err = sqlitestore.Open(ctx, path, idem.StoreConfig{Clock: cfg.Clock})
+	} else {
+		store, err = pgstore.Open(ctx, storeURL, idem.StoreConfig{Clock: cfg.Clock})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	app, err := Open(ctx, storeURL, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	reg, err := idem.NewRegistry(app.Operations()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, _ := secretbox.New(key)
+	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Clock: cfg.Clock, Sealer: box, Policies: app.Policies(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{app: app, runner: runner, store: store}
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return "", false
+}
+
+// req is one call in a demo test.
+type req struct {
+	token string // a demo token; demo-agent when empty
+	op    string
+	path  map[string]string
+	query url.Values
+	body  string
+	key   string
+}
+
+// result is a decoded answer.
+type result struct {
+	Status int
+	Raw    []byte
+	Data   json.RawMessage
+	Code   idem.Code
+	Detail map[string]any
+	Meta   struct {
+		ExecutionID string `json:"executionId"`
+		Attempts    int    `json:"attempts"`
+		DryRun      bool   `json:"dryRun"`
+		Idempotency *struct {
+			Replayed bool `json:"replayed"`
+		} `json:"idempotency"`
+	}
+}
+
+func (e *testEnv) call(t *testing.T, r req) result {
+	t.Helper()
+	token := r.token
+	if token == "" {
+		token = "demo-agent"
+	}
+	p, ok := Tokens()[token]
+	if !ok {
+		t.Fatalf("unknown demo token %q", token)
+	}
+	q := idem.Request{Operation: r.op, Surface: idem.SurfaceHTTP, Principal: p, PathParams: r.path, Query: r.query, Body: []byte(r.body)}
+	if r.key != "" {
+		q.KeyHeader = []string{r.key}
+	}
+	resp := e.runner.Call(context.Background(), q)
+	out := result{Status: resp.Status, Raw: resp.Body}
+	var body struct {
+		Data    json.RawMessage `json:"data"`
+		Code    idem.Code       `json:"code"`
+		Details map[string]any  `json:"details"`
+		Meta    json.RawMessage `json:"meta"`
+	}
+	if err := json.Unmarshal(resp.Body, &body); err != nil {
+		t.Fatalf("%s: body %s: %v", r.op, resp.Body, err)
+	}
+	out.Data, out.Code, out.Detail = body.Data, body.Code, body.Details
+	if len(body.Meta) > 0 {
+		_ = json.Unmarshal(body.Meta, &out.Meta)
+	}
+	return out
+}
+
+// must checks status and code and returns the result.
+func (r result) must(t *testing.T, status int, code idem.Code) result {
+	t.Helper()
+	if r.Status != status || r.Code != code {
+		t.Fatalf("got %d %s, want %d %s: %s", r.Status, r.Code, status, code, r.Raw)
+	}
+	return r
+}
+
+// into decodes the data of a success.
+func (r result) into(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Data, v); err != nil {
+		t.Fatalf("data %s: %v", r.Data, err)
+	}
+}
+
+func TestOpenTwiceIsHarmless(t *testing.T) {
+	for name, url := range stores {
+		t.Run(name, func(t *testing.T) {
+			u := url(t)
+			newTestEnv(t, u, Config{})
+			newTestEnv(t, u, Config{})
+		})
+	}
+}

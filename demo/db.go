@@ -1,0 +1,189 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" driver
+
+	"idem"
+	"idem/internal/migrate"
+)
+
+//go:embed schema
+var schemaFS embed.FS
+
+// DB is the demo's own connection pool to the idem database. SQL is
+// written once with ? placeholders; on PostgreSQL they become $1, $2, ….
+// Times are stored as INTEGER unix microseconds on both.
+type DB struct {
+	sql     *sql.DB
+	dialect string // "sqlite" or "postgres"
+}
+
+func openDB(ctx context.Context, storeURL string) (*DB, error) {
+	var d DB
+	switch {
+	case strings.HasPrefix(storeURL, "sqlite:"):
+		path := strings.TrimPrefix(storeURL, "sqlite:")
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(1) // one writer, like the store's
+		d = DB{sql: db, dialect: "sqlite"}
+	case strings.HasPrefix(storeURL, "postgres://"), strings.HasPrefix(storeURL, "postgresql://"):
+		db, err := sql.Open("pgx", storeURL)
+		if err != nil {
+			return nil, err
+		}
+		d = DB{sql: db, dialect: "postgres"}
+	default:
+		return nil, fmt.Errorf("demo: store %q: want sqlite:PATH or postgres://…", storeURL)
+	}
+	if err := d.migrate(ctx); err != nil {
+		d.sql.Close()
+		return nil, err
+	}
+	return &d, nil
+}
+
+// Close closes the pool.
+func (d *DB) Close() error { return d.sql.Close() }
+
+// migrate applies schema/<dialect>/NNN_name.up.sql in order, each in one
+// transaction, recorded in idem_demo_schema_migrations. On PostgreSQL an
+// advisory lock serialises instances starting at once.
+func (d *DB) migrate(ctx context.Context) error {
+	all, err := migrate.Load(schemaFS, "schema/"+d.dialect)
+	if err != nil {
+		return err
+	}
+	conn, err := d.sql.Conn(ctx)
+	if err != nil {
+		return idem.Unavailable("demo migrate", err)
+	}
+	defer conn.Close()
+	if d.dialect == "postgres" {
+		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(7243001)`); err != nil {
+			return idem.Unavailable("demo migrate", err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(7243001)`)
+	}
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_demo_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("demo migrate: %w", err)
+	}
+	for _, m := range all {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("demo migrate: %w", err)
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, d.rebind(`SELECT count(*) FROM idem_demo_schema_migrations WHERE version = ?`), m.Version).Scan(&n); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("demo migrate: %w", err)
+		}
+		if n > 0 {
+			tx.Rollback()
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("demo migrate %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, d.rebind(`INSERT INTO idem_demo_schema_migrations (version, name) VALUES (?, ?)`), m.Version, m.Name); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("demo migrate: %w", err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("demo migrate: %w", err)
+		}
+	}
+	return nil
+}
+
+// rebind turns ? placeholders into $n on PostgreSQL (? never appears in
+// the demo's string literals).
+func (d *DB) rebind(q string) string {
+	if d.dialect != "postgres" || !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Tx is one demo transaction.
+type Tx struct {
+	tx *sql.Tx
+	d  *DB
+}
+
+// Exec runs a statement.
+func (t *Tx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, t.d.rebind(q), args...)
+}
+
+// Query runs a query.
+func (t *Tx) Query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, t.d.rebind(q), args...)
+}
+
+// QueryRow runs a query for one row.
+func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(ctx, t.d.rebind(q), args...)
+}
+
+// InTx runs fn in one transaction (IMMEDIATE on SQLite; on PostgreSQL
+// READ COMMITTED, so use SELECT … FOR UPDATE (forUpdate) or conditional
+// updates where rows race). Errors that are not idem errors come back as
+// STORE_UNAVAILABLE, so a handler fails closed.
+func (d *DB) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	tx, err := d.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return dbError(err)
+	}
+	if err := fn(&Tx{tx: tx, d: d}); err != nil {
+		tx.Rollback()
+		return dbError(err)
+	}
+	return dbError(tx.Commit())
+}
+
+// forUpdate is the row-lock suffix of a SELECT: FOR UPDATE on PostgreSQL,
+// nothing on SQLite (whose write transactions hold the database lock).
+func (d *DB) forUpdate() string {
+	if d.dialect == "postgres" {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+func dbError(err error) error {
+	var e *idem.Error
+	switch {
+	case err == nil, errors.As(err, &e), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	}
+	return idem.Unavailable("demo", err)
+}
+
+// micros stores a time; fromMicros reads it back in UTC.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
