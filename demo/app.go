@@ -19,13 +19,18 @@ type Config struct {
 	Clock idem.Clock
 	// HTTPClient delivers webhooks; a client with a short timeout when nil.
 	HTTPClient *http.Client
+	// Sealer encrypts secrets the application must keep usable (webhook
+	// signing secrets) before they reach its tables; the server passes
+	// the same secretbox it seals one-time results with.
+	Sealer idem.Sealer
 }
 
 // App is the reference application on one database.
 type App struct {
-	db    *DB
-	clock idem.Clock
-	http  *http.Client
+	db     *DB
+	clock  idem.Clock
+	http   *http.Client
+	sealer idem.Sealer
 }
 
 // Orgs are the organisations the demo tokens belong to; each gets the
@@ -43,11 +48,14 @@ func Open(ctx context.Context, storeURL string, cfg Config) (*App, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
 	}
+	if cfg.Sealer == nil {
+		return nil, fmt.Errorf("demo: Config.Sealer is required (it seals webhook signing secrets)")
+	}
 	db, err := openDB(ctx, storeURL)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{db: db, clock: cfg.Clock, http: cfg.HTTPClient}
+	a := &App{db: db, clock: cfg.Clock, http: cfg.HTTPClient, sealer: cfg.Sealer}
 	for _, org := range Orgs {
 		if err := a.seed(ctx, org); err != nil {
 			db.Close()

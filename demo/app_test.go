@@ -50,6 +50,12 @@ func newTestEnv(t *testing.T, storeURL string, cfg Config) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, _ := secretbox.New(key)
+	if cfg.Sealer == nil {
+		cfg.Sealer = box
+	}
 	app, err := Open(ctx, storeURL, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -59,9 +65,6 @@ func newTestEnv(t *testing.T, storeURL string, cfg Config) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	box, _ := secretbox.New(key)
 	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Clock: cfg.Clock, Sealer: box, Policies: app.Policies(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

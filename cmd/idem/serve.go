@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"idem"
+	"idem/demo"
 	"idem/httpapi"
 	"idem/metrics"
 	"idem/secretbox"
@@ -32,6 +33,7 @@ type serveOptions struct {
 	secretWindow   time.Duration
 	leaseGrace     time.Duration
 	approvalExpiry time.Duration
+	demo           bool
 }
 
 // sweepInterval is how often each instance sweeps (with jitter).
@@ -63,6 +65,7 @@ func (m Main) serveCommand() *cobra.Command {
 	f.StringVar(&o.addr, "addr", "", "address to listen on (env IDEM_ADDR; default 127.0.0.1:8080)")
 	f.StringVar(&o.store, "store", "", "store URL: sqlite:PATH or postgres://… (env IDEM_STORE; default "+defaultStore+")")
 	f.StringVar(&o.secretKeyFile, "secret-key-file", "", "key file sealing one-time secret results, created 0600 if absent (env IDEM_SECRET_KEY_FILE; default idem.key)")
+	f.BoolVar(&o.demo, "demo", false, "serve the reference application of SPEC §12 with its demo tokens")
 	f.StringVar(&o.tokensFile, "tokens-file", "", "file of hashed bearer tokens, one per line: sha256:HEX ORG PRINCIPAL KIND [ROLES] (env IDEM_TOKENS_FILE)")
 	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept")
 	f.DurationVar(&o.secretWindow, "secret-window", 15*time.Minute, "how long a one-time secret result can be replayed")
@@ -101,25 +104,36 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	auth, err := m.authenticator(o.tokensFile)
+	tokens, err := m.tokens(o.tokensFile)
 	if err != nil {
 		return err
 	}
-	ops := m.operations()
-	registry, err := idem.NewRegistry(ops...)
+	var app application
+	if o.demo {
+		d, err := demo.Open(ctx, o.store, demo.Config{Sealer: box})
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		defer d.Close()
+		app = application{operations: d.Operations(), policies: d.Policies(), routes: d.Routes()}
+		for token, p := range demo.Tokens() {
+			tokens.Add(token, p)
+		}
+	}
+	registry, err := idem.NewRegistry(app.operations...)
 	if err != nil {
 		return err
 	}
 	runner, err := idem.NewRunner(registry, idem.RunnerConfig{
-		Store: store, Logger: logger, Sealer: box, Observe: mx.Observe,
+		Store: store, Logger: logger, Sealer: box, Observe: mx.Observe, Policies: app.policies,
 		Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
 	})
 	if err != nil {
 		return err
 	}
 	handler := httpapi.NewHandler(httpapi.Config{
-		Runner: runner, Store: store, Auth: auth, Logger: logger, Version: buildVersion(),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Runner: runner, Store: store, Auth: tokens, Logger: logger, Version: buildVersion(),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: app.routes,
 	})
 
 	ln, err := net.Listen("tcp", o.addr)
@@ -200,8 +214,17 @@ func sweepLoop(ctx context.Context, store idem.Store, logger *slog.Logger) {
 	}
 }
 
-// authenticator loads the tokens file; without one, no token is accepted.
-func (m Main) authenticator(path string) (httpapi.Authenticator, error) {
+// application is what the binary serves besides idem's own routes: the
+// reference application with --demo, nothing otherwise.
+type application struct {
+	operations []idem.Operation
+	policies   []idem.Policy
+	routes     map[string]func(http.ResponseWriter, *http.Request, idem.Principal)
+}
+
+// tokens loads the tokens file; without one, no token is accepted unless
+// --demo adds the demo tokens.
+func (m Main) tokens(path string) (*httpapi.Tokens, error) {
 	if path == "" {
 		return httpapi.NewTokens(nil), nil
 	}
@@ -212,7 +235,3 @@ func (m Main) authenticator(path string) (httpapi.Authenticator, error) {
 	defer f.Close()
 	return httpapi.ReadTokensFile(f)
 }
-
-// operations are the operations this binary serves. The reference
-// application (--demo) adds its own.
-func (m Main) operations() []idem.Operation { return nil }
