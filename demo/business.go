@@ -1,0 +1,138 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"idem"
+)
+
+// Business is one business of an org; its slug is unique in the org.
+type Business struct {
+	Slug      string    `json:"slug"`
+	Name      string    `json:"name"`
+	CreatedBy string    `json:"createdBy"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// BusinessList is the answer of business.list.
+type BusinessList struct {
+	Businesses []Business `json:"businesses"`
+}
+
+type businessCreateIn struct {
+	Slug string `json:"slug" jsonschema:"minLength=1,maxLength=63,pattern=^[a-z0-9]+(-[a-z0-9]+)*$,description=lower-case letters and digits in dash-separated words; unique in the org"`
+	Name string `json:"name" jsonschema:"minLength=1,maxLength=200"`
+}
+
+type businessSlugIn struct {
+	Slug string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
+}
+
+type businessListIn struct{}
+
+func (a *App) businessCreate() idem.Operation {
+	return idem.Define(idem.Metadata{
+		Name: "business.create", Method: http.MethodPost, Path: "/v1/businesses",
+		Summary:    "Create a business with a slug unique in the org",
+		SideEffect: idem.SideEffectWrite,
+		Retry: idem.RetryContract{
+			Kind:      idem.RetrySameKeyReplay,
+			Reconcile: "business.show",
+			Rationale: "A create is not repeatable: a blind retry either fails with BUSINESS_EXISTS or, under another slug, makes a second business. " +
+				"A key persisted before the first call lets an ambiguous create be resent and answered with the original result.",
+		},
+		Errors: []idem.DeclaredError{
+			{Code: idem.CodeBusinessExists, Status: http.StatusConflict, Message: "A business with this slug already exists in the org (a stored outcome: a same-key retry replays it)."},
+		},
+		SuccessStatus: http.StatusCreated,
+	}, func(ctx context.Context, call *idem.Call, in businessCreateIn) (Business, error) {
+		b := Business{Slug: in.Slug, Name: in.Name, CreatedBy: call.Principal.ID, CreatedAt: a.now()}
+		err := a.db.InTx(ctx, func(tx *Tx) error {
+			res, err := tx.Exec(ctx, `INSERT INTO idem_demo_businesses (org, slug, name, created_by, created_at) VALUES (?, ?, ?, ?, ?)
+				ON CONFLICT (org, slug) DO NOTHING`, call.Principal.Org, b.Slug, b.Name, b.CreatedBy, micros(b.CreatedAt))
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				return idem.Errorf(idem.CodeBusinessExists, "a business with slug %q already exists in this org; choose another slug or run business.show", b.Slug)
+			}
+			return nil
+		})
+		if err != nil {
+			return Business{}, err
+		}
+		call.Header().Set("Location", "/v1/businesses/"+url.PathEscape(b.Slug))
+		return b, nil
+	})
+}
+
+func (a *App) businessShow() idem.Operation {
+	return idem.Define(idem.Metadata{
+		Name: "business.show", Method: http.MethodGet, Path: "/v1/businesses/{slug}",
+		Summary:    "Show a business",
+		SideEffect: idem.SideEffectRead,
+		Retry:      idem.RetryContract{Rationale: freshReadRationale},
+		Errors:     []idem.DeclaredError{errBusinessNotFound},
+	}, func(ctx context.Context, call *idem.Call, in businessSlugIn) (Business, error) {
+		var b Business
+		err := a.db.InTx(ctx, func(tx *Tx) error {
+			var err error
+			b, err = getBusiness(ctx, tx, call.Principal.Org, in.Slug)
+			return err
+		})
+		return b, err
+	})
+}
+
+func (a *App) businessList() idem.Operation {
+	return idem.Define(idem.Metadata{
+		Name: "business.list", Method: http.MethodGet, Path: "/v1/businesses",
+		Summary:    "List the org's businesses, by slug",
+		SideEffect: idem.SideEffectRead,
+		Retry:      idem.RetryContract{Rationale: freshReadRationale},
+	}, func(ctx context.Context, call *idem.Call, _ businessListIn) (BusinessList, error) {
+		out := BusinessList{Businesses: []Business{}}
+		err := a.db.InTx(ctx, func(tx *Tx) error {
+			rows, err := tx.Query(ctx, `SELECT slug, name, created_by, created_at FROM idem_demo_businesses WHERE org = ? ORDER BY slug`, call.Principal.Org)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var b Business
+				var at int64
+				if err := rows.Scan(&b.Slug, &b.Name, &b.CreatedBy, &at); err != nil {
+					return err
+				}
+				b.CreatedAt = fromMicros(at)
+				out.Businesses = append(out.Businesses, b)
+			}
+			return rows.Err()
+		})
+		return out, err
+	})
+}
+
+// getBusiness reads one business, NOT_FOUND if the org has none by that
+// slug.
+func getBusiness(ctx context.Context, tx *Tx, org, slug string) (Business, error) {
+	b := Business{Slug: slug}
+	var at int64
+	err := tx.QueryRow(ctx, `SELECT name, created_by, created_at FROM idem_demo_businesses WHERE org = ? AND slug = ?`, org, slug).
+		Scan(&b.Name, &b.CreatedBy, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Business{}, notFound("business", slug)
+	}
+	if err != nil {
+		return Business{}, err
+	}
+	b.CreatedAt = fromMicros(at)
+	return b, nil
+}
