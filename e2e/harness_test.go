@@ -140,9 +140,18 @@ type reply struct {
 // do sends one request; headers alternate name, value.
 func (s *server) do(t *testing.T, method, path, token, body string, headers ...string) reply {
 	t.Helper()
+	r, err := s.try(method, path, token, body, headers...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try is do without failing the test on a transport error.
+func (s *server) try(method, path, token, body string, headers ...string) (reply, error) {
 	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -155,15 +164,17 @@ func (s *server) do(t *testing.T, method, path, token, body string, headers ...s
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	r := reply{status: resp.StatusCode, header: resp.Header}
-	r.raw, _ = io.ReadAll(resp.Body)
-	if strings.Contains(resp.Header.Get("Content-Type"), "json") && json.Unmarshal(r.raw, &r.body) != nil {
-		t.Fatalf("%s %s: body %q is not a JSON object", method, path, r.raw)
+	if r.raw, err = io.ReadAll(resp.Body); err != nil {
+		return reply{}, err
 	}
-	return r
+	if strings.Contains(resp.Header.Get("Content-Type"), "json") && json.Unmarshal(r.raw, &r.body) != nil {
+		return reply{}, fmt.Errorf("body %q is not a JSON object", r.raw)
+	}
+	return r, nil
 }
 
 // want fails unless the reply has status and code ("" for success).

@@ -28,7 +28,7 @@ CREATE INDEX IF NOT EXISTS idem_demo_refunds_order ON idem_demo_refunds (org, or
 -- The payment gateway simulator's ledger: one row per key it received.
 CREATE TABLE IF NOT EXISTS idem_demo_gateway_effects (
 	org           TEXT    NOT NULL,
-	key           TEXT    NOT NULL,
+	handler_key   TEXT    NOT NULL,
 	principal     TEXT    NOT NULL,
 	request_key   TEXT,
 	order_id      TEXT    NOT NULL,
@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS idem_demo_gateway_effects (
 	execution_ids TEXT    NOT NULL, -- JSON array of strings, in call order
 	created_at    BIGINT  NOT NULL,
 	updated_at    BIGINT  NOT NULL,
-	PRIMARY KEY (org, key)
+	PRIMARY KEY (org, handler_key)
 );
 CREATE INDEX IF NOT EXISTS idem_demo_gateway_effects_created ON idem_demo_gateway_effects (org, created_at);
 

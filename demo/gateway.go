@@ -1,0 +1,168 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"idem"
+)
+
+// The payment gateway simulator of SPEC §12. It models a real gateway that
+// deduplicates on the key its caller forwards: the first call with a key
+// applies the refund, every later call with that key applies nothing and
+// answers with the original effect, but is counted. Its ledger is a table
+// in the demo's database, so it is shared by instances and survives
+// restarts; GET /v1/demo/gateway/ledger shows it, and it is what proves
+// that a retry never re-executed: one execution id per (principal,
+// requestKey).
+
+// gatewayEffect is one ledger row: everything the gateway received under
+// one key.
+type gatewayEffect struct {
+	// Key is the handler key the gateway received (call.IdempotencyKey).
+	Key string `json:"key"`
+	// Principal is the id of the principal whose execution called.
+	Principal string `json:"principal"`
+	// RequestKey is the client's Idempotency-Key, null for unkeyed calls.
+	RequestKey *string `json:"requestKey"`
+	OrderID    string  `json:"orderId"`
+	Amount     int64   `json:"amount"`
+	// Calls counts the gateway calls that carried Key.
+	Calls int64 `json:"calls"`
+	// Applied reports whether the refund took effect.
+	Applied bool `json:"applied"`
+	// ExecutionIDs lists every execution that called with Key, in order.
+	ExecutionIDs []string `json:"executionIds"`
+}
+
+// gatewayRefundParams is one refund call to the gateway.
+type gatewayRefundParams struct {
+	Org         string
+	Key         string // the idempotency key the gateway deduplicates on
+	Principal   string
+	RequestKey  string // "" for unkeyed calls
+	ExecutionID string
+	OrderID     string
+	Amount      int64
+}
+
+const gatewayColumns = `handler_key, principal, request_key, order_id, amount, calls, applied, execution_ids`
+
+// gatewayRefund calls the gateway inside the caller's transaction, so that
+// the business rule checked there and the effect commit together. It
+// reports whether this call applied the refund (false: the key was seen
+// before, and the effect returned is the original one).
+func gatewayRefund(ctx context.Context, tx *Tx, now time.Time, p gatewayRefundParams) (gatewayEffect, bool, error) {
+	var requestKey *string
+	if p.RequestKey != "" {
+		requestKey = &p.RequestKey
+	}
+	ids, _ := json.Marshal([]string{p.ExecutionID})
+	res, err := tx.Exec(ctx, `INSERT INTO idem_demo_gateway_effects (org, `+gatewayColumns+`, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT (org, handler_key) DO NOTHING`,
+		p.Org, p.Key, p.Principal, requestKey, p.OrderID, p.Amount, true, string(ids), micros(now), micros(now))
+	if err != nil {
+		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
+	} else if n == 1 {
+		return gatewayEffect{
+			Key: p.Key, Principal: p.Principal, RequestKey: requestKey, OrderID: p.OrderID, Amount: p.Amount,
+			Calls: 1, Applied: true, ExecutionIDs: []string{p.ExecutionID},
+		}, true, nil
+	}
+
+	// A key seen before: count the call, remember the execution, apply
+	// nothing.
+	e, err := scanGatewayEffect(tx.QueryRow(ctx, `SELECT `+gatewayColumns+` FROM idem_demo_gateway_effects
+		WHERE org = ? AND handler_key = ?`+tx.d.forUpdate(), p.Org, p.Key))
+	if err != nil {
+		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
+	}
+	e.Calls++
+	if !slices.Contains(e.ExecutionIDs, p.ExecutionID) {
+		e.ExecutionIDs = append(e.ExecutionIDs, p.ExecutionID)
+	}
+	ids, _ = json.Marshal(e.ExecutionIDs)
+	if _, err := tx.Exec(ctx, `UPDATE idem_demo_gateway_effects SET calls = ?, execution_ids = ?, updated_at = ?
+		WHERE org = ? AND handler_key = ?`, e.Calls, string(ids), micros(now), p.Org, p.Key); err != nil {
+		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
+	}
+	return e, false, nil
+}
+
+func scanGatewayEffect(row interface{ Scan(...any) error }) (gatewayEffect, error) {
+	var e gatewayEffect
+	var requestKey sql.NullString
+	var ids string
+	if err := row.Scan(&e.Key, &e.Principal, &requestKey, &e.OrderID, &e.Amount, &e.Calls, &e.Applied, &ids); err != nil {
+		return gatewayEffect{}, err
+	}
+	if requestKey.Valid {
+		e.RequestKey = &requestKey.String
+	}
+	if err := json.Unmarshal([]byte(ids), &e.ExecutionIDs); err != nil {
+		return gatewayEffect{}, fmt.Errorf("execution ids of %s: %w", e.Key, err)
+	}
+	return e, nil
+}
+
+// gatewayLedger lists an org's ledger in the order the keys first arrived.
+func (a *App) gatewayLedger(ctx context.Context, org string) ([]gatewayEffect, error) {
+	effects := []gatewayEffect{}
+	err := a.db.InTx(ctx, func(tx *Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+gatewayColumns+` FROM idem_demo_gateway_effects
+			WHERE org = ? ORDER BY created_at, handler_key`, org)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, err := scanGatewayEffect(rows)
+			if err != nil {
+				return err
+			}
+			effects = append(effects, e)
+		}
+		return rows.Err()
+	})
+	return effects, err
+}
+
+// serveGatewayLedger answers GET /v1/demo/gateway/ledger with the caller's
+// org's ledger: {"data": {"effects": [...]}}.
+func (a *App) serveGatewayLedger(w http.ResponseWriter, r *http.Request, p idem.Principal) {
+	resp, err := a.ledgerResponse(r.Context(), p.Org)
+	if err != nil {
+		resp = idem.ErrorResponse(err, nil)
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+func (a *App) ledgerResponse(ctx context.Context, org string) (idem.Response, error) {
+	effects, err := a.gatewayLedger(ctx, org)
+	if err != nil {
+		return idem.Response{}, err
+	}
+	var body struct {
+		Data struct {
+			Effects []gatewayEffect `json:"effects"`
+		} `json:"data"`
+	}
+	body.Data.Effects = effects
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return idem.Response{}, err
+	}
+	return idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: raw}, nil
+}

@@ -1,0 +1,236 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"idem"
+)
+
+// refundApprovalThreshold is the largest refund, in cents, that needs no
+// approval.
+const refundApprovalThreshold = 5000
+
+// orderView is an order with its refunds: what order.show answers.
+type orderView struct {
+	ID string `json:"id"`
+	// Amount is what was paid, in cents.
+	Amount int64 `json:"amount"`
+	// Refunded is the total refunded so far, in cents.
+	Refunded int64 `json:"refunded"`
+	// Remaining is what can still be refunded, in cents.
+	Remaining int64        `json:"remaining"`
+	Refunds   []refundView `json:"refunds"`
+	CreatedAt time.Time    `json:"createdAt"`
+}
+
+// refundView is one refund of an order.
+type refundView struct {
+	ID      string `json:"id"`
+	OrderID string `json:"orderId"`
+	Amount  int64  `json:"amount"`
+	// ExecutionID is the execution that made the refund, so that a caller
+	// reconciling an ambiguous answer can find its own.
+	ExecutionID string    `json:"executionId"`
+	CreatedAt   time.Time `json:"createdAt"`
+}
+
+type orderShowInput struct {
+	ID string `json:"id" in:"path" jsonschema:"minLength=1,maxLength=200"`
+}
+
+type refundInput struct {
+	ID string `json:"id" in:"path" jsonschema:"minLength=1,maxLength=200"`
+	// Amount to refund, in cents.
+	Amount   int64           `json:"amount" jsonschema:"minimum=1,description=amount to refund in cents; over 5000 needs an approval"`
+	Simulate *refundSimulate `json:"simulate,omitempty" jsonschema:"description=demo fault injection around the gateway call"`
+}
+
+// refundSimulate injects faults around the gateway call (SPEC §12). It
+// exists only in the demo: order.refund is registered only under --demo.
+type refundSimulate struct {
+	// DelayMs sleeps before the gateway call, honouring cancellation.
+	DelayMs int `json:"delayMs,omitempty" jsonschema:"minimum=0,maximum=60000,description=sleep this many milliseconds before the gateway call (honours cancellation)"`
+	// FailAfterEffect applies the refund, then fails (not retryable).
+	FailAfterEffect bool `json:"failAfterEffect,omitempty" jsonschema:"description=apply the refund then fail: 500 EXECUTION_FAILED and an indeterminate key"`
+	// FailBeforeEffect fails every attempt before the gateway call with a
+	// retryable error.
+	FailBeforeEffect bool `json:"failBeforeEffect,omitempty" jsonschema:"description=fail every attempt before the gateway call with a retryable error"`
+	// TimeoutOnce makes the first attempt outlive its timeout before it
+	// reaches the gateway; the runtime retry then runs normally.
+	TimeoutOnce bool `json:"timeoutOnce,omitempty" jsonschema:"description=make the first attempt outlive its 5 s timeout before the gateway call; the runtime retry succeeds"`
+}
+
+// refundResult is what order.refund answers: the refund it made and the
+// order as that attempt left it.
+type refundResult struct {
+	Refund refundView `json:"refund"`
+	Order  orderView  `json:"order"`
+}
+
+func (a *App) orderOperations() []idem.Operation {
+	unknownOrder := commerceError(idem.CodeNotFound, "No order with this id exists in the caller's org.")
+	return []idem.Operation{
+		idem.Define(idem.Metadata{
+			Name: "order.show", Method: "GET", Path: "/v1/orders/{id}",
+			Summary:    "Show an order: its amount, the total refunded and every refund",
+			SideEffect: idem.SideEffectRead,
+			Retry: idem.RetryContract{Kind: idem.RetryFreshRead,
+				Rationale: "A read of the order's current state: it always executes and is never served from a stored attempt."},
+			Errors: []idem.DeclaredError{unknownOrder},
+		}, a.showOrder),
+
+		idem.Define(idem.Metadata{
+			Name: "order.refund", Method: "POST", Path: "/v1/orders/{id}/refund",
+			Summary:    "Refund part or all of an order through the payment gateway; refunds over 5000 cents need approval",
+			SideEffect: idem.SideEffectWrite,
+			Idempotent: true, RuntimeRetry: idem.RuntimeRetry{MaxAttempts: 1}, Timeout: 5 * time.Second,
+			Retry: idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "order.show",
+				Rationale: "A refund moves money, so a retry must replay the first attempt's result rather than refund again; the handler forwards its execution key to the payment gateway, which deduplicates on it, so its own runtime retry is safe too. A replay proves what that attempt did, not the order's current state: run order.show before reporting it."},
+			Approval: idem.ApprovalPolicy,
+			Errors: []idem.DeclaredError{unknownOrder,
+				commerceError(idem.CodeAlreadyRefunded, "The refund exceeds what is left to refund on the order (details.remaining); run order.show to see its refunds.")},
+		}, a.refundOrder).WithPolicies(refundApprovalPolicy),
+	}
+}
+
+// refundApprovalPolicy asks for approval of refunds over
+// refundApprovalThreshold.
+var refundApprovalPolicy = idem.PolicyFor("refund-approval", func(_ context.Context, _ idem.Principal, in refundInput) (idem.PolicyDecision, error) {
+	if in.Amount > refundApprovalThreshold {
+		return idem.PolicyDecision{Effect: idem.RequireApproval,
+			Reason: fmt.Sprintf("refunds over %d cents need an approver's approval (this one is %d cents on order %s)", refundApprovalThreshold, in.Amount, in.ID)}, nil
+	}
+	return idem.PolicyDecision{Effect: idem.Allow}, nil
+})
+
+func (a *App) showOrder(ctx context.Context, call *idem.Call, in orderShowInput) (orderView, error) {
+	var out orderView
+	err := a.db.InTx(ctx, func(tx *Tx) error {
+		var err error
+		out, err = loadOrder(ctx, tx, call.Principal.Org, in.ID, false)
+		return err
+	})
+	return out, err
+}
+
+// refundOrder checks the business rule and calls the gateway in one
+// transaction, with the order row locked, so that concurrent refunds of
+// one order cannot both pass the check.
+func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) (refundResult, error) {
+	var sim refundSimulate
+	if in.Simulate != nil {
+		sim = *in.Simulate
+	}
+	if sim.TimeoutOnce && call.Attempt == 1 {
+		// Outlive the attempt's timeout without reaching the gateway: the
+		// runtime answers TIMEOUT and retries.
+		<-ctx.Done()
+		return refundResult{}, ctx.Err()
+	}
+	if sim.FailBeforeEffect {
+		return refundResult{}, idem.Retryable(errors.New("simulated failure before the gateway call (simulate.failBeforeEffect)"))
+	}
+	if sim.DelayMs > 0 {
+		t := time.NewTimer(time.Duration(sim.DelayMs) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return refundResult{}, ctx.Err()
+		}
+	}
+
+	org := call.Principal.Org
+	var out refundResult
+	err := a.db.InTx(ctx, func(tx *Tx) error {
+		order, err := loadOrder(ctx, tx, org, in.ID, true)
+		if err != nil {
+			return err
+		}
+		gw := gatewayRefundParams{
+			Org: org, Key: call.IdempotencyKey, Principal: call.Principal.ID, RequestKey: call.RequestKey,
+			ExecutionID: call.ExecutionID, OrderID: in.ID, Amount: in.Amount,
+		}
+		// A runtime retry of an attempt whose effect committed: the gateway
+		// is called again with the same key (it deduplicates) and the
+		// refund already made is the answer.
+		for _, r := range order.Refunds {
+			if r.ExecutionID == call.ExecutionID {
+				if _, _, err := gatewayRefund(ctx, tx, a.now(), gw); err != nil {
+					return err
+				}
+				out = refundResult{Refund: r, Order: order}
+				return nil
+			}
+		}
+		if in.Amount > order.Remaining {
+			return idem.Errorf(idem.CodeAlreadyRefunded, "order %s has %d of %d cents left to refund; a refund of %d cents would exceed it", in.ID, order.Remaining, order.Amount, in.Amount).
+				WithDetail("orderId", in.ID).WithDetail("orderAmount", order.Amount).
+				WithDetail("refunded", order.Refunded).WithDetail("remaining", order.Remaining)
+		}
+		if _, applied, err := gatewayRefund(ctx, tx, a.now(), gw); err != nil {
+			return err
+		} else if !applied {
+			return fmt.Errorf("gateway already knew key %s, but no refund of order %s carries it", gw.Key, in.ID)
+		}
+		r := refundView{ID: commerceID("rf_"), OrderID: in.ID, Amount: in.Amount, ExecutionID: call.ExecutionID, CreatedAt: a.now()}
+		if _, err := tx.Exec(ctx, `INSERT INTO idem_demo_refunds (org, id, order_id, amount, gateway_key, execution_id, principal, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, org, r.ID, r.OrderID, r.Amount, gw.Key, r.ExecutionID, gw.Principal, micros(r.CreatedAt)); err != nil {
+			return fmt.Errorf("record refund of %s: %w", in.ID, err)
+		}
+		order.Refunds = append(order.Refunds, r)
+		order.Refunded += r.Amount
+		order.Remaining -= r.Amount
+		out = refundResult{Refund: r, Order: order}
+		return nil
+	})
+	if err != nil {
+		return refundResult{}, err
+	}
+	if sim.FailAfterEffect {
+		return refundResult{}, errors.New("simulated failure after the gateway applied the refund (simulate.failAfterEffect)")
+	}
+	return out, nil
+}
+
+// loadOrder reads an order with its refunds, locking the order row when
+// lock is set.
+func loadOrder(ctx context.Context, tx *Tx, org, id string, lock bool) (orderView, error) {
+	q := `SELECT amount, created_at FROM idem_demo_orders WHERE org = ? AND id = ?`
+	if lock {
+		q += tx.d.forUpdate()
+	}
+	o := orderView{ID: id, Refunds: []refundView{}}
+	var created int64
+	if err := tx.QueryRow(ctx, q, org, id).Scan(&o.Amount, &created); errors.Is(err, sql.ErrNoRows) {
+		return orderView{}, notFound("order", id)
+	} else if err != nil {
+		return orderView{}, fmt.Errorf("read order %s: %w", id, err)
+	}
+	o.CreatedAt = fromMicros(created)
+	rows, err := tx.Query(ctx, `SELECT id, amount, execution_id, created_at FROM idem_demo_refunds
+		WHERE org = ? AND order_id = ? ORDER BY created_at, id`, org, id)
+	if err != nil {
+		return orderView{}, fmt.Errorf("read refunds of %s: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := refundView{OrderID: id}
+		var at int64
+		if err := rows.Scan(&r.ID, &r.Amount, &r.ExecutionID, &at); err != nil {
+			return orderView{}, fmt.Errorf("read refunds of %s: %w", id, err)
+		}
+		r.CreatedAt = fromMicros(at)
+		o.Refunds = append(o.Refunds, r)
+		o.Refunded += r.Amount
+	}
+	if err := rows.Err(); err != nil {
+		return orderView{}, fmt.Errorf("read refunds of %s: %w", id, err)
+	}
+	o.Remaining = o.Amount - o.Refunded
+	return o, nil
+}
