@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" driver
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"idem"
 	"idem/internal/migrate"
@@ -26,6 +27,7 @@ var schemaFS embed.FS
 type DB struct {
 	sql     *sql.DB
 	dialect string // "sqlite" or "postgres"
+	close   func() // closes what sql runs on, if anything
 }
 
 func openDB(ctx context.Context, storeURL string) (*DB, error) {
@@ -40,11 +42,21 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 		db.SetMaxOpenConns(1) // one writer, like the store's
 		d = DB{sql: db, dialect: "sqlite"}
 	case strings.HasPrefix(storeURL, "postgres://"), strings.HasPrefix(storeURL, "postgresql://"):
-		db, err := sql.Open("pgx", storeURL)
+		// database/sql over a pgxpool: the pool pings connections that sat
+		// idle before handing them out, so a restarted database is
+		// reconnected to instead of failing the first request.
+		cfg, err := pgxpool.ParseConfig(storeURL)
 		if err != nil {
 			return nil, err
 		}
-		d = DB{sql: db, dialect: "postgres"}
+		cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > 250*time.Millisecond }
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		db := stdlib.OpenDBFromPool(pool)
+		db.SetMaxIdleConns(0) // every transaction acquires from the pool, which checks the connection
+		d = DB{sql: db, dialect: "postgres", close: pool.Close}
 	default:
 		return nil, fmt.Errorf("demo: store %q: want sqlite:PATH or postgres://…", storeURL)
 	}
@@ -56,7 +68,13 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 }
 
 // Close closes the pool.
-func (d *DB) Close() error { return d.sql.Close() }
+func (d *DB) Close() error {
+	err := d.sql.Close()
+	if d.close != nil {
+		d.close()
+	}
+	return err
+}
 
 // migrate applies schema/<dialect>/NNN_name.up.sql in order, each in one
 // transaction, recorded in idem_demo_schema_migrations. On PostgreSQL an

@@ -36,6 +36,9 @@ func TestPostgresOutageFailsClosedAndRecovers(t *testing.T) {
 		t.Fatalf("503 = %s %v", down.raw, down.header)
 	}
 
+	refund := `{"amount":100}`
+	s.do(t, "POST", "/v1/orders/ord_5/refund", "demo-agent", refund, "Idempotency-Key", "outage-1").want(t, 503, "STORE_UNAVAILABLE")
+
 	cluster.Start()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -49,4 +52,11 @@ func TestPostgresOutageFailsClosedAndRecovers(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.do(t, "GET", "/v1/attempts/k-1", "demo-agent", "").want(t, 404, "NOT_FOUND")
+	// The refund refused during the outage ran nothing and consumed no key.
+	for _, e := range ledgerEffects(t, s, "demo-agent") {
+		if e["requestKey"] == "outage-1" {
+			t.Fatalf("a refund refused with 503 reached the gateway: %v", e)
+		}
+	}
+	s.do(t, "POST", "/v1/orders/ord_5/refund", "demo-agent", refund, "Idempotency-Key", "outage-1").want(t, 200, "")
 }
