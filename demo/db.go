@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -170,17 +171,43 @@ func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // InTx runs fn in one transaction (IMMEDIATE on SQLite; on PostgreSQL
 // READ COMMITTED, so use SELECT … FOR UPDATE (forUpdate) or conditional
 // updates where rows race). Errors that are not idem errors come back as
-// STORE_UNAVAILABLE, so a handler fails closed.
+// STORE_UNAVAILABLE, so a handler fails closed. A transaction that failed
+// on a dead connection before it could commit (a restarted database) is
+// run once more on a fresh one: nothing of it was applied.
 func (d *DB) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	err := d.inTx(ctx, fn)
+	if deadConnection(err) && ctx.Err() == nil {
+		err = d.inTx(ctx, fn)
+	}
+	return dbError(err)
+}
+
+// errBeforeCommit marks errors raised before COMMIT was sent.
+type errBeforeCommit struct{ error }
+
+func (e errBeforeCommit) Unwrap() error { return e.error }
+
+func (d *DB) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 	tx, err := d.sql.BeginTx(ctx, nil)
 	if err != nil {
-		return dbError(err)
+		return errBeforeCommit{err}
 	}
 	if err := fn(&Tx{tx: tx, d: d}); err != nil {
 		tx.Rollback()
-		return dbError(err)
+		return errBeforeCommit{err}
 	}
-	return dbError(tx.Commit())
+	return tx.Commit()
+}
+
+// deadConnection reports an error raised before commit by a connection
+// that was already gone (pgx says "conn closed"; database/sql says
+// driver.ErrBadConn).
+func deadConnection(err error) bool {
+	var before errBeforeCommit
+	if !errors.As(err, &before) {
+		return false
+	}
+	return errors.Is(err, driver.ErrBadConn) || strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset")
 }
 
 // forUpdate is the row-lock suffix of a SELECT: FOR UPDATE on PostgreSQL,
