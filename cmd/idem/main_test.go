@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"idem"
 	"idem/internal/pgtest"
 )
 
@@ -72,5 +73,20 @@ func TestRedact(t *testing.T) {
 		if got := redact(tt.in); got != tt.want {
 			t.Errorf("redact(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestKeyNew(t *testing.T) {
+	seen := map[string]bool{}
+	for range 3 {
+		code, out, _ := run(t, nil, "key", "new")
+		key := strings.TrimSuffix(out, "\n")
+		if code != 0 || strings.Count(out, "\n") != 1 || len(key) != 36 || seen[key] {
+			t.Fatalf("idem key new = %d %q", code, out)
+		}
+		if err := idem.ValidateKey(key); err != nil {
+			t.Fatalf("idem key new printed an invalid key %q: %v", key, err)
+		}
+		seen[key] = true
 	}
 }

@@ -24,7 +24,7 @@ func (m Main) rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.webhookCommand())
+	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.keyCommand(), m.webhookCommand())
 	return root
 }
 
