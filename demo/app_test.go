@@ -116,26 +116,7 @@ func (e *testEnv) call(t *testing.T, r req) result {
 	if !ok {
 		t.Fatalf("unknown demo token %q", token)
 	}
-	q := idem.Request{Operation: r.op, Surface: idem.SurfaceHTTP, Principal: p, PathParams: r.path, Query: r.query, Body: []byte(r.body)}
-	if r.key != "" {
-		q.KeyHeader = []string{r.key}
-	}
-	resp := e.runner.Call(context.Background(), q)
-	out := result{Status: resp.Status, Raw: resp.Body}
-	var body struct {
-		Data    json.RawMessage `json:"data"`
-		Code    idem.Code       `json:"code"`
-		Details map[string]any  `json:"details"`
-		Meta    json.RawMessage `json:"meta"`
-	}
-	if err := json.Unmarshal(resp.Body, &body); err != nil {
-		t.Fatalf("%s: body %s: %v", r.op, resp.Body, err)
-	}
-	out.Data, out.Code, out.Detail = body.Data, body.Code, body.Details
-	if len(body.Meta) > 0 {
-		_ = json.Unmarshal(body.Meta, &out.Meta)
-	}
-	return out
+	return e.callAs(t, context.Background(), p, r)
 }
 
 // must checks status and code and returns the result.

@@ -77,11 +77,12 @@ func (d *DB) Close() error {
 	return err
 }
 
-// migrate applies schema/<dialect>/NNN_name.up.sql in order, each in one
+// migrate applies schema/NNN_name.up.sql (one SQL for both dialects) in
+// order, each in one
 // transaction, recorded in idem_demo_schema_migrations. On PostgreSQL an
 // advisory lock serialises instances starting at once.
 func (d *DB) migrate(ctx context.Context) error {
-	all, err := migrate.Load(schemaFS, "schema/"+d.dialect)
+	all, err := migrate.Load(schemaFS, "schema")
 	if err != nil {
 		return err
 	}
