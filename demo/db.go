@@ -78,9 +78,8 @@ func (d *DB) Close() error {
 }
 
 // migrate applies schema/NNN_name.up.sql (one SQL for both dialects) in
-// order, each in one
-// transaction, recorded in idem_demo_schema_migrations. On PostgreSQL an
-// advisory lock serialises instances starting at once.
+// order, each in one transaction, recorded in idem_demo_schema_migrations.
+// On PostgreSQL an advisory lock serialises instances starting at once.
 func (d *DB) migrate(ctx context.Context) error {
 	all, err := migrate.Load(schemaFS, "schema")
 	if err != nil {
