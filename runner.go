@@ -363,11 +363,7 @@ func (x *execution) checkContract() *Error {
 }
 
 // concretePath substitutes the route's parameters.
-func (x *execution) concretePath() string {
-	return pathParam.ReplaceAllStringFunc(x.op.meta.Path, func(m string) string {
-		return url.PathEscape(x.req.PathParams[m[1:len(m)-1]])
-	})
-}
+func (x *execution) concretePath() string { return FillPath(x.op.meta.Path, x.req.PathParams) }
 
 // storeFailure maps a store error to the answer: a done context is the
 // caller's cancellation, anything else fails closed.

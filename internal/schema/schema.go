@@ -65,7 +65,9 @@ func For(t reflect.Type) (s *Schema, err error) {
 	// nested type with the same name (e.g. http.Header inside a Header
 	// struct) would replace the root.
 	r := &invopop.Reflector{Anonymous: true, DoNotReference: true}
-	doc, err := json.Marshal(r.ReflectFromType(t))
+	root := r.ReflectFromType(t)
+	annotateLocations(root, t)
+	doc, err := json.Marshal(root)
 	if err != nil {
 		return nil, fmt.Errorf("schema: %s: marshal: %w", t, err)
 	}
@@ -416,4 +418,37 @@ func checkType(t reflect.Type, where string, visiting, done map[reflect.Type]boo
 	}
 	done[t] = true
 	return nil
+}
+
+// LocationKeyword annotates an argument that does not travel in the JSON
+// body: "path" or "query" (from the field's in:"…" tag). Validators ignore
+// it; clients read it to place each argument of a flat call.
+const LocationKeyword = "x-idem-in"
+
+// annotateLocations marks the top-level properties of a struct whose
+// fields carry an in:"path" or in:"query" tag.
+func annotateLocations(root *invopop.Schema, t reflect.Type) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || root.Properties == nil {
+		return
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		in := f.Tag.Get("in")
+		if in == "" || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if prop, ok := root.Properties.Get(name); ok && prop != nil {
+			if prop.Extras == nil {
+				prop.Extras = map[string]any{}
+			}
+			prop.Extras[LocationKeyword] = in
+		}
+	}
 }

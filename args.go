@@ -1,0 +1,110 @@
+package idem
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sort"
+)
+
+// Placement is where the flat arguments of one call travel over HTTP.
+type Placement struct {
+	PathParams map[string]string
+	Query      url.Values
+	// Body is the JSON object of the remaining arguments; nil when there
+	// are none.
+	Body []byte
+}
+
+// PlaceArguments splits a call's flat arguments (the shape MCP tools and
+// the CLI take) into path parameters, query parameters and the JSON body.
+// locations names the arguments that are not body fields ("path" or
+// "query"), as Descriptor.Locations or the catalog's x-idem-in annotations
+// say. Path and query values must be JSON scalars.
+func PlaceArguments(locations map[string]string, args map[string]json.RawMessage) (Placement, error) {
+	p := Placement{PathParams: map[string]string{}, Query: url.Values{}}
+	body := map[string]json.RawMessage{}
+	names := make([]string, 0, len(args))
+	for name := range args {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		raw := args[name]
+		in := locations[name]
+		if in == "" {
+			body[name] = raw
+			continue
+		}
+		s, err := scalarString(raw)
+		if err != nil {
+			return Placement{}, Errorf(CodeInvalidInput, "argument %s travels in the %s and must be a string, number or boolean: %v", name, in, err).
+				WithDetail("errors", []map[string]string{{"path": "/" + name, "message": "must be a string, number or boolean"}})
+		}
+		if in == "path" {
+			p.PathParams[name] = s
+		} else {
+			p.Query.Set(name, s)
+		}
+	}
+	if len(body) > 0 {
+		p.Body, _ = json.Marshal(body)
+	}
+	return p, nil
+}
+
+// scalarString renders a JSON scalar as a path or query value.
+func scalarString(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", fmt.Errorf("empty value")
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	case '{', '[', 'n':
+		return "", fmt.Errorf("got %s", raw)
+	}
+	return string(raw), nil // a number or a boolean, as written
+}
+
+// FillPath substitutes the route template's {name} segments, each escaped.
+func FillPath(template string, params map[string]string) string {
+	return pathParam.ReplaceAllStringFunc(template, func(m string) string {
+		return url.PathEscape(params[m[1:len(m)-1]])
+	})
+}
+
+// Locations maps each path and query argument of the operation to "path"
+// or "query".
+func (d Descriptor) Locations() map[string]string {
+	out := map[string]string{}
+	for _, p := range d.Params {
+		if p.In != "body" {
+			out[p.Name] = p.In
+		}
+	}
+	return out
+}
+
+// LocationsFromSchema reads the x-idem-in annotations of a catalog
+// inputSchema (the same map as Descriptor.Locations).
+func LocationsFromSchema(inputSchema json.RawMessage) map[string]string {
+	var s struct {
+		Properties map[string]struct {
+			In string `json:"x-idem-in"`
+		} `json:"properties"`
+	}
+	out := map[string]string{}
+	if json.Unmarshal(inputSchema, &s) == nil {
+		for name, p := range s.Properties {
+			if p.In == "path" || p.In == "query" {
+				out[name] = p.In
+			}
+		}
+	}
+	return out
+}
