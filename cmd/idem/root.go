@@ -24,12 +24,17 @@ func (m Main) rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.keyCommand(), m.webhookCommand())
+	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.keyCommand(), m.webhookCommand(), m.mcpCommand())
+	root.AddCommand(m.operationsCommand(), m.callCommand(), m.approvalsCommand(), m.executionsCommand(), m.attemptsCommand())
 	return root
 }
 
 // report prints err for people on stderr and returns its exit code.
 func (m Main) report(err error) int {
+	var done exitStatus
+	if errors.As(err, &done) { // the command has said everything already
+		return int(done)
+	}
 	fmt.Fprintf(m.Stderr, "Error: %v\n", err)
 	var usage usageError
 	if errors.As(err, &usage) || isCobraUsage(err) {

@@ -19,6 +19,7 @@ import (
 	"idem"
 	"idem/demo"
 	"idem/httpapi"
+	"idem/mcpserver"
 	"idem/metrics"
 	"idem/secretbox"
 )
@@ -135,12 +136,22 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 		Runner: runner, Store: store, Auth: tokens, Logger: logger, Version: buildVersion(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: app.routes,
 	})
+	mcpServer, err := mcpserver.New(ctx, mcpserver.RunnerBackend{Runner: runner}, mcpserver.Options{Version: buildVersion()})
+	if err != nil {
+		return err
+	}
+	mcpHandler := mcpserver.Handler(mcpServer, tokens, mcpserver.HTTPOptions{})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcpHandler)
+	mux.Handle("/mcp/", mcpHandler)
+	mux.Handle("/", handler)
 
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.addr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(mcpHandler.Drain)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	addr := ln.Addr().String()

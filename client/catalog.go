@@ -1,0 +1,149 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"idem"
+)
+
+// Catalog is the operations catalog (GET /v1/operations, SPEC §4).
+type Catalog struct {
+	// Raw is the document exactly as the server sent it.
+	Raw                 []byte               `json:"-"`
+	Operations          []Operation          `json:"operations"`
+	DirectCLIOperations []DirectCLIOperation `json:"directCliOperations"`
+}
+
+// Operation is one catalog entry.
+type Operation struct {
+	Name         string               `json:"name"`
+	Method       string               `json:"method"`
+	Path         string               `json:"path"`
+	Summary      string               `json:"summary"`
+	SideEffect   idem.SideEffect      `json:"sideEffect"`
+	Idempotent   bool                 `json:"idempotent"`
+	TimeoutMs    int64                `json:"timeoutMs"`
+	RuntimeRetry RuntimeRetry         `json:"runtimeRetry"`
+	Retry        idem.RetryContract   `json:"retry"`
+	Approval     idem.ApprovalMode    `json:"approval"`
+	Surfaces     []idem.Surface       `json:"surfaces"`
+	Errors       []idem.DeclaredError `json:"errors"`
+	InputSchema  json.RawMessage      `json:"inputSchema"`
+	OutputSchema json.RawMessage      `json:"outputSchema"`
+}
+
+// RuntimeRetry is an operation's runtime retry configuration.
+type RuntimeRetry struct {
+	MaxAttempts int `json:"maxAttempts"`
+	BackoffMs   int `json:"backoffMs"`
+}
+
+// DirectCLIOperation is a CLI command listed in the catalog with its retry
+// contract, though it is not an operation.
+type DirectCLIOperation struct {
+	Name    string             `json:"name"`
+	Command string             `json:"command"`
+	Summary string             `json:"summary"`
+	Retry   idem.RetryContract `json:"retry"`
+}
+
+// Operation returns the named operation.
+func (c *Catalog) Operation(name string) (Operation, bool) {
+	for _, op := range c.Operations {
+		if op.Name == name {
+			return op, true
+		}
+	}
+	return Operation{}, false
+}
+
+// Locations maps the operation's path and query arguments to "path" or
+// "query" (the inputSchema's x-idem-in annotations).
+func (o Operation) Locations() map[string]string { return idem.LocationsFromSchema(o.InputSchema) }
+
+// Bound is the longest one execution of the operation may run on the
+// server: its timeout per attempt times its attempts, plus the runtime
+// backoff between them.
+func (o Operation) Bound() time.Duration {
+	timeout := time.Duration(o.TimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	attempts := o.RuntimeRetry.MaxAttempts + 1
+	bound := timeout * time.Duration(attempts)
+	backoff := time.Duration(o.RuntimeRetry.BackoffMs) * time.Millisecond
+	for range o.RuntimeRetry.MaxAttempts {
+		bound += backoff
+		backoff = min(backoff*2, 30*time.Second)
+	}
+	return bound
+}
+
+// PropertyTypes returns the JSON Schema "type" of each top-level input
+// property (a property with several types or none is left out).
+func (o Operation) PropertyTypes() map[string]string {
+	var s struct {
+		Properties map[string]struct {
+			Type json.RawMessage `json:"type"`
+		} `json:"properties"`
+	}
+	out := map[string]string{}
+	if json.Unmarshal(o.InputSchema, &s) != nil {
+		return out
+	}
+	for name, p := range s.Properties {
+		var t string
+		if json.Unmarshal(p.Type, &t) == nil {
+			out[name] = t
+		}
+	}
+	return out
+}
+
+// Properties returns the names of the operation's top-level input
+// properties.
+func (o Operation) Properties() []string {
+	var s struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	_ = json.Unmarshal(o.InputSchema, &s)
+	out := make([]string, 0, len(s.Properties))
+	for name := range s.Properties {
+		out = append(out, name)
+	}
+	return out
+}
+
+// catalogTimeout bounds one catalog or system-route request.
+const catalogTimeout = 30 * time.Second
+
+// Catalog returns the server's operations catalog, fetched once per client
+// (a failed fetch is not cached). The catalog is public: no token is sent.
+// Fetching it is a fresh read, retried on network errors and 5xx.
+func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
+	c.mu.Lock()
+	cached := c.catalog
+	c.mu.Unlock()
+	if cached != nil {
+		return cached, nil
+	}
+	res, err := c.get(ctx, request{method: "GET", path: "/v1/operations"})
+	if err != nil {
+		return nil, err
+	}
+	cat := &Catalog{Raw: res.Body}
+	if err := json.Unmarshal(res.Body, cat); err != nil {
+		return nil, fmt.Errorf("client: the catalog at %s/v1/operations is not a catalog document: %w", c.base, err)
+	}
+	cat.Raw = res.Body
+	c.mu.Lock()
+	if c.catalog == nil {
+		c.catalog = cat
+	}
+	cached = c.catalog
+	c.mu.Unlock()
+	return cached, nil
+}

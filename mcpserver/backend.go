@@ -1,0 +1,234 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"idem"
+)
+
+// principalKey is the context key of the calling principal.
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying the calling principal, which
+// RunnerBackend reads. Handler puts the principal of the bearer token
+// there for every tool call.
+func WithPrincipal(ctx context.Context, p idem.Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalFrom returns the principal WithPrincipal stored in ctx.
+func PrincipalFrom(ctx context.Context) (idem.Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(idem.Principal)
+	return p, ok
+}
+
+// RunnerBackend runs tools on an in-process Runner, as the principal in
+// the call's context, through the same pipeline as the HTTP surface: the
+// arguments are placed in path, query and body as HTTP would carry them,
+// so a call has the fingerprint of the equivalent HTTP request.
+type RunnerBackend struct {
+	Runner *idem.Runner
+}
+
+var _ Backend = RunnerBackend{}
+
+// Descriptors implements Backend.
+func (b RunnerBackend) Descriptors(context.Context) ([]Tool, error) {
+	descs := b.Runner.Descriptors()
+	out := make([]Tool, 0, len(descs))
+	for _, d := range descs {
+		out = append(out, Tool{
+			Name: d.Name, Method: d.Method, Path: d.Path, Summary: d.Summary, SideEffect: d.SideEffect,
+			Retry: d.Retry, Surfaces: d.Surfaces, InputSchema: d.InputSchema, Locations: d.Locations(),
+		})
+	}
+	return out, nil
+}
+
+// Call implements Backend. The execution runs under ctx: cancelling it
+// cancels the execution (Detachable is false), which the runner finalizes
+// once as CANCELLED.
+func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (int, []byte, error) {
+	p, ok := PrincipalFrom(ctx)
+	if !ok {
+		return 0, nil, idem.Errorf(idem.CodeUnauthenticated, "no principal in the call's context; send a token as Authorization: Bearer <token>")
+	}
+	var locations map[string]string
+	if d, ok := b.Runner.Describe(name); ok {
+		locations = d.Locations()
+	}
+	place, err := idem.PlaceArguments(locations, args)
+	if err != nil {
+		return 0, nil, err
+	}
+	req := idem.Request{
+		Operation: name, Surface: idem.SurfaceMCP, Principal: p,
+		PathParams: place.PathParams, Query: place.Query, Body: place.Body,
+	}
+	if key != "" {
+		req.KeyHeader = []string{key}
+	}
+	if dryRun {
+		req.Query.Set("dryRun", "true")
+	}
+	resp := b.Runner.Call(ctx, req)
+	return resp.Status, resp.Body, nil
+}
+
+// RemoteBackend forwards tools to a remote `idem serve` over its HTTP API:
+// it reads the catalog (GET /v1/operations) and calls each operation's
+// route with the bearer token, so a call is the HTTP request of the same
+// intent. The HTTP status and body come back as they are. Only operations
+// exposed on both http and mcp can be forwarded.
+type RemoteBackend struct {
+	server string
+	token  string
+	client *http.Client
+
+	mu  sync.Mutex
+	ops map[string]Tool
+}
+
+var _ Backend = (*RemoteBackend)(nil)
+
+// maxAnswerBytes bounds an answer read from the server.
+const maxAnswerBytes = 64 << 20
+
+// NewRemoteBackend returns a backend for the idem server at serverURL
+// (e.g. http://127.0.0.1:8080), calling as token. client is
+// http.DefaultClient when nil.
+func NewRemoteBackend(serverURL, token string, client *http.Client) *RemoteBackend {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	return &RemoteBackend{server: strings.TrimRight(serverURL, "/"), token: token, client: client}
+}
+
+// Descriptors implements Backend: the catalog's operations that are
+// exposed on http.
+func (b *RemoteBackend) Descriptors(ctx context.Context) ([]Tool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.server+"/v1/operations", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", idem.ContentTypeJSON)
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the catalog: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read the catalog: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("read the catalog: GET %s/v1/operations answered %d", b.server, resp.StatusCode)
+	}
+	var catalog struct {
+		Operations []struct {
+			Name        string             `json:"name"`
+			Method      string             `json:"method"`
+			Path        string             `json:"path"`
+			Summary     string             `json:"summary"`
+			SideEffect  idem.SideEffect    `json:"sideEffect"`
+			Retry       idem.RetryContract `json:"retry"`
+			Surfaces    []idem.Surface     `json:"surfaces"`
+			InputSchema json.RawMessage    `json:"inputSchema"`
+		} `json:"operations"`
+	}
+	if err := json.Unmarshal(body, &catalog); err != nil {
+		return nil, fmt.Errorf("read the catalog: %w", err)
+	}
+	ops := map[string]Tool{}
+	var out []Tool
+	for _, o := range catalog.Operations {
+		if !slices.Contains(o.Surfaces, idem.SurfaceHTTP) {
+			continue
+		}
+		t := Tool{
+			Name: o.Name, Method: o.Method, Path: o.Path, Summary: o.Summary, SideEffect: o.SideEffect,
+			Retry: o.Retry, Surfaces: o.Surfaces, InputSchema: o.InputSchema, Locations: idem.LocationsFromSchema(o.InputSchema),
+		}
+		ops[t.Name] = t
+		out = append(out, t)
+	}
+	b.mu.Lock()
+	b.ops = ops
+	b.mu.Unlock()
+	return out, nil
+}
+
+// Call implements Backend: one HTTP request to the operation's route with
+// Authorization: Bearer, Idempotency-Key when keyed and dryRun=true for a
+// preview. A failure to get an answer is NETWORK_ERROR.
+func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (int, []byte, error) {
+	b.mu.Lock()
+	t, ok := b.ops[name]
+	b.mu.Unlock()
+	if !ok {
+		return 0, nil, idem.Errorf(idem.CodeOperationNotFound, "no operation named %q on this surface", name)
+	}
+	place, err := idem.PlaceArguments(t.Locations, args)
+	if err != nil {
+		return 0, nil, err
+	}
+	if dryRun {
+		place.Query.Set("dryRun", "true")
+	}
+	u := b.server + idem.FillPath(t.Path, place.PathParams)
+	if len(place.Query) > 0 {
+		u += "?" + place.Query.Encode()
+	}
+	var body io.Reader
+	if place.Body != nil {
+		body = bytes.NewReader(place.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, t.Method, u, body)
+	if err != nil {
+		return 0, nil, idem.Errorf(idem.CodeInvalidInput, "build the request: %v", err)
+	}
+	req.Header.Set("Accept", idem.ContentTypeJSON+", "+idem.ContentTypeProblem)
+	if place.Body != nil {
+		req.Header.Set("Content-Type", idem.ContentTypeJSON)
+	}
+	if b.token != "" {
+		req.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return 0, nil, networkError(ctx, t, u, err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return 0, nil, networkError(ctx, t, u, err)
+	}
+	return resp.StatusCode, answer, nil
+}
+
+func networkError(ctx context.Context, t Tool, u string, err error) error {
+	if ctx.Err() != nil {
+		return idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
+	}
+	redacted := u
+	if parsed, perr := url.Parse(u); perr == nil {
+		redacted = parsed.Redacted()
+	}
+	e := idem.Errorf(idem.CodeNetworkError, "%s %s: no answer from the server: %v", t.Method, redacted, err)
+	if t.Retry.Reconcile != "" {
+		e = e.WithDetail("reconcile", t.Retry.Reconcile)
+	}
+	return e
+}

@@ -1,0 +1,285 @@
+// Package mcpserver is idem's MCP surface (SPEC §10.2): one tool per
+// operation exposed on mcp, named as the operation, with flat arguments,
+// explicit annotations and a description that carries the retry contract.
+//
+// Tools are registered through the SDK's low-level Server.AddTool, which
+// hands the raw arguments to the handler without validating them: the
+// Runner (behind a Backend) stays the only place that validates input and
+// builds the envelope. A result's structuredContent is that envelope, or
+// the problem object with isError: true.
+//
+// The same server runs in-process over streamable HTTP at /mcp of
+// `idem serve` (RunnerBackend, Handler) and over stdio in `idem mcp`
+// (RemoteBackend, forwarding to an `idem serve` over HTTP).
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"idem"
+)
+
+// The arguments the MCP surface adds to a tool's input schema. The registry
+// reserves both names, and New rejects a tool whose schema declares either.
+const (
+	ArgIdempotencyKey = "idempotencyKey"
+	ArgDryRun         = "dryRun"
+)
+
+// Tool is what New needs to know about one operation.
+type Tool struct {
+	Name       string
+	Method     string
+	Path       string
+	Summary    string
+	SideEffect idem.SideEffect
+	Retry      idem.RetryContract
+	Surfaces   []idem.Surface
+	// InputSchema is the operation's JSON Schema (an object schema).
+	InputSchema json.RawMessage
+	// Locations maps each path and query argument to "path" or "query";
+	// the other arguments travel in the body.
+	Locations map[string]string
+}
+
+// Backend is what the tools call: the in-process runner, or a remote idem
+// serve.
+type Backend interface {
+	// Descriptors lists every operation the backend can run.
+	Descriptors(ctx context.Context) ([]Tool, error)
+	// Call runs operation name with its flat arguments (the reserved ones
+	// removed) and returns the answer as HTTP gives it: the status and the
+	// envelope or problem object. idempotencyKey is "" for none. An error
+	// means there is no answer (a network failure); an *idem.Error keeps
+	// its code.
+	Call(ctx context.Context, name string, args map[string]json.RawMessage, idempotencyKey string, dryRun bool) (status int, body []byte, err error)
+}
+
+// Options configure New.
+type Options struct {
+	// Name and Version identify the server in the MCP handshake ("idem"
+	// and "dev" when empty).
+	Name    string
+	Version string
+	// Logger receives the SDK's logs; none when nil.
+	Logger *slog.Logger
+}
+
+// instructions are sent to clients in the initialize result.
+const instructions = "Each tool is one idem operation. Read a tool's description before retrying it: it states the " +
+	"operation's retry contract and the tool to reconcile with. Tools that take idempotencyKey replay by key: generate " +
+	"a key, keep it in durable task state before the first call, and resend identical arguments with the same key " +
+	"after an ambiguous outcome (a replay reports the original attempt; reconcile before reporting current state). " +
+	"structuredContent is the idem envelope {data, meta}; an error (isError) carries the problem object with a " +
+	"stable code. Approvals are decided by people, outside MCP."
+
+// New returns an MCP server with one tool per operation of b that is
+// exposed on mcp. It fails when an operation's input schema is not an
+// object schema or declares a reserved argument name.
+func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
+	descs, err := b.Descriptors(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: list operations: %w", err)
+	}
+	if opts.Name == "" {
+		opts.Name = "idem"
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: opts.Name, Version: opts.Version},
+		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
+	var errs []error
+	for _, t := range descs {
+		if !slices.Contains(t.Surfaces, idem.SurfaceMCP) {
+			continue
+		}
+		tool, err := NewTool(t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		srv.AddTool(tool, handler(b, t))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("mcpserver: %w", errors.Join(errs...))
+	}
+	return srv, nil
+}
+
+// NewTool builds the MCP tool of an operation (SPEC §10.2): named as the
+// operation; its input schema plus idempotencyKey (required) on
+// same_key_replay tools and dryRun on preview tools; annotations set
+// explicitly, false included; a description with the summary, the retry
+// contract and the reconcile tool.
+func NewTool(t Tool) (*mcp.Tool, error) {
+	schema, err := toolSchema(t)
+	if err != nil {
+		return nil, fmt.Errorf("operation %q: %w", t.Name, err)
+	}
+	effect := t.SideEffect
+	kind := t.Retry.Kind
+	return &mcp.Tool{
+		Name:        t.Name,
+		Description: description(t),
+		InputSchema: schema,
+		Annotations: &mcp.ToolAnnotations{
+			ReadOnlyHint:    effect == idem.SideEffectNone || effect == idem.SideEffectRead,
+			DestructiveHint: ptr(effect == idem.SideEffectDestructive),
+			IdempotentHint:  kind == idem.RetryFreshRead || kind == idem.RetryConvergent || kind == idem.RetryIntrinsicReplay,
+			OpenWorldHint:   ptr(effect == idem.SideEffectExternal),
+		},
+	}, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// description is the summary, the retry contract with its rationale, how to
+// use the reserved arguments, and the reconcile tool.
+func description(t Tool) string {
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(t.Summary))
+	fmt.Fprintf(&b, "\n\nRetry contract: %s.", t.Retry.Kind)
+	if r := strings.TrimSpace(t.Retry.Rationale); r != "" {
+		b.WriteString(" " + r)
+	}
+	switch t.Retry.Kind {
+	case idem.RetryFreshRead:
+		b.WriteString(" Repeat it freely; every call reads current state.")
+	case idem.RetrySameKeyReplay:
+		b.WriteString(" Send idempotencyKey: generate it once per intent and keep it in durable task state before the first call; " +
+			"after an ambiguous outcome resend the identical arguments with the same key. A replay " +
+			"(meta.idempotency.replayed: true) is proof of the original attempt, not current state.")
+	case idem.RetryConvergent:
+		b.WriteString(" Send no idempotencyKey. After an ambiguous outcome, reconcile and repeat only if the current state still differs.")
+	case idem.RetryIntrinsicReplay:
+		b.WriteString(" Send no idempotencyKey: repeating it is safe and returns the same transition.")
+	case idem.RetryNoAutomaticRetry:
+		b.WriteString(" Never retry it automatically; after an ambiguous outcome request a fresh one.")
+	case idem.RetryPreview:
+		b.WriteString(" A fresh preview that changes nothing; send no idempotencyKey.")
+	}
+	if t.Retry.Preview {
+		b.WriteString(" dryRun: true previews the call without changing anything (send no idempotencyKey with it).")
+	}
+	if t.Retry.Reconcile != "" {
+		fmt.Fprintf(&b, " Reconcile tool: %s (run it before reporting current state).", t.Retry.Reconcile)
+	}
+	return b.String()
+}
+
+// handler answers tools/call for one tool through b.
+func handler(b Backend, t Tool) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		meta := &idem.Meta{Operation: t.Name}
+		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
+		if err != nil {
+			resp := idem.ErrorResponse(err, meta)
+			return result(resp.Status, resp.Body), nil
+		}
+		if c, ok := callerOf(req); ok {
+			ctx = WithPrincipal(ctx, c.principal)
+			// SPEC §7: a dropped stream cancels an unkeyed call; a keyed
+			// call stays detached from its connection so that the same-key
+			// retry finds its result. notifications/cancelled cancels ctx
+			// itself, keyed or not.
+			if key == "" || t.Retry.Kind != idem.RetrySameKeyReplay {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				defer context.AfterFunc(c.stream, cancel)()
+			}
+		}
+		status, body, err := b.Call(ctx, t.Name, args, key, dryRun)
+		if err != nil {
+			if ctx.Err() != nil && idem.ErrorCode(err) != idem.CodeCancelled {
+				err = idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
+			}
+			resp := idem.ErrorResponse(err, meta)
+			status, body = resp.Status, resp.Body
+		}
+		return result(status, body), nil
+	}
+}
+
+// splitArguments parses a call's arguments and takes the reserved ones out.
+// Only their types are checked here; everything else is the runner's.
+func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessage, key string, dryRun bool, err error) {
+	args = map[string]json.RawMessage{}
+	if s := strings.TrimSpace(string(raw)); s != "" && s != "null" {
+		if json.Unmarshal(raw, &args) != nil || args == nil {
+			return nil, "", false, invalid("", "the arguments must be a JSON object")
+		}
+	}
+	if v, ok := args[ArgIdempotencyKey]; ok {
+		delete(args, ArgIdempotencyKey)
+		// fresh_read ignores a key entirely, not even parsing it (SPEC §4).
+		if t.Retry.Kind != idem.RetryFreshRead {
+			if json.Unmarshal(v, &key) != nil {
+				return nil, "", false, idem.Errorf(idem.CodeIdempotencyKeyInvalid, "idempotencyKey must be a string of 1 to %d characters", idem.MaxKeyLength)
+			}
+			if key == "" {
+				return nil, "", false, idem.ValidateKey(key)
+			}
+		}
+	}
+	if v, ok := args[ArgDryRun]; ok {
+		delete(args, ArgDryRun)
+		if json.Unmarshal(v, &dryRun) != nil {
+			return nil, "", false, invalid("/"+ArgDryRun, "dryRun must be true or false")
+		}
+	}
+	return args, key, dryRun, nil
+}
+
+func invalid(path, message string) error {
+	return idem.Errorf(idem.CodeInvalidInput, "invalid input: %s", message).
+		WithDetail("errors", []map[string]string{{"path": path, "message": message}})
+}
+
+// result is the tool result of one answer (SPEC §10.2): structuredContent
+// is the envelope, or the problem object with isError and one text content
+// "CODE: message".
+func result(status int, body []byte) *mcp.CallToolResult {
+	failed := status < 200 || status >= 400
+	var p struct {
+		Code   string `json:"code"`
+		Detail string `json:"detail"`
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil || obj == nil || (failed && (json.Unmarshal(body, &p) != nil || p.Code == "")) {
+		// Not an envelope or a problem object: a broken upstream.
+		resp := idem.ErrorResponse(idem.Errorf(idem.CodeInternal, "the server answered %d with a body that is not an idem envelope or problem object", status), nil)
+		body, failed = resp.Body, true
+		p.Code, p.Detail = string(resp.Problem.Code), resp.Problem.Detail
+	}
+	if !failed {
+		return &mcp.CallToolResult{
+			StructuredContent: json.RawMessage(body),
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(body)}},
+		}
+	}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		StructuredContent: json.RawMessage(body),
+		Content:           []mcp.Content{&mcp.TextContent{Text: p.Code + ": " + p.Detail}},
+	}
+}
+
+// callerOf returns the caller Handler recorded for the HTTP request that
+// carried req; none over stdio.
+func callerOf(req *mcp.CallToolRequest) (*caller, bool) {
+	if req.Extra == nil || req.Extra.TokenInfo == nil {
+		return nil, false
+	}
+	c, ok := req.Extra.TokenInfo.Extra[callerExtra].(*caller)
+	return c, ok
+}
