@@ -17,38 +17,14 @@ type Catalog struct {
 	DirectCLIOperations []DirectCLIOperation `json:"directCliOperations"`
 }
 
-// Operation is one catalog entry.
+// Operation is one catalog entry, with what the client derives from it.
 type Operation struct {
-	Name         string               `json:"name"`
-	Method       string               `json:"method"`
-	Path         string               `json:"path"`
-	Summary      string               `json:"summary"`
-	SideEffect   idem.SideEffect      `json:"sideEffect"`
-	Idempotent   bool                 `json:"idempotent"`
-	TimeoutMs    int64                `json:"timeoutMs"`
-	RuntimeRetry RuntimeRetry         `json:"runtimeRetry"`
-	Retry        idem.RetryContract   `json:"retry"`
-	Approval     idem.ApprovalMode    `json:"approval"`
-	Surfaces     []idem.Surface       `json:"surfaces"`
-	Errors       []idem.DeclaredError `json:"errors"`
-	InputSchema  json.RawMessage      `json:"inputSchema"`
-	OutputSchema json.RawMessage      `json:"outputSchema"`
-}
-
-// RuntimeRetry is an operation's runtime retry configuration.
-type RuntimeRetry struct {
-	MaxAttempts int `json:"maxAttempts"`
-	BackoffMs   int `json:"backoffMs"`
+	idem.CatalogOperation
 }
 
 // DirectCLIOperation is a CLI command listed in the catalog with its retry
 // contract, though it is not an operation.
-type DirectCLIOperation struct {
-	Name    string             `json:"name"`
-	Command string             `json:"command"`
-	Summary string             `json:"summary"`
-	Retry   idem.RetryContract `json:"retry"`
-}
+type DirectCLIOperation = idem.DirectCLIOperation
 
 // Operation returns the named operation.
 func (c *Catalog) Operation(name string) (Operation, bool) {

@@ -9,20 +9,10 @@ import (
 	"idem"
 )
 
-// DirectCLIOperation is a command registered directly in the CLI, not
-// projected from an operation. The catalog lists it under
-// directCliOperations so that an agent learns its retry contract too.
-type DirectCLIOperation struct {
-	Name    string             `json:"name"`
-	Command string             `json:"command"`
-	Summary string             `json:"summary"`
-	Retry   idem.RetryContract `json:"retry"`
-}
-
 // DirectCLIOperations returns the CLI's own commands that change something
 // outside one server mutation: today `idem webhook listen`.
-func DirectCLIOperations() []DirectCLIOperation {
-	return []DirectCLIOperation{{
+func DirectCLIOperations() []idem.DirectCLIOperation {
+	return []idem.DirectCLIOperation{{
 		Name:    "webhook.listen",
 		Command: "idem webhook listen",
 		Summary: "Run a local webhook receiver that verifies signatures and prints deliveries.",
@@ -32,35 +22,6 @@ func DirectCLIOperations() []DirectCLIOperation {
 				"not one server mutation that response replay can make atomic.",
 		}.WithDefaults(),
 	}}
-}
-
-// catalogOperation is one entry of the catalog: the fields of SPEC §4 in
-// their wire order (encoding/json keeps struct field order).
-type catalogOperation struct {
-	Name         string               `json:"name"`
-	Method       string               `json:"method"`
-	Path         string               `json:"path"`
-	Summary      string               `json:"summary"`
-	SideEffect   idem.SideEffect      `json:"sideEffect"`
-	Idempotent   bool                 `json:"idempotent"`
-	TimeoutMs    int64                `json:"timeoutMs"`
-	RuntimeRetry catalogRuntimeRetry  `json:"runtimeRetry"`
-	Retry        idem.RetryContract   `json:"retry"`
-	Approval     idem.ApprovalMode    `json:"approval"`
-	Surfaces     []idem.Surface       `json:"surfaces"`
-	Errors       []idem.DeclaredError `json:"errors"`
-	InputSchema  json.RawMessage      `json:"inputSchema"`
-	OutputSchema json.RawMessage      `json:"outputSchema"`
-}
-
-type catalogRuntimeRetry struct {
-	MaxAttempts int `json:"maxAttempts"`
-	BackoffMs   int `json:"backoffMs"`
-}
-
-type catalogDocument struct {
-	Operations          []catalogOperation   `json:"operations"`
-	DirectCLIOperations []DirectCLIOperation `json:"directCliOperations"`
 }
 
 // Catalog renders the operations catalog served at GET /v1/operations
@@ -74,16 +35,16 @@ type catalogDocument struct {
 // Catalog panics if a descriptor's schema is not valid JSON, which the
 // registry never produces.
 func Catalog(descs []idem.Descriptor) []byte {
-	doc := catalogDocument{
-		Operations:          make([]catalogOperation, 0, len(descs)),
+	doc := idem.Catalog{
+		Operations:          make([]idem.CatalogOperation, 0, len(descs)),
 		DirectCLIOperations: DirectCLIOperations(),
 	}
 	for _, d := range sortedDescriptors(descs) {
-		doc.Operations = append(doc.Operations, catalogOperation{
+		doc.Operations = append(doc.Operations, idem.CatalogOperation{
 			Name: d.Name, Method: d.Method, Path: d.Path, Summary: d.Summary,
 			SideEffect: d.SideEffect, Idempotent: d.Idempotent,
 			TimeoutMs:    d.Timeout.Milliseconds(),
-			RuntimeRetry: catalogRuntimeRetry{MaxAttempts: d.RuntimeRetry.MaxAttempts, BackoffMs: d.RuntimeRetry.BackoffMs},
+			RuntimeRetry: idem.CatalogRuntimeRetry{MaxAttempts: d.RuntimeRetry.MaxAttempts, BackoffMs: d.RuntimeRetry.BackoffMs},
 			Retry:        d.Retry,
 			Approval:     d.Approval,
 			Surfaces:     sortedSurfaces(d.Surfaces),

@@ -350,7 +350,7 @@ func TestCatalogShape(t *testing.T) {
 	if got := catalogKeys(t, direct); !slices.Equal(got, []string{"name", "command", "summary", "retry"}) {
 		t.Errorf("directCliOperations keys = %v", got)
 	}
-	var listen DirectCLIOperation
+	var listen idem.DirectCLIOperation
 	if err := json.Unmarshal(direct, &listen); err != nil {
 		t.Fatal(err)
 	}
