@@ -1,0 +1,268 @@
+package linearize
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"idem"
+)
+
+// workload shapes one history.
+type workload struct {
+	// Clients is the number of concurrent HTTP clients.
+	Clients int
+	// Ops is the number of calls in the history.
+	Ops int
+	// Records is the size of the pool of (principal, key) pairs the calls
+	// pick from, small so that calls collide.
+	Records int
+	// FailRate is the share of refund bodies with simulate.failAfterEffect.
+	FailRate float64
+	// ShortTimeoutRate is the share of calls whose client gives up after
+	// 1–30 ms, often before the answer (an ambiguous outcome).
+	ShortTimeoutRate float64
+}
+
+// defaultWorkload is the short mode's shape.
+var defaultWorkload = workload{Clients: 12, Ops: 500, Records: 20, FailRate: 0.1, ShortTimeoutRate: 0.12}
+
+// principals are demo tokens: two principals of one org and one of
+// another, sharing key names, so that scopes are exercised too.
+var principals = []string{"demo-agent", "demo-agent-2", "demo-other-org"}
+
+// target is one attempt record the calls aim at, and the 2–3 request
+// bodies (fingerprints) they choose from.
+type target struct {
+	name   string // principal token and key: the partition
+	token  string
+	key    string
+	path   string
+	bodies [][]byte
+}
+
+// stats counts a history's answers by result.
+type stats [finished + 1]int
+
+func (s *stats) add(o stats) {
+	for i := range s {
+		s[i] += o[i]
+	}
+}
+
+func (s stats) String() string {
+	var b bytes.Buffer
+	for r := executed; r < finished; r++ {
+		fmt.Fprintf(&b, "%s %d, ", r, s[r])
+	}
+	return b.String()[:b.Len()-2]
+}
+
+// targets makes w.Records records: refunds of distinct orders with small
+// amounts, delays of 0–50 ms and sometimes failAfterEffect, and business
+// creates whose slugs sometimes collide (a stored 409 BUSINESS_EXISTS).
+func targets(rng *mrand.Rand, run string, w workload) []target {
+	var out []target
+	lastSlug := ""
+	for i := range w.Records {
+		t := target{token: principals[i%len(principals)], key: fmt.Sprintf("lin-%s-%d", run, i/len(principals))}
+		t.name = t.token + "/" + t.key
+		n := 2 + rng.IntN(2)
+		if rng.IntN(3) == 0 {
+			slug := fmt.Sprintf("lin-%s-%d", run, i)
+			if lastSlug != "" && rng.IntN(3) == 0 {
+				slug = lastSlug
+			}
+			lastSlug = slug
+			t.path = "/v1/businesses"
+			for b := range n {
+				t.bodies = append(t.bodies, mustJSON(map[string]any{"slug": slug, "name": fmt.Sprintf("business %d", b)}))
+			}
+		} else {
+			t.path = fmt.Sprintf("/v1/orders/ord_%d/refund", 1+rng.IntN(100))
+			for b := range n {
+				sim := map[string]any{"delayMs": rng.IntN(51)}
+				if rng.Float64() < w.FailRate {
+					sim["failAfterEffect"] = true
+				}
+				t.bodies = append(t.bodies, mustJSON(map[string]any{"amount": b + 1, "simulate": sim}))
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// recordHistory runs one history of w against servers (clients pick one at
+// random per call), then a closing round of one call per record and body,
+// and returns it as porcupine operations, with counts of answers by result.
+// Answers the model has no class for fail the test.
+func recordHistory(t *testing.T, servers []string, w workload, seed uint64) ([]porcupine.Operation, stats) {
+	t.Helper()
+	var runID [4]byte
+	_, _ = rand.Read(runID[:])
+	setup := mrand.New(mrand.NewPCG(seed, 0))
+	pool := targets(setup, hex.EncodeToString(runID[:]), w)
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = w.Clients
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+
+	start := time.Now()
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		counts  stats
+		next    atomic.Int64
+		wg      sync.WaitGroup
+	)
+	for c := range w.Clients {
+		wg.Go(func() {
+			rng := mrand.New(mrand.NewPCG(seed, uint64(c)+1))
+			for next.Add(1) <= int64(w.Ops) {
+				tg := pool[rng.IntN(len(pool))]
+				body := rng.IntN(len(tg.bodies))
+				timeout := 10 * time.Second
+				if rng.Float64() < w.ShortTimeoutRate {
+					timeout = time.Duration(1+rng.IntN(30)) * time.Millisecond
+				}
+				url := servers[rng.IntN(len(servers))] + tg.path
+				call := time.Since(start).Nanoseconds()
+				out, err := do(client, url, tg, tg.bodies[body], timeout)
+				ret := time.Since(start).Nanoseconds()
+				if err != nil {
+					t.Errorf("%s body %d: %v", tg.name, body, err)
+					continue
+				}
+				in := input{Record: tg.name, Body: body}
+				ops := []porcupine.Operation{{ClientId: c, Input: in, Call: call, Output: out, Return: ret}}
+				switch out.Result {
+				case ambiguous:
+					// It may take effect any time after the call: its
+					// interval is open.
+					ops[0].Return = 1 << 62
+				case executed:
+					ops = append(ops, porcupine.Operation{ClientId: c, Input: input{Record: tg.name, Finish: true}, Call: call, Output: output{Result: finished, ExecutionID: out.ExecutionID}, Return: ret})
+				}
+				mu.Lock()
+				history = append(history, ops...)
+				counts[out.Result]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	// A closing round, once every client is done: one call per record and
+	// body, so that every record's final state is observed (this pins
+	// down records that only ambiguous calls reached).
+	for _, tg := range pool {
+		for body := range tg.bodies {
+			call := time.Since(start).Nanoseconds()
+			out, err := do(client, servers[0]+tg.path, tg, tg.bodies[body], 10*time.Second)
+			ret := time.Since(start).Nanoseconds()
+			if err != nil {
+				t.Errorf("%s body %d: %v", tg.name, body, err)
+				continue
+			}
+			if out.Result == ambiguous {
+				ret = 1 << 62
+			}
+			history = append(history, porcupine.Operation{ClientId: w.Clients, Input: input{Record: tg.name, Body: body}, Call: call, Output: out, Return: ret})
+			if out.Result == executed {
+				history = append(history, porcupine.Operation{ClientId: w.Clients, Input: input{Record: tg.name, Finish: true}, Call: call, Output: output{Result: finished, ExecutionID: out.ExecutionID}, Return: ret})
+			}
+			counts[out.Result]++
+		}
+	}
+	return history, counts
+}
+
+// do sends one keyed call and classifies its answer.
+func do(client *http.Client, url string, tg target, body []byte, timeout time.Duration) (output, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return output{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tg.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", tg.key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return output{Result: ambiguous}, nil
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return output{Result: ambiguous}, nil
+	}
+	return classify(resp.StatusCode, resp.Header, raw)
+}
+
+// answer is the part of an envelope or problem object the model reads.
+type answer struct {
+	Code    idem.Code      `json:"code"`
+	Details map[string]any `json:"details"`
+	Meta    *struct {
+		ExecutionID string `json:"executionId"`
+		Idempotency *struct {
+			Replayed bool `json:"replayed"`
+		} `json:"idempotency"`
+	} `json:"meta"`
+}
+
+// classify maps an HTTP answer to the model's output.
+func classify(status int, h http.Header, raw []byte) (output, error) {
+	var a answer
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return output{}, fmt.Errorf("status %d, undecodable body %q: %v", status, raw, err)
+	}
+	replayed := a.Meta != nil && a.Meta.Idempotency != nil && a.Meta.Idempotency.Replayed
+	if replayed != (h.Get(idem.HeaderIdempotentReplayed) == "true") {
+		return output{}, fmt.Errorf("status %d: meta.idempotency.replayed %v but header %s %q: %s", status, replayed, idem.HeaderIdempotentReplayed, h.Get(idem.HeaderIdempotentReplayed), raw)
+	}
+	exe := ""
+	if a.Meta != nil {
+		exe = a.Meta.ExecutionID
+	}
+	switch {
+	case replayed:
+		return output{Result: replay, ExecutionID: exe, Status: status}, nil
+	case a.Code == idem.CodeIdempotencyKeyInFlight && status == http.StatusConflict:
+		return output{Result: inFlight, Status: status}, nil
+	case a.Code == idem.CodeIdempotencyResultIndeterminate && status == http.StatusConflict:
+		id, _ := a.Details["executionId"].(string)
+		if id == "" {
+			return output{}, fmt.Errorf("indeterminate answer without details.executionId: %s", raw)
+		}
+		return output{Result: indeterminate, ExecutionID: id, Status: status}, nil
+	case a.Code == idem.CodeIdempotencyKeyReused && status == http.StatusUnprocessableEntity:
+		return output{Result: reused, Status: status}, nil
+	case a.Code == idem.CodeStoreUnavailable && status == http.StatusServiceUnavailable:
+		return output{Result: notStored, Status: status}, nil
+	case exe != "":
+		return output{Result: executed, ExecutionID: exe, Status: status}, nil
+	}
+	return output{}, fmt.Errorf("unexpected answer %d: %s", status, raw)
+}

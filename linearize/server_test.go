@@ -1,0 +1,83 @@
+package linearize
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"idem"
+	"idem/demo"
+	"idem/httpapi"
+	"idem/internal/pgtest"
+	"idem/pgstore"
+	"idem/secretbox"
+	"idem/sqlitestore"
+)
+
+// startServer starts the demo application on storeURL (sqlite:PATH or a
+// PostgreSQL URL) behind a real HTTP listener, with its own store (its own
+// pool) wrapped by wrap when set, and returns the server's URL. The server
+// and store close when the test ends; Close waits for running requests.
+func startServer(t *testing.T, storeURL string, wrap func(idem.Store) idem.Store) string {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		store idem.Store
+		err   error
+	)
+	if path, ok := strings.CutPrefix(storeURL, "sqlite:"); ok {
+		store, err = sqlitestore.Open(ctx, path, idem.StoreConfig{})
+	} else {
+		store, err = pgstore.Open(ctx, storeURL, idem.StoreConfig{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if wrap != nil {
+		store = wrap(store)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, err := secretbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := demo.Open(ctx, storeURL, demo.Config{Sealer: box})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	reg, err := idem.NewRegistry(app.Operations()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Sealer: box, Logger: quiet, Policies: app.Policies()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(httpapi.NewHandler(httpapi.Config{
+		Runner: runner, Store: store, Auth: httpapi.NewTokens(demo.Tokens()), Logger: quiet, Version: "linearize", Routes: app.Routes(),
+	}))
+	// Registered last, so it runs first: requests finish before the
+	// application and the store close.
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// sqliteServers is one server on a fresh SQLite file.
+func sqliteServers(t *testing.T, wrap func(idem.Store) idem.Store) []string {
+	return []string{startServer(t, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), wrap)}
+}
+
+// postgresServers is two servers, each with its own runner and pool, on
+// one fresh PostgreSQL database.
+func postgresServers(t *testing.T, wrap func(idem.Store) idem.Store) []string {
+	url := pgtest.NewDatabase(t)
+	return []string{startServer(t, url, wrap), startServer(t, url, wrap)}
+}
