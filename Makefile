@@ -1,6 +1,6 @@
 # make test is the one test command (CI: .ci/run). ARGS go to go test, e.g.
 #   make test ARGS='-run Foo ./pgstore/'
-.PHONY: test fmt-check vet build
+.PHONY: test fmt-check vet build bench bench-quick reliability
 
 # fmt-check, vet, then go test -race against a throwaway PostgreSQL.
 test:
@@ -14,3 +14,19 @@ vet:
 
 build:
 	go build -o bin/idem ./cmd/idem
+
+# The side-by-side benchmark of issue 9 (bench/README.md): SQLite, PostgreSQL
+# and two instances on PostgreSQL, against the ceiling and the raw store
+# limit. Results go to bench/results/. ARGS go to the harness, e.g.
+#   make bench ARGS='--stores pg --clients 64'
+bench:
+	go run ./bench $(ARGS)
+
+# The same in under a minute, for development.
+bench-quick:
+	go run ./bench --quick $(ARGS)
+
+# The long runs of the reliability checks (docs/RELIABILITY.md): longer and
+# more linearizability histories. make test runs the short ones.
+reliability:
+	scripts/test.sh ./linearize/ -long $(ARGS)

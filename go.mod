@@ -13,7 +13,7 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
-require github.com/anishathalye/porcupine v1.3.1 // indirect
+require github.com/anishathalye/porcupine v1.3.1
 
 require (
 	github.com/bahlo/generic-list-go v0.2.0 // indirect

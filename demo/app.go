@@ -91,7 +91,7 @@ func Tokens() map[string]idem.Principal {
 
 // Routes returns the demo's extra HTTP routes (the gateway ledger).
 func (a *App) Routes() map[string]func(w http.ResponseWriter, r *http.Request, p idem.Principal) {
-	return a.commerceRoutes()
+	return a.withCeilingRoute(a.commerceRoutes())
 }
 
 // seed creates an org's fixtures if they are not there yet.

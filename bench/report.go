@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// phaseTitles names the rows of the tables.
+var phaseTitles = map[string]string{
+	"ceiling": "ceiling (same route shape, no idempotency)",
+	"first":   "first keyed executions (fresh keys)",
+	"replay":  "replays of completed keys",
+	"raw":     "raw store limit (INSERT + UPDATE pairs)",
+}
+
+var phaseOrder = []string{"ceiling", "first", "replay", "raw"}
+
+// markdown renders the results: a side-by-side summary, then every
+// measurement per store, then the storms.
+func (r Results) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## idem benchmark, %s\n\n", r.Started.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "`%s` · %d clients · %s per phase · storm of %d · %d CPUs (%s), %s RAM · %s",
+		r.Command, r.Clients, r.Duration, r.Storm, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemTotal, r.Machine.Go)
+	if r.PostgreSQL != "" {
+		fmt.Fprintf(&b, " · %s", r.PostgreSQL)
+	}
+	if r.Prefill > 0 {
+		fmt.Fprintf(&b, " · %d keys retained before the phases (--prefill)", r.Prefill)
+	}
+	if r.PGParams != "" {
+		fmt.Fprintf(&b, " · servers' PostgreSQL URL + `%s`", r.PGParams)
+	}
+	fmt.Fprintf(&b, "\n\nDurability: %s\n\n", r.Durability)
+
+	// Side by side: requests per second (×ceiling, ×raw).
+	b.WriteString("### Side by side: requests/s (ratio to the ceiling · ratio to the raw limit)\n\n| |")
+	for _, s := range r.Stores {
+		fmt.Fprintf(&b, " %s |", storeTitle(s))
+	}
+	b.WriteString("\n|---|")
+	for range r.Stores {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, ph := range phaseOrder {
+		fmt.Fprintf(&b, "| %s |", phaseTitles[ph])
+		for _, s := range r.Stores {
+			row, ok := s.row(ph)
+			if !ok {
+				b.WriteString(" – |")
+				continue
+			}
+			fmt.Fprintf(&b, " %.0f (%.2f× · %.2f×) |", row.PerSecond, row.VsCeiling, row.VsRaw)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("| p99 added latency at half the peak keyed rate (first@half p99 − ceiling@half p99) |")
+	for _, s := range r.Stores {
+		row, ok := s.row("first@half")
+		if !ok {
+			b.WriteString(" – |")
+			continue
+		}
+		fmt.Fprintf(&b, " %.1f ms at %.0f/s |", row.AddedP99Ms, row.PacedAt)
+	}
+	b.WriteString("\n")
+	for _, wait := range []bool{false, true} {
+		if wait {
+			fmt.Fprintf(&b, "| same-key storm, Prefer: wait=5 |")
+		} else {
+			fmt.Fprintf(&b, "| same-key storm, no wait |")
+		}
+		for _, s := range r.Stores {
+			st := s.Storm
+			if wait {
+				st = s.StormWait
+			}
+			fmt.Fprintf(&b, " %d execution(s), %d replays, %d × 409", st.Executions, st.Replays, st.InFlight)
+			if st.Other+st.Errors > 0 {
+				fmt.Fprintf(&b, ", %d other", st.Other+st.Errors)
+			}
+			if wait {
+				fmt.Fprintf(&b, "; waiters after original p50 %.1f / p99 %.1f ms", st.WaitP50Ms, st.WaitP99Ms)
+			}
+			b.WriteString(" |")
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("\n### Every measurement\n\n")
+	b.WriteString("| store | phase | req/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/req | server RSS MB | bytes/key | ×ceiling | ×raw | errors |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Stores {
+		for _, row := range s.Rows {
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f | %.2f | %d |\n",
+				storeTitle(s), row.Phase, row.PerSecond, row.P50Ms, row.P99Ms, row.P999Ms,
+				blank(row.CPUPerReqUs, "%.0f"), blank(row.RSSMB, "%.0f"), blank(row.BytesPerKey, "%.0f"),
+				row.VsCeiling, row.VsRaw, row.Errors)
+		}
+	}
+
+	b.WriteString("\n### Same-key storms\n\n")
+	b.WriteString("| store | Prefer | requests | executions | distinct executionIds | replays | 409 in flight | other | waiters after original p50 / p99 / max ms | storm ms |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	for _, s := range r.Stores {
+		for i, st := range []stormResult{s.Storm, s.StormWait} {
+			prefer := "–"
+			if i == 1 {
+				prefer = "wait=5"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %.1f / %.1f / %.1f | %.0f |\n",
+				storeTitle(s), prefer, st.Requests, st.Executions, st.ExecutionIDs, st.Replays, st.InFlight,
+				st.Other+st.Errors, st.WaitP50Ms, st.WaitP99Ms, st.WaitMaxMs, st.ElapsedMs)
+		}
+	}
+	for _, s := range r.Stores {
+		for _, row := range s.Rows {
+			if row.FirstError != "" {
+				fmt.Fprintf(&b, "\n%s %s, first error: `%.200s`\n", s.Store, row.Phase, row.FirstError)
+			}
+		}
+		for _, st := range []stormResult{s.Storm, s.StormWait} {
+			if st.FirstOther != "" {
+				fmt.Fprintf(&b, "\n%s storm, first unexpected answer: `%.200s`\n", s.Store, st.FirstOther)
+			}
+		}
+	}
+	return b.String()
+}
+
+func (s StoreResult) row(phase string) (Row, bool) {
+	for _, r := range s.Rows {
+		if r.Phase == phase {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+func storeTitle(s StoreResult) string {
+	switch s.Store {
+	case "sqlite":
+		return "SQLite"
+	case "pg":
+		return "PostgreSQL"
+	case "pg2":
+		return "PostgreSQL ×2 instances"
+	}
+	return s.Store
+}
+
+func blank(v float64, format string) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf(format, v)
+}

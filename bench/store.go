@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// StoreResult is every measurement on one store configuration.
+type StoreResult struct {
+	Store     string      `json:"store"` // sqlite, pg, pg2
+	Instances int         `json:"instances"`
+	Rows      []Row       `json:"rows"`
+	Storm     stormResult `json:"storm"`
+	StormWait stormResult `json:"stormWait"`
+}
+
+// Row is one load phase of one store.
+type Row struct {
+	Phase       string  `json:"phase"` // ceiling, first, replay, raw
+	Requests    int64   `json:"requests"`
+	Errors      int64   `json:"errors"`
+	FirstError  string  `json:"firstError,omitempty"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"perSecond"`
+	P50Ms       float64 `json:"p50Ms"`
+	P99Ms       float64 `json:"p99Ms"`
+	P999Ms      float64 `json:"p999Ms"`
+	CPUPerReqUs float64 `json:"serverCpuPerRequestUs,omitempty"`
+	RSSMB       float64 `json:"serverRssMB,omitempty"`
+	BytesPerKey float64 `json:"bytesPerRetainedKey,omitempty"`
+	VsCeiling   float64 `json:"ratioToCeiling,omitempty"`
+	VsRaw       float64 `json:"ratioToRawLimit,omitempty"`
+	// AddedP99Ms is, on the first@half row, its p99 minus the p99 of the
+	// ceiling at the same paced rate: the latency the idempotency layer adds.
+	AddedP99Ms float64 `json:"addedP99Ms,omitempty"`
+	// PacedAt is the target rate of a paced phase (half the peak keyed rate).
+	PacedAt float64 `json:"pacedAtPerSecond,omitempty"`
+}
+
+func newRow(name string, p phase) Row {
+	return Row{
+		Phase: name, Requests: p.requests, Errors: p.errors, FirstError: p.firstErr,
+		Seconds: p.elapsed.Seconds(), PerSecond: p.rate(),
+		P50Ms: ms(quantile(p.lat, 0.5)), P99Ms: ms(quantile(p.lat, 0.99)), P999Ms: ms(quantile(p.lat, 0.999)),
+	}
+}
+
+// benchStore starts the server(s) for one store configuration, runs every
+// phase, stops them and measures the raw limit on the same database.
+func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (StoreResult, error) {
+	sr := StoreResult{Store: name, Instances: 1}
+	dir := filepath.Join(tmp, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return sr, err
+	}
+	var storeURL, sqlitePath string
+	switch name {
+	case "sqlite":
+		sqlitePath = filepath.Join(dir, "idem.db")
+		storeURL = "sqlite:" + sqlitePath
+	default:
+		var err error
+		if storeURL, err = createDatabase(ctx, pgAdmin, "idem_bench_"+name); err != nil {
+			return sr, err
+		}
+		if o.pgParams != "" {
+			sep := "?"
+			if strings.Contains(storeURL, "?") {
+				sep = "&"
+			}
+			storeURL += sep + o.pgParams
+		}
+		if name == "pg2" {
+			sr.Instances = 2
+		}
+	}
+	size := func() (int64, int64, error) {
+		if sqlitePath != "" {
+			return sqliteSize(ctx, sqlitePath)
+		}
+		return pgSize(ctx, storeURL)
+	}
+
+	progressf("%s: starting %d instance(s)", name, sr.Instances)
+	var servers []*server
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	for i := 0; i < sr.Instances; i++ {
+		// The first instance migrates; later ones start after it.
+		s, err := startServer(ctx, o.binary, storeURL, dir)
+		if err != nil {
+			return sr, err
+		}
+		servers = append(servers, s)
+	}
+	if o.prefill > 0 {
+		progressf("%s: prefilling %d completed attempt records", name, o.prefill)
+		t0 := time.Now()
+		var err error
+		if sqlitePath != "" {
+			err = prefillSQLite(ctx, sqlitePath, o.prefill)
+		} else {
+			err = prefillPostgres(ctx, storeURL, o.prefill)
+		}
+		if err != nil {
+			return sr, err
+		}
+		progressf("%s: prefilled %d records in %.1fs", name, o.prefill, time.Since(t0).Seconds())
+	}
+	urls := func(path string) []string {
+		var u []string
+		for _, s := range servers {
+			u = append(u, s.url+path)
+		}
+		return u
+	}
+	var measurePaced func(phaseName, label string, rate float64, do func(ctx context.Context, w, i int) error) Row
+	client := newClient(o.clients)
+	defer client.CloseIdleConnections()
+
+	// measure runs one load phase and adds the server's CPU and RSS.
+	measure := func(phaseName, label string, do func(ctx context.Context, w, i int) error) Row {
+		return measurePaced(phaseName, label, 0, do)
+	}
+	measurePaced = func(phaseName, label string, rate float64, do func(ctx context.Context, w, i int) error) Row {
+		before := procTotal(servers)
+		p := drivePaced(ctx, name+" "+label, o.clients, o.duration, rate, do)
+		after := procTotal(servers)
+		r := newRow(phaseName, p)
+		if p.requests > 0 {
+			r.CPUPerReqUs = float64((after.cpu - before.cpu).Microseconds()) / float64(p.requests)
+		}
+		r.RSSMB = float64(after.rss) / (1 << 20)
+		r.PacedAt = rate
+		return r
+	}
+
+	// Warm up connections and the server's code paths.
+	ceiling := urls("/v1/demo/ceiling")
+	businesses := urls("/v1/businesses")
+	warm := o.duration / 4
+	if warm > 2*time.Second {
+		warm = 2 * time.Second
+	}
+	drive(ctx, name+" warm-up", o.clients, warm, func(ctx context.Context, w, i int) error {
+		_, err := post(ctx, client, ceiling[(w+i)%len(ceiling)], "", "", body(fmt.Sprintf("warm-%d-%d", w, i)), false)
+		return err
+	})
+
+	ceil := measure("ceiling", "ceiling", func(ctx context.Context, w, i int) error {
+		r, err := post(ctx, client, ceiling[(w+i)%len(ceiling)], "", "", body(fmt.Sprintf("c-%d-%d", w, i)), false)
+		return expect(r, err, 201, false)
+	})
+	sr.Rows = append(sr.Rows, ceil)
+
+	size0, _, err := size()
+	if err != nil {
+		return sr, fmt.Errorf("store size: %w", err)
+	}
+	keys := make([][]string, o.clients)
+	first := measure("first", "first executions", func(ctx context.Context, w, i int) error {
+		k := fmt.Sprintf("f-%d-%d", w, i)
+		r, err := post(ctx, client, businesses[(w+i)%len(businesses)], "bench-"+k, "", body(k), false)
+		if err := expect(r, err, 201, false); err != nil {
+			return err
+		}
+		keys[w] = append(keys[w], k)
+		return nil
+	})
+	size1, rows, err := size()
+	if err != nil {
+		return sr, fmt.Errorf("store size: %w", err)
+	}
+	if first.Requests > 0 {
+		if sqlitePath != "" {
+			first.BytesPerKey = float64(size1-size0) / float64(first.Requests)
+		} else if rows > 0 {
+			first.BytesPerKey = float64(size1) / float64(rows)
+		}
+	}
+	sr.Rows = append(sr.Rows, first)
+
+	var all []string
+	for _, k := range keys {
+		all = append(all, k...)
+	}
+	if len(all) == 0 {
+		return sr, fmt.Errorf("no first execution succeeded: %s", first.FirstError)
+	}
+	replay := measure("replay", "replays", func(ctx context.Context, w, i int) error {
+		own := keys[w]
+		if len(own) == 0 {
+			own = all
+		}
+		k := own[i%len(own)]
+		r, err := post(ctx, client, businesses[(w+i)%len(businesses)], "bench-"+k, "", body(k), false)
+		return expect(r, err, 201, true)
+	})
+	sr.Rows = append(sr.Rows, replay)
+
+	// Added latency at half the peak keyed rate: the ceiling and first
+	// executions paced at the same rate, p99 against p99.
+	half := first.PerSecond / 2
+	ceilHalf := measurePaced("ceiling@half", "ceiling at half the keyed peak", half, func(ctx context.Context, w, i int) error {
+		r, err := post(ctx, client, ceiling[(w+i)%len(ceiling)], "", "", body(fmt.Sprintf("ch-%d-%d", w, i)), false)
+		return expect(r, err, 201, false)
+	})
+	firstHalf := measurePaced("first@half", "first executions at half the peak", half, func(ctx context.Context, w, i int) error {
+		k := fmt.Sprintf("h-%d-%d", w, i)
+		r, err := post(ctx, client, businesses[(w+i)%len(businesses)], "bench-"+k, "", body(k), false)
+		return expect(r, err, 201, false)
+	})
+	firstHalf.AddedP99Ms = firstHalf.P99Ms - ceilHalf.P99Ms
+	sr.Rows = append(sr.Rows, ceilHalf, firstHalf)
+
+	progressf("%s: same-key storm of %d, no wait", name, o.storm)
+	sr.Storm = storm(ctx, businesses, o.storm, "bench-storm", body("storm"), false)
+	progressf("%s: same-key storm of %d, Prefer: wait=5", name, o.storm)
+	sr.StormWait = storm(ctx, businesses, o.storm, "bench-storm-wait", body("storm-wait"), true)
+
+	for _, s := range servers {
+		s.stop()
+	}
+	servers = nil
+
+	var raw phase
+	if sqlitePath != "" {
+		raw, err = rawSQLite(ctx, sqlitePath, o.clients, o.duration)
+	} else {
+		raw, err = rawPostgres(ctx, storeURL, o.clients, o.duration)
+	}
+	if err != nil {
+		return sr, err
+	}
+	rawRow := newRow("raw", raw)
+	sr.Rows = append(sr.Rows, rawRow)
+
+	for i := range sr.Rows {
+		if ceil.PerSecond > 0 {
+			sr.Rows[i].VsCeiling = sr.Rows[i].PerSecond / ceil.PerSecond
+		}
+		if rawRow.PerSecond > 0 {
+			sr.Rows[i].VsRaw = sr.Rows[i].PerSecond / rawRow.PerSecond
+		}
+	}
+	return sr, nil
+}
+
+// body is the business.create input for slug (also the ceiling's input).
+func body(slug string) []byte {
+	return []byte(`{"slug":"` + slug + `","name":"bench"}`)
+}
+
+// expect turns an unexpected answer into an error.
+func expect(r reply, err error, status int, replayed bool) error {
+	if err != nil {
+		return err
+	}
+	if r.status != status || r.replayed != replayed {
+		return fmt.Errorf("got %d (replayed %v), want %d (replayed %v): %.300s", r.status, r.replayed, status, replayed, r.body)
+	}
+	return nil
+}
