@@ -17,6 +17,7 @@ import (
 
 	"idem"
 	"idem/internal/migrate"
+	"idem/pgstore"
 )
 
 //go:embed schema
@@ -49,6 +50,9 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 		cfg, err := pgxpool.ParseConfig(storeURL)
 		if err != nil {
 			return nil, err
+		}
+		if !strings.Contains(storeURL, "pool_max_conns") {
+			cfg.MaxConns = pgstore.DefaultMaxConns
 		}
 		cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > 250*time.Millisecond }
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,12 @@ type Store struct {
 	closeOnce sync.Once
 }
 
+// DefaultMaxConns is the pool size when the URL sets no pool_max_conns.
+// pgx's own default (the number of CPUs, at least 4) serialises a busy
+// server behind a few connections: every request holds one for a commit
+// round trip, so the pool, not the database, becomes the limit.
+const DefaultMaxConns = 32
+
 // Open connects to the database at url (a postgres:// URL or libpq
 // keyword/value string), applies pending migrations and returns the store.
 // Close closes its pool. An unreachable database is STORE_UNAVAILABLE.
@@ -40,6 +47,9 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: parse database url: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		pcfg.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // connects lazily: Migrate is the first contact
 	if err != nil {

@@ -150,7 +150,17 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// Slow-client protection: headers within 10 s and the whole request
+	// (1 MiB body at most) within 1 min; an idle keep-alive connection is
+	// closed after 2 min; headers over 64 KiB answer 431. There is no
+	// WriteTimeout: an answer may legitimately take a Prefer: wait (up to
+	// 30 s) plus an execution's bound, and MCP event streams are long-lived;
+	// the read deadline is lifted once the request is read, so it never
+	// cuts a running execution.
+	srv := &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 	srv.RegisterOnShutdown(mcpHandler.Drain)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
