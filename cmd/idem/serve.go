@@ -21,6 +21,7 @@ import (
 	"idem/httpapi"
 	"idem/mcpserver"
 	"idem/metrics"
+	"idem/pgstore"
 	"idem/secretbox"
 )
 
@@ -99,6 +100,19 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 		return fmt.Errorf("open store %s: %w", redact(o.store), err)
 	}
 	defer opened.Close()
+	if ds, ok := opened.(interface {
+		Durability(context.Context) (pgstore.Durability, error)
+	}); ok {
+		if d, err := ds.Durability(ctx); err != nil {
+			logger.Warn("store durability: cannot read the replication settings", "error", err)
+		} else {
+			logger.Info("store durability", "mode", d.Mode(), "synchronousCommit", d.SynchronousCommit,
+				"synchronousStandbyNames", d.SynchronousStandbyNames, "standbys", d.Standbys, "synchronousStandbys", d.SynchronousStandbys)
+			if w := d.Warning(); w != "" {
+				logger.Warn("store durability", "mode", d.Mode(), "warning", w)
+			}
+		}
+	}
 	store := mx.Store(opened)
 
 	box, err := secretbox.LoadOrCreateKeyFile(o.secretKeyFile)
