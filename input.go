@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 )
 
@@ -53,6 +55,22 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 			continue
 		}
 		args[p.Name] = v
+	}
+	// A query parameter the operation does not declare is refused like an
+	// unknown body field, not silently ignored (it is part of the
+	// fingerprint). At most maxUnknownQuery are listed.
+	const maxUnknownQuery = 10
+	unknown := 0
+	for _, name := range slices.Sorted(maps.Keys(x.req.Query)) {
+		if name == "dryRun" || slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "query" && p.Name == name }) {
+			continue
+		}
+		if unknown++; unknown <= maxUnknownQuery {
+			bad("/"+name, "query parameter %q is not a parameter of %s", name, x.op.meta.Name)
+		}
+	}
+	if unknown > maxUnknownQuery {
+		bad("", "%d more unknown query parameters", unknown-maxUnknownQuery)
 	}
 	if len(problems) > 0 {
 		return nil, nil, invalidInput(problems)

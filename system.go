@@ -27,6 +27,9 @@ func (r *Runner) ListApprovals(ctx context.Context, p Principal, status Approval
 // may see; APPROVAL_NOT_FOUND for anyone else.
 func (r *Runner) GetApproval(ctx context.Context, p Principal, id string) (Approval, error) {
 	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
+	if ErrorCode(err) == CodeApprovalNotFound {
+		return Approval{}, approvalNotFound(id) // worded as one not visible
+	}
 	if err != nil {
 		return Approval{}, storeFailure(ctx, err)
 	}
@@ -36,6 +39,8 @@ func (r *Runner) GetApproval(ctx context.Context, p Principal, id string) (Appro
 	return a, nil
 }
 
+// approvalNotFound answers an unknown approval and one the caller may not
+// see alike, so that no answer tells them apart.
 func approvalNotFound(id string) *Error {
 	return Errorf(CodeApprovalNotFound, "no approval %q visible to this caller", id).WithDetail("approvalId", id)
 }
@@ -46,6 +51,9 @@ func approvalNotFound(id string) *Error {
 // rules of Approval.Decide.
 func (r *Runner) DecideApproval(ctx context.Context, p Principal, id string, approve bool, reason string) (Approval, error) {
 	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
+	if ErrorCode(err) == CodeApprovalNotFound {
+		return Approval{}, approvalNotFound(id)
+	}
 	if err != nil {
 		return Approval{}, storeFailure(ctx, err)
 	}
@@ -65,12 +73,17 @@ func (r *Runner) DecideApproval(ctx context.Context, p Principal, id string, app
 // GetExecution returns an execution with its audit events to its own
 // principal and to approvers of its org; NOT_FOUND for anyone else.
 func (r *Runner) GetExecution(ctx context.Context, p Principal, id string) (Execution, error) {
+	// An unknown execution and one the caller may not see answer alike.
+	notFound := Errorf(CodeNotFound, "no execution %q visible to this caller", id)
 	x, err := r.cfg.Store.GetExecution(ctx, p.Org, id)
+	if ErrorCode(err) == CodeNotFound {
+		return Execution{}, notFound
+	}
 	if err != nil {
 		return Execution{}, storeFailure(ctx, err)
 	}
 	if x.Principal != p.ID && !p.HasRole(RoleApprover) {
-		return Execution{}, Errorf(CodeNotFound, "no execution %q visible to this caller", id)
+		return Execution{}, notFound
 	}
 	return x, nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -142,9 +143,18 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 		if !ok {
 			return
 		}
+		// r.URL.Query() drops what it cannot parse (a bad escape, a ";",
+		// more than net/url's parameter limit): refuse instead of running
+		// on a part of the query.
+		query, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the query string could not be parsed: %v", err).
+				WithDetail("errors", []map[string]string{{"path": "", "message": "the query string must be name=value pairs joined by &, percent-encoded"}}), &idem.Meta{Operation: d.Name}))
+			return
+		}
 		req := idem.Request{
 			Operation: d.Name, Surface: idem.SurfaceHTTP, Principal: p,
-			PathParams: map[string]string{}, Query: r.URL.Query(), Body: body,
+			PathParams: map[string]string{}, Query: query, Body: body,
 			KeyHeader: r.Header.Values("Idempotency-Key"), Wait: preferWait(r.Header.Values("Prefer")),
 			Detachable: true,
 		}
