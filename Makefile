@@ -1,6 +1,6 @@
 # make test is the one test command (CI: .ci/run). ARGS go to go test, e.g.
 #   make test ARGS='-run Foo ./pgstore/'
-.PHONY: test fmt-check vet build bench bench-quick reliability
+.PHONY: test fmt-check vet build bench bench-quick reliability fuzz
 
 # fmt-check, vet, then go test -race against a throwaway PostgreSQL.
 test:
@@ -30,3 +30,13 @@ bench-quick:
 # more linearizability histories. make test runs the short ones.
 reliability:
 	scripts/test.sh ./linearize/ -long $(ARGS)
+
+# Coverage-guided fuzzing of every input from outside, FUZZTIME each
+# (make test runs only the seed corpora under testdata/fuzz/).
+FUZZTIME ?= 60s
+fuzz:
+	go test -run '^$$' -fuzz '^FuzzParseKeyHeader$$' -fuzztime $(FUZZTIME) .
+	go test -run '^$$' -fuzz '^FuzzTransform$$' -fuzztime $(FUZZTIME) ./canonical/
+	go test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./canonical/
+	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/schema/
+	go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./httpapi/
