@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"idem"
+	"idem/internal/sqlitetest"
 	"idem/sqlitestore"
 	"idem/storetest"
 )
@@ -368,34 +368,7 @@ func TestStoreConformance(t *testing.T) {
 				t.Cleanup(func() { s.Close() })
 				return s
 			},
-			Break: func(t *testing.T) { breakSQLite(t, path) },
+			Break: func(t *testing.T) { sqlitetest.Destroy(t, path) },
 		}
 	})
-}
-
-// breakSQLite overwrites the database file, its WAL and its shared-memory
-// index with zeros in place, as sqlitestore's own conformance test does:
-// every statement then fails. The files keep their size, since SQLite maps
-// the shared-memory file.
-func breakSQLite(t *testing.T, path string) {
-	t.Helper()
-	for _, name := range []string{path, path + "-wal", path + "-shm"} {
-		f, err := os.OpenFile(name, os.O_WRONLY, 0)
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		fi, err := f.Stat()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt(make([]byte, fi.Size()), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

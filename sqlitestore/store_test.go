@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"idem"
+	"idem/internal/sqlitetest"
 	"idem/storetest"
 )
 
@@ -29,37 +29,9 @@ func TestConformance(t *testing.T) {
 				t.Cleanup(func() { s.Close() })
 				return s
 			},
-			Break: func(t *testing.T) { destroy(t, path) },
+			Break: func(t *testing.T) { sqlitetest.Destroy(t, path) },
 		}
 	})
-}
-
-// destroy overwrites the database file, its WAL and its shared-memory index
-// with zeros in place, as a failed disk would leave them. Every statement of
-// every connection open on the file then fails (the file is no longer a
-// database), without waiting. The files keep their size: SQLite maps the
-// shared-memory file, and shrinking it under the mapping would crash.
-func destroy(t *testing.T, path string) {
-	t.Helper()
-	for _, name := range []string{path, path + "-wal", path + "-shm"} {
-		f, err := os.OpenFile(name, os.O_WRONLY, 0)
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		fi, err := f.Stat()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt(make([]byte, fi.Size()), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func TestOpenMissingDirectory(t *testing.T) {
