@@ -190,3 +190,10 @@ func TestApprovalDecide(t *testing.T) {
 		})
 	}
 }
+
+func TestDeclare(t *testing.T) {
+	d := Declare(CodeLimitConflict, "changed since")
+	if d.Code != CodeLimitConflict || d.Status != 409 || d.Message != "changed since" {
+		t.Fatalf("Declare = %+v", d)
+	}
+}

@@ -50,6 +50,12 @@ type DeclaredError struct {
 	Message string `json:"message"`
 }
 
+// Declare returns the declared error for code, with the status the code
+// table gives it.
+func Declare(code Code, message string) DeclaredError {
+	return DeclaredError{Code: code, Status: code.Info().Status, Message: message}
+}
+
 // Metadata is what an operation declares about itself, apart from its Go
 // types and handler: everything the catalog publishes but the schemas.
 type Metadata struct {

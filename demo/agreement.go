@@ -73,7 +73,7 @@ type agreementList struct {
 }
 
 func (a *App) agreementOperations() []idem.Operation {
-	unknownBusiness := commerceError(idem.CodeNotFound, "No business with this slug exists in the caller's org.")
+	unknownBusiness := idem.Declare(idem.CodeNotFound, "No business with this slug exists in the caller's org.")
 	return []idem.Operation{
 		idem.Define(idem.Metadata{
 			Name: "agreement.preview", Method: "POST", Path: "/v1/businesses/{slug}/agreements/preview",

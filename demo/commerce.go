@@ -95,8 +95,3 @@ func commerceID(prefix string) string {
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
 }
-
-// commerceError builds an operation's declared error.
-func commerceError(code idem.Code, message string) idem.DeclaredError {
-	return idem.DeclaredError{Code: code, Status: code.Info().Status, Message: message}
-}

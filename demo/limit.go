@@ -43,7 +43,7 @@ type limitList struct {
 }
 
 func (a *App) limitOperations() []idem.Operation {
-	unknownSubscription := commerceError(idem.CodeNotFound, "No subscription with this id exists in the caller's org.")
+	unknownSubscription := idem.Declare(idem.CodeNotFound, "No subscription with this id exists in the caller's org.")
 	return []idem.Operation{
 		idem.Define(idem.Metadata{
 			Name: "limit.create", Method: "POST", Path: "/v1/subscriptions/{sub}/limits",
@@ -53,7 +53,7 @@ func (a *App) limitOperations() []idem.Operation {
 				Rationale: "A limit is identified by its subscription and subject, so an exact repeat finds the row the first call created (200) instead of creating another, and a row that differs or changed since answers LIMIT_CONFLICT rather than stale success. After an ambiguous result run limit.list, and repeat only if the limit is still missing."},
 			SuccessStatus: http.StatusCreated,
 			Errors: []idem.DeclaredError{unknownSubscription,
-				commerceError(idem.CodeLimitConflict, "A limit for this subject exists with another quantity or changed since it was created (details.current); change it with limit.update.")},
+				idem.Declare(idem.CodeLimitConflict, "A limit for this subject exists with another quantity or changed since it was created (details.current); change it with limit.update.")},
 		}, a.createLimit),
 
 		idem.Define(idem.Metadata{
@@ -62,7 +62,7 @@ func (a *App) limitOperations() []idem.Operation {
 			SideEffect: idem.SideEffectWrite,
 			Retry: idem.RetryContract{Kind: idem.RetryConvergent, Enforcement: idem.EnforceResourceIdentity, Reconcile: "limit.list",
 				Rationale: "It sets an absolute quantity on a stable limit id, so repeating it converges on the same state; but that quantity may be older than a change someone made since, so after an ambiguous result run limit.list and repeat only if the intent is still current."},
-			Errors: []idem.DeclaredError{commerceError(idem.CodeNotFound, "No limit with this id exists in the caller's org.")},
+			Errors: []idem.DeclaredError{idem.Declare(idem.CodeNotFound, "No limit with this id exists in the caller's org.")},
 		}, a.updateLimit),
 
 		idem.Define(idem.Metadata{

@@ -72,7 +72,7 @@ type refundResult struct {
 }
 
 func (a *App) orderOperations() []idem.Operation {
-	unknownOrder := commerceError(idem.CodeNotFound, "No order with this id exists in the caller's org.")
+	unknownOrder := idem.Declare(idem.CodeNotFound, "No order with this id exists in the caller's org.")
 	return []idem.Operation{
 		idem.Define(idem.Metadata{
 			Name: "order.show", Method: "GET", Path: "/v1/orders/{id}",
@@ -92,7 +92,7 @@ func (a *App) orderOperations() []idem.Operation {
 				Rationale: "A refund moves money, so a retry must replay the first attempt's result rather than refund again; the handler forwards its execution key to the payment gateway, which deduplicates on it, so its own runtime retry is safe too. A replay proves what that attempt did, not the order's current state: run order.show before reporting it."},
 			Approval: idem.ApprovalPolicy,
 			Errors: []idem.DeclaredError{unknownOrder,
-				commerceError(idem.CodeAlreadyRefunded, "The refund exceeds what is left to refund on the order (details.remaining); run order.show to see its refunds.")},
+				idem.Declare(idem.CodeAlreadyRefunded, "The refund exceeds what is left to refund on the order (details.remaining); run order.show to see its refunds.")},
 		}, a.refundOrder).WithPolicies(refundApprovalPolicy),
 	}
 }

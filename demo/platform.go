@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/base64"
-	"net/http"
 
 	"idem"
 )
@@ -27,8 +26,8 @@ func (a *App) seedPlatform(ctx context.Context, org string) error { return nil }
 
 // Declared errors shared by the platform operations.
 var (
-	errBusinessNotFound = idem.DeclaredError{Code: idem.CodeNotFound, Status: http.StatusNotFound, Message: "No business with this slug in the caller's org."}
-	errWebhookNotFound  = idem.DeclaredError{Code: idem.CodeNotFound, Status: http.StatusNotFound, Message: "No business with this slug, or no webhook with this id under it, in the caller's org."}
+	errBusinessNotFound = idem.Declare(idem.CodeNotFound, "No business with this slug in the caller's org.")
+	errWebhookNotFound  = idem.Declare(idem.CodeNotFound, "No business with this slug, or no webhook with this id under it, in the caller's org.")
 )
 
 // freshReadRationale is the rationale of every platform read.

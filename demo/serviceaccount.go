@@ -32,7 +32,7 @@ type serviceAccountInput struct {
 }
 
 func (a *App) serviceAccountOperations() []idem.Operation {
-	unknown := commerceError(idem.CodeNotFound, "No service account with this id exists in the caller's org.")
+	unknown := idem.Declare(idem.CodeNotFound, "No service account with this id exists in the caller's org.")
 	return []idem.Operation{
 		idem.Define(idem.Metadata{
 			Name: "serviceaccount.approve", Method: "POST", Path: "/v1/service-accounts/{id}/approve",
@@ -41,7 +41,7 @@ func (a *App) serviceAccountOperations() []idem.Operation {
 			Retry: idem.RetryContract{Kind: idem.RetryIntrinsicReplay, Enforcement: idem.EnforceServerDerivedTransition, Reconcile: "serviceaccount.show",
 				Rationale: "The service account's one pending-to-approved transition is the identity: the first approval fixes approvedBy and approvedAt, and a repeat, by any approver, returns that same transition, so a caller key would add no safety. Run serviceaccount.show before reporting state."},
 			Errors: []idem.DeclaredError{unknown,
-				commerceError(idem.CodeForbidden, "Only principals with the approver role may approve service accounts.")},
+				idem.Declare(idem.CodeForbidden, "Only principals with the approver role may approve service accounts.")},
 		}, a.approveServiceAccount),
 
 		idem.Define(idem.Metadata{
