@@ -30,17 +30,12 @@ func (m Main) mcpCommand() *cobra.Command {
 			"operation's HTTP route with --token, and the answer comes back as the tool result.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.server == "" {
-				o.server = m.envOr("IDEM_SERVER", "http://127.0.0.1:8080")
-			}
-			if o.token == "" {
-				o.token = m.Getenv("IDEM_TOKEN")
-			}
+			o.server, o.token = m.serverAndToken(o.server, o.token)
 			return m.mcpServe(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.server, "server", "", "URL of the idem server (env IDEM_SERVER; default http://127.0.0.1:8080)")
+	f.StringVar(&o.server, "server", "", "URL of the idem server (env IDEM_SERVER; default "+defaultServer+")")
 	f.StringVar(&o.token, "token", "", "bearer token the calls are made with (env IDEM_TOKEN)")
 	return cmd
 }

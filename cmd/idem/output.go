@@ -50,20 +50,25 @@ type session struct {
 	format string
 }
 
+// serverAndToken resolves --server and --token: the flag, else IDEM_SERVER
+// (defaultServer) and IDEM_TOKEN.
+func (m Main) serverAndToken(server, token string) (string, string) {
+	if server == "" {
+		server = m.envOr("IDEM_SERVER", defaultServer)
+	}
+	if token == "" {
+		token = m.Getenv("IDEM_TOKEN")
+	}
+	return server, token
+}
+
 // session resolves the flags and environment into a client.
 func (m Main) session(o remoteOptions, opts ...client.Option) (*session, error) {
 	format, err := m.outputFormat(o.format)
 	if err != nil {
 		return nil, err
 	}
-	server := o.server
-	if server == "" {
-		server = m.envOr("IDEM_SERVER", defaultServer)
-	}
-	token := o.token
-	if token == "" {
-		token = m.Getenv("IDEM_TOKEN")
-	}
+	server, token := m.serverAndToken(o.server, o.token)
 	c, err := client.New(server, token, append([]client.Option{client.WithUserAgent("idem-cli/" + buildVersion())}, opts...)...)
 	if err != nil {
 		return nil, usagef("--server: %v", err)
