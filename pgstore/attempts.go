@@ -22,7 +22,7 @@ const attemptColumns = `org, principal, key, operation, fingerprint, state, exec
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	now := s.now()
 	var res idem.ReserveResult
-	err := s.inTx(ctx, "reserve", func(tx pgx.Tx) error {
+	err := s.write(ctx, "reserve", func(ctx context.Context, tx pgx.Tx) error {
 		res = idem.ReserveResult{}
 		row := tx.QueryRow(ctx, `INSERT INTO idem_attempts AS a (org, principal, key, operation, fingerprint, state,
 				execution_id, fencing_token, lease_expires_at, created_at, expires_at)
@@ -73,7 +73,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 		secretExpiresAt = &t
 	}
 	var a idem.Attempt
-	err = s.inTx(ctx, "complete", func(tx pgx.Tx) error {
+	err = s.write(ctx, "complete", func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		a, err = scanAttempt(tx.QueryRow(ctx, `UPDATE idem_attempts SET
 				state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,

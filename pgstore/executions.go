@@ -16,7 +16,7 @@ import (
 func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
 	now := s.now()
 	var x idem.Execution
-	err := s.inTx(ctx, "start execution", func(tx pgx.Tx) error {
+	err := s.write(ctx, "start execution", func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		x, err = startExecution(ctx, tx, p, "", now)
 		return err
@@ -30,7 +30,7 @@ func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Ex
 // FinishExecution records the outcome and appends the final events.
 func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
 	now := s.now()
-	return s.inTx(ctx, "finish execution", func(tx pgx.Tx) error {
+	return s.write(ctx, "finish execution", func(ctx context.Context, tx pgx.Tx) error {
 		return finishExecution(ctx, tx, p, now)
 	})
 }
@@ -40,7 +40,7 @@ func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error 
 // nothing is written.
 func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
 	now := s.now()
-	return s.inTx(ctx, "append events", func(tx pgx.Tx) error {
+	return s.write(ctx, "append events", func(ctx context.Context, tx pgx.Tx) error {
 		return insertEvents(ctx, tx, org, events, now)
 	})
 }

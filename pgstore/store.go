@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"idem"
+	"idem/internal/groupcommit"
 )
 
 var _ idem.Store = (*Store)(nil)
@@ -32,6 +33,7 @@ type Store struct {
 	clock     idem.Clock
 	ownsPool  bool
 	closeOnce sync.Once
+	writes    *groupcommit.Committer[pgx.Tx]
 }
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns.
@@ -67,11 +69,15 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 // New returns a store on a pool the caller owns and has migrated (see
 // Migrate); Close leaves the pool open.
 func New(pool *pgxpool.Pool, cfg idem.StoreConfig) *Store {
-	return &Store{pool: pool, clock: cfg.WithDefaults().Clock}
+	s := &Store{pool: pool, clock: cfg.WithDefaults().Clock}
+	s.writes = groupcommit.New(s.runTx, groupcommit.Config{Workers: writeWorkers, MaxBatch: maxBatch})
+	return s
 }
 
-// Close closes the pool if Open made it. It may be called more than once.
+// Close stops the writers and closes the pool if Open made it. It may be
+// called more than once.
 func (s *Store) Close() error {
+	s.writes.Close()
 	if s.ownsPool {
 		s.closeOnce.Do(s.pool.Close)
 	}
@@ -88,19 +94,40 @@ func (s *Store) now() time.Time {
 // failure or a deadlock is run again.
 const maxTxAttempts = 3
 
-// inTx runs fn in one transaction, committing if fn returns nil. It is the
-// only place that retries, and every error leaves through interpretError.
-// fn must start from scratch on each call.
+// Group commit: up to writeWorkers write transactions run at once, each
+// shared by up to maxBatch callers.
+const (
+	writeWorkers = 4
+	maxBatch     = 64
+)
+
+// inTx runs fn in one transaction of its own, committing if fn returns
+// nil. Every error leaves through interpretError.
 func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+	err := s.runTx(ctx, func(_ context.Context, tx pgx.Tx) error { return fn(tx) })
+	return interpretError(ctx, op, err)
+}
+
+// write runs fn in a transaction shared with the other writes waiting at
+// that moment (group commit: one commit for all of them; see
+// internal/groupcommit). fn must use the ctx it is given.
+func (s *Store) write(ctx context.Context, op string, fn groupcommit.Fn[pgx.Tx]) error {
+	return interpretError(ctx, op, s.writes.Do(ctx, fn))
+}
+
+// runTx runs fn in one transaction, committing if fn returns nil; it is the
+// only place that retries (serialization failures and deadlocks). fn must
+// start from scratch on each call.
+func (s *Store) runTx(ctx context.Context, fn groupcommit.Fn[pgx.Tx]) error {
 	for attempt := 1; ; attempt++ {
-		err := pgx.BeginFunc(ctx, s.pool, fn)
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
 		if err == nil {
 			return nil
 		}
 		var pgErr *pgconn.PgError
 		retry := errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 		if !retry || attempt == maxTxAttempts || ctx.Err() != nil {
-			return interpretError(ctx, op, err)
+			return err
 		}
 	}
 }

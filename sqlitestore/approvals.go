@@ -19,7 +19,7 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 		out     idem.Approval
 		created bool
 	)
-	err := s.write(ctx, "request approval", func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "request approval", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
 		// The newest approval of the intent that is Live at now.
 		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
 			WHERE org = ? AND requested_by = ? AND operation = ? AND fingerprint = ?
@@ -128,7 +128,7 @@ func (s *Store) ListApprovals(ctx context.Context, p idem.ListApprovalsParams) (
 // DecideApproval implements idem.Store.
 func (s *Store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams) (idem.Approval, error) {
 	var out idem.Approval
-	err := s.write(ctx, "decide approval", func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "decide approval", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
 		a, err := getApproval(ctx, tx, p.Org, p.ID)
 		if err != nil {
 			return err

@@ -16,7 +16,7 @@ const attemptColumns = `org, principal, key, operation, fingerprint, state, exec
 // Reserve implements idem.Store.
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var res idem.ReserveResult
-	err := s.write(ctx, "reserve", func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "reserve", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
 		a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
 		if err != nil {
 			return err
@@ -65,7 +65,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 		return idem.Attempt{}, interpretError(ctx, "complete", err)
 	}
 	var out idem.Attempt
-	err = s.write(ctx, "complete", func(tx *sql.Tx, now time.Time) error {
+	err = s.write(ctx, "complete", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
 		var secretExpiresAt sql.NullInt64
 		if p.SealedKeyID != "" {
 			secretExpiresAt = nullMicros(now.Add(p.SecretWindow))

@@ -13,7 +13,7 @@ import (
 // StartExecution implements idem.Store.
 func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
 	var out idem.Execution
-	err := s.write(ctx, "start execution", func(tx *sql.Tx, now time.Time) (err error) {
+	err := s.write(ctx, "start execution", func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
 		out, err = startExecution(ctx, tx, now, p, "")
 		return err
 	})
@@ -22,14 +22,14 @@ func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Ex
 
 // FinishExecution implements idem.Store.
 func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
-	return s.write(ctx, "finish execution", func(tx *sql.Tx, now time.Time) error {
+	return s.write(ctx, "finish execution", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
 		return finishExecution(ctx, tx, now, p)
 	})
 }
 
 // AppendEvents implements idem.Store.
 func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
-	return s.write(ctx, "append events", func(tx *sql.Tx, now time.Time) error {
+	return s.write(ctx, "append events", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
 		known := map[string]bool{}
 		for _, ev := range events {
 			if !known[ev.ExecutionID] {

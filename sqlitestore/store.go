@@ -21,6 +21,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"idem"
+	"idem/internal/groupcommit"
 )
 
 // busyTimeout is how long a statement waits for another connection's lock
@@ -32,10 +33,14 @@ const readConns = 4
 
 // Store is an idem.Store on one SQLite file.
 type Store struct {
-	w     *sql.DB // one connection; transactions are BEGIN IMMEDIATE
-	r     *sql.DB // plain reads
-	clock idem.Clock
+	w      *sql.DB // one connection; transactions are BEGIN IMMEDIATE
+	r      *sql.DB // plain reads
+	clock  idem.Clock
+	writes *groupcommit.Committer[writeTx]
 }
+
+// maxBatch caps the writes that share one transaction.
+const maxBatch = 128
 
 var _ idem.Store = (*Store)(nil)
 
@@ -66,7 +71,9 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		w.Close()
 		return nil, err
 	}
-	return &Store{w: w, r: r, clock: cfg.Clock}, nil
+	s := &Store{w: w, r: r, clock: cfg.Clock}
+	s.writes = groupcommit.New(s.runWrite, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
+	return s, nil
 }
 
 // openPool opens a pool of at most n connections on path, each set up by the
@@ -113,24 +120,39 @@ func ping(ctx context.Context, db *sql.DB) error {
 	}
 }
 
-// Close closes both pools.
+// Close stops the writer and closes both pools.
 func (s *Store) Close() error {
+	s.writes.Close()
 	return errors.Join(s.w.Close(), s.r.Close())
 }
 
-// write runs fn in one BEGIN IMMEDIATE transaction on the write connection.
-// now is read from the clock once the write lock is held, so times never run
-// backwards between writers.
-func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+// write runs fn in a BEGIN IMMEDIATE transaction on the write connection,
+// shared with the other writes waiting at that moment (group commit: one
+// fsync for all of them; see internal/groupcommit). fn must use the ctx it
+// is given. now is read from the clock once the write lock is held, so
+// times never run backwards between writers.
+func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Context, tx *sql.Tx, now time.Time) error) error {
+	err := s.writes.Do(ctx, func(ctx context.Context, w writeTx) error { return fn(ctx, w.tx, w.now) })
+	return interpretError(ctx, op, err)
+}
+
+// writeTx is a write transaction and the time it started at.
+type writeTx struct {
+	tx  *sql.Tx
+	now time.Time
+}
+
+// runWrite is the committer's transaction: BEGIN IMMEDIATE, fn, COMMIT.
+func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[writeTx]) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return interpretError(ctx, op, err)
+		return err
 	}
 	defer tx.Rollback()
-	if err := fn(tx, s.now()); err != nil {
-		return interpretError(ctx, op, err)
+	if err := fn(ctx, writeTx{tx: tx, now: s.now()}); err != nil {
+		return err
 	}
-	return interpretError(ctx, op, tx.Commit())
+	return tx.Commit()
 }
 
 // read runs fn in one read transaction (a consistent snapshot) on the read

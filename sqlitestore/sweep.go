@@ -17,7 +17,7 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 		batch = 500
 	}
 	var out idem.SweepResult
-	err := s.write(ctx, "sweep", func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "sweep", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
 		steps := []struct {
 			count *int
 			sql   string

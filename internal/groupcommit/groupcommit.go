@@ -1,0 +1,231 @@
+// Package groupcommit batches concurrent write transactions into shared
+// ones, so that one commit (one fsync on SQLite, one WAL flush on
+// PostgreSQL) serves many callers.
+//
+// A Committer has a queue and a few workers. Each worker takes whatever is
+// queued (up to a batch size) and runs it as one transaction: the callers'
+// functions one after another, then one commit. While a batch commits, new
+// calls queue behind it, so batches grow with load and a lone caller pays
+// nothing extra: batching needs no timer.
+//
+// Guarantees, the same as one transaction per call:
+//   - Do returns nil only once the caller's writes are committed.
+//   - A caller's writes commit together or not at all, and never partly.
+//   - When one function of a batch fails, the batch is rolled back and every
+//     function runs again alone, in its own transaction under its own
+//     context, so one caller's failure (a fenced completion, an approval
+//     that is no longer consumable) never becomes another's.
+//   - When the transaction itself fails (begin or commit: the database is
+//     unreachable, locked or full), every caller of the batch gets that
+//     error: nothing of theirs was written.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClosed is returned by Do once the Committer is closed.
+var ErrClosed = errors.New("groupcommit: committer closed")
+
+// Fn is one caller's part of a transaction. It must start from scratch on
+// every call (it runs again alone when its batch fails) and use the ctx it
+// is given, which is not the caller's while it runs in a batch.
+type Fn[T any] func(ctx context.Context, tx T) error
+
+// RunTx runs fn in one transaction and commits if fn returns nil. It is the
+// store's own transaction runner (begin, retry on serialization failures,
+// commit).
+type RunTx[T any] func(ctx context.Context, fn Fn[T]) error
+
+// Config shapes a Committer.
+type Config struct {
+	// Workers is how many batches may run at once (1 for a single-writer
+	// database).
+	Workers int
+	// MaxBatch caps the callers of one transaction.
+	MaxBatch int
+	// Timeout bounds a shared transaction, which runs detached from its
+	// callers' cancellations.
+	Timeout time.Duration
+}
+
+// Committer batches calls of Do.
+type Committer[T any] struct {
+	run   RunTx[T]
+	cfg   Config
+	queue chan *call[T]
+
+	mu     sync.RWMutex // held for reading while enqueueing; Close takes it
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	batches, calls atomic.Int64
+}
+
+// A call moves from waiting to taken (a worker runs it) or abandoned (its
+// caller gave up first); only a waiting call can be abandoned.
+const (
+	waiting int32 = iota
+	taken
+	abandoned
+)
+
+type call[T any] struct {
+	ctx   context.Context
+	fn    Fn[T]
+	state atomic.Int32
+	done  chan error
+}
+
+// New starts a Committer whose transactions run through run.
+func New[T any](run RunTx[T], cfg Config) *Committer[T] {
+	cfg.Workers = max(cfg.Workers, 1)
+	cfg.MaxBatch = max(cfg.MaxBatch, 1)
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	c := &Committer[T]{run: run, cfg: cfg, queue: make(chan *call[T], cfg.MaxBatch*cfg.Workers), stop: make(chan struct{})}
+	for range cfg.Workers {
+		c.wg.Go(c.work)
+	}
+	return c
+}
+
+// Do runs fn in a transaction, shared with other callers' when several
+// are waiting, and returns once it is committed or has failed. If ctx ends
+// before a worker takes fn, fn never runs and ctx's error comes back; once
+// taken, Do waits for the outcome.
+func (c *Committer[T]) Do(ctx context.Context, fn Fn[T]) error {
+	k := &call[T]{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	if err := c.enqueue(ctx, k); err != nil {
+		return err
+	}
+	select {
+	case err := <-k.done:
+		return err
+	case <-ctx.Done():
+		if k.state.CompareAndSwap(waiting, abandoned) {
+			return ctx.Err()
+		}
+		return <-k.done
+	}
+}
+
+func (c *Committer[T]) enqueue(ctx context.Context, k *call[T]) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return ErrClosed
+	}
+	select {
+	case c.queue <- k:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stats reports how many transactions ran and how many calls they served.
+func (c *Committer[T]) Stats() (batches, calls int64) {
+	return c.batches.Load(), c.calls.Load()
+}
+
+// Close stops the workers after their current batches; calls still queued
+// get ErrClosed. It may be called more than once.
+func (c *Committer[T]) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	c.wg.Wait()
+	for {
+		select {
+		case k := <-c.queue:
+			if k.state.CompareAndSwap(waiting, taken) {
+				k.done <- ErrClosed
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (c *Committer[T]) work() {
+	batch := make([]*call[T], 0, c.cfg.MaxBatch)
+	for {
+		select {
+		case k := <-c.queue:
+			batch = append(batch[:0], k)
+		case <-c.stop:
+			return
+		}
+	fill:
+		for len(batch) < c.cfg.MaxBatch {
+			select {
+			case k := <-c.queue:
+				batch = append(batch, k)
+			default:
+				break fill
+			}
+		}
+		c.runBatch(batch)
+		clear(batch)
+	}
+}
+
+func (c *Committer[T]) runBatch(batch []*call[T]) {
+	live := batch[:0]
+	for _, k := range batch {
+		if k.state.CompareAndSwap(waiting, taken) {
+			live = append(live, k)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		c.count(1)
+		k := live[0]
+		k.done <- c.run(k.ctx, k.fn)
+		return
+	}
+	c.count(len(live))
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	fnFailed := false
+	err := c.run(ctx, func(ctx context.Context, tx T) error {
+		fnFailed = false // run may retry the whole transaction
+		for _, k := range live {
+			if err := k.fn(ctx, tx); err != nil {
+				fnFailed = true
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && fnFailed {
+		// Somebody's function failed: everybody again, alone.
+		for _, k := range live {
+			c.count(1)
+			k.done <- c.run(k.ctx, k.fn)
+		}
+		return
+	}
+	for _, k := range live {
+		k.done <- err
+	}
+}
+
+func (c *Committer[T]) count(calls int) {
+	c.batches.Add(1)
+	c.calls.Add(int64(calls))
+}

@@ -1,0 +1,226 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// db is a toy database: a transaction buffers writes, a commit publishes
+// them. commitErr makes every commit fail; gate, when set, holds each
+// transaction until it is closed.
+type db struct {
+	mu        sync.Mutex
+	committed []string
+	txs       int
+	commitErr error
+	gate      chan struct{}
+}
+
+type tx struct{ writes []string }
+
+func (d *db) run(ctx context.Context, fn Fn[*tx]) error {
+	t := &tx{}
+	if err := fn(ctx, t); err != nil {
+		return err
+	}
+	if d.gate != nil {
+		<-d.gate
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.txs++
+	if d.commitErr != nil {
+		return d.commitErr
+	}
+	d.committed = append(d.committed, t.writes...)
+	return nil
+}
+
+func write(s string) Fn[*tx] {
+	return func(_ context.Context, t *tx) error {
+		t.writes = append(t.writes, s)
+		return nil
+	}
+}
+
+var errBoom = errors.New("boom")
+
+// hold queues calls behind a first one that blocks the only worker, so that
+// the next batch is known to hold them all.
+func hold(t *testing.T, d *db, c *Committer[*tx], names ...string) map[string]error {
+	t.Helper()
+	return holdFns(t, d, c, func(name string) Fn[*tx] { return write(name) }, names...)
+}
+
+func holdFns(t *testing.T, d *db, c *Committer[*tx], fnFor func(string) Fn[*tx], names ...string) map[string]error {
+	t.Helper()
+	d.gate = make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]error{}
+	do := func(name string) {
+		defer wg.Done()
+		err := c.Do(context.Background(), fnFor(name))
+		mu.Lock()
+		errs[name] = err
+		mu.Unlock()
+	}
+	wg.Add(1)
+	go do("first")
+	waitFor(t, func() bool { return len(c.queue) == 0 && c.calls.Load() == 1 })
+	for _, n := range names {
+		wg.Add(1)
+		go do(n)
+	}
+	waitFor(t, func() bool { return len(c.queue) == len(names) })
+	close(d.gate)
+	wg.Wait()
+	return errs
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestConcurrentCallsShareTransactions(t *testing.T) {
+	d := &db{}
+	c := New(d.run, Config{Workers: 1, MaxBatch: 64})
+	defer c.Close()
+	names := make([]string, 20)
+	for i := range names {
+		names[i] = fmt.Sprint("w", i)
+	}
+	errs := hold(t, d, c, names...)
+	for n, err := range errs {
+		if err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if d.txs != 2 {
+		t.Errorf("21 calls took %d transactions, want 2 (the first alone, then one batch of 20)", d.txs)
+	}
+	got := slices.Sorted(slices.Values(d.committed))
+	want := slices.Sorted(slices.Values(append(names, "first")))
+	if !slices.Equal(got, want) {
+		t.Errorf("committed %v, want %v", got, want)
+	}
+	if b, n := c.Stats(); b != 2 || n != 21 {
+		t.Errorf("Stats = %d batches, %d calls; want 2, 21", b, n)
+	}
+}
+
+func TestOneFailingFunctionFailsOnlyItsCaller(t *testing.T) {
+	d := &db{}
+	c := New(d.run, Config{Workers: 1, MaxBatch: 64})
+	defer c.Close()
+	fnFor := func(name string) Fn[*tx] {
+		if name == "bad" {
+			return func(_ context.Context, t *tx) error {
+				t.writes = append(t.writes, "partial") // rolled back with its transaction
+				return errBoom
+			}
+		}
+		return write(name)
+	}
+	errs := holdFns(t, d, c, fnFor, "a", "bad", "b")
+	if !errors.Is(errs["bad"], errBoom) {
+		t.Errorf("bad: err = %v, want boom", errs["bad"])
+	}
+	for _, n := range []string{"first", "a", "b"} {
+		if errs[n] != nil {
+			t.Errorf("%s: err = %v, want nil", n, errs[n])
+		}
+	}
+	if slices.Contains(d.committed, "partial") {
+		t.Error("the failing call's partial write was committed")
+	}
+	if got := slices.Sorted(slices.Values(d.committed)); !slices.Equal(got, []string{"a", "b", "first"}) {
+		t.Errorf("committed %v, want [a b first]", got)
+	}
+}
+
+func TestFailedCommitFailsTheWholeBatchWithoutRetry(t *testing.T) {
+	d := &db{commitErr: errBoom}
+	c := New(d.run, Config{Workers: 1, MaxBatch: 64})
+	defer c.Close()
+	errs := hold(t, d, c, "a", "b", "c")
+	for n, err := range errs {
+		if !errors.Is(err, errBoom) {
+			t.Errorf("%s: err = %v, want boom", n, err)
+		}
+	}
+	if d.txs != 2 {
+		t.Errorf("%d commits tried, want 2 (no call runs again after its batch's commit failed)", d.txs)
+	}
+}
+
+func TestCallerGivingUpBeforeItsTurnNeverRuns(t *testing.T) {
+	d := &db{gate: make(chan struct{})}
+	c := New(d.run, Config{Workers: 1, MaxBatch: 64})
+	defer c.Close()
+	firstDone := make(chan error)
+	go func() { firstDone <- c.Do(context.Background(), write("first")) }()
+	waitFor(t, func() bool { return c.calls.Load() == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error)
+	go func() { gone <- c.Do(ctx, write("late")) }()
+	waitFor(t, func() bool { return len(c.queue) == 1 })
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Errorf("abandoned call: err = %v, want context.Canceled", err)
+	}
+	close(d.gate)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	// The worker skips the abandoned call; a later call still runs.
+	if err := c.Do(context.Background(), write("after")); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(d.committed, "late") {
+		t.Error("a call abandoned before a worker took it was committed")
+	}
+}
+
+func TestClosedCommitterRefusesCalls(t *testing.T) {
+	d := &db{}
+	c := New(d.run, Config{})
+	if err := c.Do(context.Background(), write("x")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.Close()
+	if err := c.Do(context.Background(), write("y")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Do after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+func TestManyConcurrentCallersAllCommitOnce(t *testing.T) {
+	d := &db{}
+	c := New(d.run, Config{Workers: 3, MaxBatch: 16})
+	defer c.Close()
+	var wg sync.WaitGroup
+	for i := range 500 {
+		wg.Go(func() {
+			if err := c.Do(context.Background(), write(fmt.Sprint(i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(d.committed) != 500 || len(slices.Compact(slices.Sorted(slices.Values(d.committed)))) != 500 {
+		t.Errorf("committed %d writes (%d distinct), want 500 once each", len(d.committed), len(slices.Compact(slices.Sorted(slices.Values(d.committed)))))
+	}
+}
