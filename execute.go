@@ -179,6 +179,22 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// wake waits d, or until *finished is closed (and then stops watching it),
+// and reports false if ctx ended first.
+func wake(ctx context.Context, finished *<-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-*finished:
+		*finished = nil
+		return true
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // encodeOutput marshals and validates the handler's output (stage 11).
 func (x *execution) encodeOutput(out any) (json.RawMessage, *Error) {
 	data, err := json.Marshal(out)
@@ -245,10 +261,14 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Respon
 			stored, keyID = sealed, id
 		}
 	}
-	_, err := store.Complete(sctx, CompleteParams{
+	done, err := store.Complete(sctx, CompleteParams{
 		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
 		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
 	})
+	if err == nil {
+		x.r.cache.put(done, x.r.cfg.Clock.Now())
+	}
+	x.r.done.finished(x.req.Principal.Scope(), x.key)
 	switch {
 	case errors.Is(err, ErrFenced):
 		// The lease passed first: the record already reads indeterminate and
@@ -324,12 +344,7 @@ func (x *execution) replay(ctx context.Context, a Attempt) Response {
 	h.Set(HeaderIdempotentReplayed, "true")
 	x.replayed = true
 	x.executionID = a.ExecutionID
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
-	defer cancel()
-	ev := AuditEvent{ExecutionID: a.ExecutionID, Type: EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}}
-	if err := x.r.cfg.Store.AppendEvents(sctx, a.Scope.Org, ev); err != nil {
-		x.r.cfg.Logger.Warn("audit replay", "executionId", a.ExecutionID, "error", err)
-	}
+	x.r.audit.add(a.Scope.Org, AuditEvent{ExecutionID: a.ExecutionID, Type: EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}})
 	return Response{Status: a.Status, Header: h, Body: body, Problem: problem, Replayed: true}
 }
 
@@ -339,11 +354,15 @@ func (x *execution) replay(ctx context.Context, a Attempt) Response {
 func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
 	wait := min(x.req.Wait, x.r.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
+	// A key this instance runs wakes its waiters when it finishes; one
+	// another instance runs is polled, backing off.
+	finished, stop := x.r.done.wait(x.req.Principal.Scope(), x.key)
+	defer stop()
 	for poll := 10 * time.Millisecond; a.State == AttemptInFlight && time.Now().Before(deadline); poll = min(poll*2, 250*time.Millisecond) {
-		if !sleep(ctx, min(poll, time.Until(deadline))) {
+		if !wake(ctx, &finished, min(poll, time.Until(deadline))) {
 			break
 		}
-		next, err := x.r.cfg.Store.GetAttempt(ctx, x.req.Principal.Scope(), x.key)
+		next, err := x.r.getAttempt(ctx, x.req.Principal.Scope(), x.key)
 		if err != nil {
 			if errors.Is(err, ErrNotFound) {
 				break

@@ -42,6 +42,10 @@ type RunnerConfig struct {
 	MaxWait time.Duration
 	// Observe, if set, is told about every finished call (for metrics).
 	Observe func(Report)
+	// ReplayCacheBytes bounds the in-memory copies of completed records
+	// that answer replays without a store round trip (64 MiB when 0; a
+	// negative value turns the cache off).
+	ReplayCacheBytes int
 }
 
 // Report describes one finished call.
@@ -101,9 +105,12 @@ func (c RunnerConfig) validate(ops map[string]*compiled) error {
 
 // Runner is the one execution pipeline (SPEC §5) every surface calls.
 type Runner struct {
-	cfg RunnerConfig
-	ops map[string]*compiled
-	reg *Registry
+	cfg   RunnerConfig
+	ops   map[string]*compiled
+	reg   *Registry
+	cache *replayCache
+	done  completions
+	audit *auditQueue
 }
 
 // NewRunner returns the pipeline over the registry's operations.
@@ -120,7 +127,14 @@ func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
 	if err := cfg.validate(ops); err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, ops: ops, reg: reg}, nil
+	return &Runner{cfg: cfg, ops: ops, reg: reg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}, nil
+}
+
+// Flush waits until the audit events of replays answered so far are
+// stored (they are written off the request's path), or ctx ends. Call it
+// before shutting down.
+func (r *Runner) Flush(ctx context.Context) error {
+	return r.audit.flush(ctx)
 }
 
 // Describe returns an operation's descriptor as this runner publishes it
@@ -255,7 +269,7 @@ func (x *execution) run(ctx context.Context) Response {
 	x.fingerprint = fp
 	// Stage 5: an existing attempt answers before any policy or approval.
 	if x.key != "" {
-		a, err := r.cfg.Store.GetAttempt(ctx, req.Principal.Scope(), x.key)
+		a, err := r.getAttempt(ctx, req.Principal.Scope(), x.key)
 		switch {
 		case err == nil:
 			return x.answerExisting(ctx, a)
@@ -299,6 +313,7 @@ func (x *execution) run(ctx context.Context) Response {
 		}
 		if !res.Reserved {
 			x.executionID = ""
+			r.cache.put(res.Attempt, r.cfg.Clock.Now())
 			return x.answerExisting(ctx, res.Attempt)
 		}
 		fence = res.Attempt.FencingToken
@@ -308,6 +323,20 @@ func (x *execution) run(ctx context.Context) Response {
 	}
 	// Stages 10 to 13.
 	return x.execute(ctx, in, fence)
+}
+
+// getAttempt reads the record of (scope, key), from the replay cache when
+// it holds it.
+func (r *Runner) getAttempt(ctx context.Context, scope Scope, key string) (Attempt, error) {
+	now := r.cfg.Clock.Now()
+	if a, ok := r.cache.get(scope, key, now); ok {
+		return a, nil
+	}
+	a, err := r.cfg.Store.GetAttempt(ctx, scope, key)
+	if err == nil {
+		r.cache.put(a, now)
+	}
+	return a, err
 }
 
 // startFailure answers a failed reservation or start: an approval consumed

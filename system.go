@@ -70,11 +70,20 @@ func (r *Runner) DecideApproval(ctx context.Context, p Principal, id string, app
 	return decided, nil
 }
 
+// flushWait bounds how long reading an execution waits for queued replay
+// events.
+const flushWait = 2 * time.Second
+
 // GetExecution returns an execution with its audit events to its own
 // principal and to approvers of its org; NOT_FOUND for anyone else.
 func (r *Runner) GetExecution(ctx context.Context, p Principal, id string) (Execution, error) {
 	// An unknown execution and one the caller may not see answer alike.
 	notFound := Errorf(CodeNotFound, "no execution %q visible to this caller", id)
+	// Replay events are written off the request path: show the ones this
+	// instance has answered so far.
+	fctx, cancel := context.WithTimeout(ctx, flushWait)
+	_ = r.Flush(fctx)
+	cancel()
 	x, err := r.cfg.Store.GetExecution(ctx, p.Org, id)
 	if ErrorCode(err) == CodeNotFound {
 		return Execution{}, notFound

@@ -199,6 +199,11 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	err = srv.Shutdown(shutdownCtx)
 	stopSweeper()
 	<-swept
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelFlush()
+	if ferr := runner.Flush(flushCtx); ferr != nil {
+		logger.Warn("replay audit events still queued at exit", "error", ferr)
+	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", err)
 	}

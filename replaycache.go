@@ -1,0 +1,160 @@
+package idem
+
+import (
+	"container/list"
+	"sync"
+	"time"
+)
+
+// DefaultReplayCacheBytes is the replay cache's bound when
+// RunnerConfig.ReplayCacheBytes is 0.
+const DefaultReplayCacheBytes = 64 << 20
+
+// replayCacheMargin is how long before its retention ends a record stops
+// being served from memory: other instances, whose clocks may run a little
+// ahead, could forget the key and reserve it anew at that moment.
+const replayCacheMargin = time.Minute
+
+// replayCache answers replays without a store round trip. It holds only
+// completed records without a secret: such a record never changes until its
+// retention passes (SPEC §6.3), so a copy is exact on every instance for as
+// long as it is retained. Secret results are left to the store, whose sweeper
+// destroys them when their window passes. A record is dropped from memory
+// replayCacheMargin before its retention ends, and when the cache is over
+// its byte bound, least recently used first.
+type replayCache struct {
+	mu       sync.Mutex
+	maxBytes int
+	bytes    int
+	order    *list.List // of *cached, most recent first
+	byKey    map[cacheKey]*list.Element
+}
+
+type cacheKey struct{ org, principal, key string }
+
+type cached struct {
+	k    cacheKey
+	a    Attempt
+	size int
+}
+
+// newReplayCache returns a cache bounded to maxBytes; nil (no caching) when
+// maxBytes is negative.
+func newReplayCache(maxBytes int) *replayCache {
+	if maxBytes < 0 {
+		return nil
+	}
+	if maxBytes == 0 {
+		maxBytes = DefaultReplayCacheBytes
+	}
+	return &replayCache{maxBytes: maxBytes, order: list.New(), byKey: map[cacheKey]*list.Element{}}
+}
+
+func keyOf(scope Scope, key string) cacheKey { return cacheKey{scope.Org, scope.Principal, key} }
+
+// cacheable reports whether a may be served from memory at now.
+func cacheable(a Attempt, now time.Time) bool {
+	return a.State == AttemptCompleted && a.SealedKeyID == "" && now.Before(a.ExpiresAt.Add(-replayCacheMargin))
+}
+
+// get returns the cached record of (scope, key), if it may still be served.
+func (c *replayCache) get(scope Scope, key string, now time.Time) (Attempt, bool) {
+	if c == nil {
+		return Attempt{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byKey[keyOf(scope, key)]
+	if !ok {
+		return Attempt{}, false
+	}
+	v := e.Value.(*cached)
+	if !cacheable(v.a, now) {
+		c.remove(e)
+		return Attempt{}, false
+	}
+	c.order.MoveToFront(e)
+	return v.a, true
+}
+
+// put keeps a if it may be served from memory.
+func (c *replayCache) put(a Attempt, now time.Time) {
+	if c == nil || !cacheable(a, now) {
+		return
+	}
+	k := keyOf(a.Scope, a.Key)
+	size := len(a.Body) + len(k.org) + len(k.principal) + len(k.key) + len(a.Operation) + len(a.Fingerprint) + len(a.ExecutionID) + 256
+	for name, vs := range a.Headers {
+		size += len(name)
+		for _, v := range vs {
+			size += len(v)
+		}
+	}
+	if size > c.maxBytes/16 {
+		return // one record must not flush the cache
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[k]; ok {
+		c.remove(e)
+	}
+	c.byKey[k] = c.order.PushFront(&cached{k: k, a: a, size: size})
+	c.bytes += size
+	for c.bytes > c.maxBytes {
+		c.remove(c.order.Back())
+	}
+}
+
+func (c *replayCache) remove(e *list.Element) {
+	v := c.order.Remove(e).(*cached)
+	delete(c.byKey, v.k)
+	c.bytes -= v.size
+}
+
+// completions wakes callers waiting (Prefer: wait) on an in-flight key when
+// this instance finishes it; waits on keys another instance runs still poll
+// the store.
+type completions struct {
+	mu      sync.Mutex
+	waiting map[cacheKey]*waiters
+}
+
+type waiters struct {
+	done chan struct{}
+	n    int
+}
+
+// wait returns a channel closed when (scope, key) is finished here, and a
+// function the waiter calls when it stops waiting.
+func (c *completions) wait(scope Scope, key string) (<-chan struct{}, func()) {
+	k := keyOf(scope, key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting == nil {
+		c.waiting = map[cacheKey]*waiters{}
+	}
+	w := c.waiting[k]
+	if w == nil {
+		w = &waiters{done: make(chan struct{})}
+		c.waiting[k] = w
+	}
+	w.n++
+	return w.done, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if w.n--; w.n == 0 && c.waiting[k] == w {
+			delete(c.waiting, k)
+		}
+	}
+}
+
+// finished wakes the waiters of (scope, key).
+func (c *completions) finished(scope Scope, key string) {
+	k := keyOf(scope, key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w := c.waiting[k]; w != nil {
+		close(w.done)
+		delete(c.waiting, k)
+	}
+}
