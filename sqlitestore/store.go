@@ -2,7 +2,8 @@
 // through modernc.org/sqlite (pure Go), in WAL mode with durable commits.
 //
 // Each Store has one write connection, whose transactions are BEGIN
-// IMMEDIATE, and a small pool of read connections. Several Stores, even in
+// IMMEDIATE and shared by the writes waiting at the same moment (group
+// commit, one fsync for all of them), and a small pool of read connections. Several Stores, even in
 // several processes, may share one file: SQLite's write lock, waited for up
 // to the busy timeout, serializes their writes.
 package sqlitestore
