@@ -53,7 +53,7 @@ func (s *watchedStore) GetAttempt(ctx context.Context, scope idem.Scope, key str
 }
 
 // newSQLiteStore opens a store on a fresh SQLite file.
-func newSQLiteStore(t *testing.T, clock idem.Clock) idem.Store {
+func newSQLiteStore(t testing.TB, clock idem.Clock) idem.Store {
 	t.Helper()
 	s, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{Clock: clock})
 	if err != nil {

@@ -257,12 +257,21 @@ func (x *execution) run(ctx context.Context) Response {
 	if err := x.checkContract(); err != nil {
 		return x.fail(err)
 	}
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body})
+	if x.key != "" && ferr == nil {
+		// Stage 5 from memory first: a completed record of this exact
+		// request passed stage 4 when it ran, so its replay needs no
+		// decoding.
+		if a, ok := r.cache.get(req.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp {
+			x.fingerprint = fp
+			return x.answerExisting(ctx, a)
+		}
+	}
 	// Stage 4: input.
 	raw, in, err := x.decodeInput()
 	if err != nil {
 		return x.fail(err)
 	}
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body})
 	if ferr != nil {
 		return x.fail(Errorf(CodeInvalidInput, "the body is not canonical JSON: %v", ferr).WithDetail("errors", []map[string]string{{"path": "", "message": ferr.Error()}}))
 	}

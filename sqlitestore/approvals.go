@@ -19,7 +19,7 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 		out     idem.Approval
 		created bool
 	)
-	err := s.write(ctx, "request approval", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "request approval", func(ctx context.Context, tx txn, now time.Time) error {
 		// The newest approval of the intent that is Live at now.
 		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
 			WHERE org = ? AND requested_by = ? AND operation = ? AND fingerprint = ?
@@ -61,7 +61,7 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 // GetApproval implements idem.Store.
 func (s *Store) GetApproval(ctx context.Context, org, id string) (idem.Approval, error) {
 	var out idem.Approval
-	err := s.read(ctx, "get approval", func(tx *sql.Tx, now time.Time) error {
+	err := s.read(ctx, "get approval", func(tx txn, now time.Time) error {
 		a, err := getApproval(ctx, tx, org, id)
 		if err != nil {
 			return err
@@ -79,7 +79,7 @@ func (s *Store) GetApproval(ctx context.Context, org, id string) (idem.Approval,
 // status: a pending or approved approval past its expiry counts as expired.
 func (s *Store) ListApprovals(ctx context.Context, p idem.ListApprovalsParams) ([]idem.Approval, error) {
 	var out []idem.Approval
-	err := s.read(ctx, "list approvals", func(tx *sql.Tx, now time.Time) error {
+	err := s.read(ctx, "list approvals", func(tx txn, now time.Time) error {
 		where := []string{"org = ?"}
 		args := []any{p.Org}
 		if p.RequestedBy != "" {
@@ -128,7 +128,7 @@ func (s *Store) ListApprovals(ctx context.Context, p idem.ListApprovalsParams) (
 // DecideApproval implements idem.Store.
 func (s *Store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams) (idem.Approval, error) {
 	var out idem.Approval
-	err := s.write(ctx, "decide approval", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "decide approval", func(ctx context.Context, tx txn, now time.Time) error {
 		a, err := getApproval(ctx, tx, p.Org, p.ID)
 		if err != nil {
 			return err
@@ -155,7 +155,7 @@ func (s *Store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams)
 	return out, nil
 }
 
-func getApproval(ctx context.Context, tx *sql.Tx, org, id string) (idem.Approval, error) {
+func getApproval(ctx context.Context, tx txn, org, id string) (idem.Approval, error) {
 	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
 		WHERE org = ? AND id = ?`, org, id))
 	if errors.Is(err, sql.ErrNoRows) {

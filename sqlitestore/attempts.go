@@ -16,7 +16,7 @@ const attemptColumns = `org, principal, key, operation, fingerprint, state, exec
 // Reserve implements idem.Store.
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var res idem.ReserveResult
-	err := s.write(ctx, "reserve", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "reserve", func(ctx context.Context, tx txn, now time.Time) error {
 		a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
 		if err != nil {
 			return err
@@ -65,7 +65,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 		return idem.Attempt{}, interpretError(ctx, "complete", err)
 	}
 	var out idem.Attempt
-	err = s.write(ctx, "complete", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	err = s.write(ctx, "complete", func(ctx context.Context, tx txn, now time.Time) error {
 		var secretExpiresAt sql.NullInt64
 		if p.SealedKeyID != "" {
 			secretExpiresAt = nullMicros(now.Add(p.SecretWindow))
@@ -100,7 +100,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 // GetAttempt implements idem.Store.
 func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
 	var out idem.Attempt
-	err := s.read(ctx, "get attempt", func(tx *sql.Tx, now time.Time) error {
+	err := s.read(ctx, "get attempt", func(tx txn, now time.Time) error {
 		a, found, err := getAttempt(ctx, tx, scope, key)
 		if err != nil {
 			return err
@@ -115,7 +115,7 @@ func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (i
 }
 
 // getAttempt reads the stored record of (scope, key), not Observed.
-func getAttempt(ctx context.Context, tx *sql.Tx, scope idem.Scope, key string) (idem.Attempt, bool, error) {
+func getAttempt(ctx context.Context, tx txn, scope idem.Scope, key string) (idem.Attempt, bool, error) {
 	a, err := scanAttempt(tx.QueryRowContext(ctx, `SELECT `+attemptColumns+`
 		FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`, scope.Org, scope.Principal, key))
 	if errors.Is(err, sql.ErrNoRows) {

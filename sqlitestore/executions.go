@@ -13,7 +13,7 @@ import (
 // StartExecution implements idem.Store.
 func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
 	var out idem.Execution
-	err := s.write(ctx, "start execution", func(ctx context.Context, tx *sql.Tx, now time.Time) (err error) {
+	err := s.write(ctx, "start execution", func(ctx context.Context, tx txn, now time.Time) (err error) {
 		out, err = startExecution(ctx, tx, now, p, "")
 		return err
 	})
@@ -22,14 +22,14 @@ func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Ex
 
 // FinishExecution implements idem.Store.
 func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
-	return s.write(ctx, "finish execution", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	return s.write(ctx, "finish execution", func(ctx context.Context, tx txn, now time.Time) error {
 		return finishExecution(ctx, tx, now, p)
 	})
 }
 
 // AppendEvents implements idem.Store.
 func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
-	return s.write(ctx, "append events", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	return s.write(ctx, "append events", func(ctx context.Context, tx txn, now time.Time) error {
 		known := map[string]bool{}
 		for _, ev := range events {
 			if !known[ev.ExecutionID] {
@@ -54,7 +54,7 @@ func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.Aud
 // GetExecution implements idem.Store.
 func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
 	var x idem.Execution
-	err := s.read(ctx, "get execution", func(tx *sql.Tx, _ time.Time) error {
+	err := s.read(ctx, "get execution", func(tx txn, _ time.Time) error {
 		var (
 			key, code, reinvocationOf sql.NullString
 			started                   int64
@@ -89,7 +89,7 @@ func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Executio
 
 // startExecution creates an execution with its execution.started event,
 // consuming p.ApprovalID first if set.
-func startExecution(ctx context.Context, tx *sql.Tx, now time.Time, p idem.StartParams, key string) (idem.Execution, error) {
+func startExecution(ctx context.Context, tx txn, now time.Time, p idem.StartParams, key string) (idem.Execution, error) {
 	x := idem.Execution{
 		ID:          p.ExecutionID,
 		Org:         p.Scope.Org,
@@ -144,7 +144,7 @@ func startExecution(ctx context.Context, tx *sql.Tx, now time.Time, p idem.Start
 }
 
 // finishExecution records p's outcome and appends its events.
-func finishExecution(ctx context.Context, tx *sql.Tx, now time.Time, p idem.FinishParams) error {
+func finishExecution(ctx context.Context, tx txn, now time.Time, p idem.FinishParams) error {
 	res, err := tx.ExecContext(ctx, `UPDATE idem_executions SET outcome = ?, code = ?, attempts = ?, finished_at = ?
 		WHERE org = ? AND id = ?`, p.Outcome, nullString(string(p.Code)), p.Attempts, micros(now), p.Org, p.ExecutionID)
 	if err != nil {
@@ -166,7 +166,7 @@ func finishExecution(ctx context.Context, tx *sql.Tx, now time.Time, p idem.Fini
 
 // insertEvent appends ev to its execution; an event without a time happens
 // now.
-func insertEvent(ctx context.Context, tx *sql.Tx, now time.Time, org string, ev idem.AuditEvent) error {
+func insertEvent(ctx context.Context, tx txn, now time.Time, org string, ev idem.AuditEvent) error {
 	if ev.At.IsZero() {
 		ev.At = now
 	}
@@ -186,7 +186,7 @@ func insertEvent(ctx context.Context, tx *sql.Tx, now time.Time, org string, ev 
 	return err
 }
 
-func listEvents(ctx context.Context, tx *sql.Tx, org, executionID string) ([]idem.AuditEvent, error) {
+func listEvents(ctx context.Context, tx txn, org, executionID string) ([]idem.AuditEvent, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT type, at, attempt, code, previous_error_code, attempts, duration_ms, data
 		FROM idem_audit_events WHERE org = ? AND execution_id = ? ORDER BY id`, org, executionID)
 	if err != nil {

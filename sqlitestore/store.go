@@ -38,6 +38,8 @@ type Store struct {
 	r      *sql.DB // plain reads
 	clock  idem.Clock
 	writes *groupcommit.Committer[writeTx]
+	// Prepared statements of each pool.
+	wstmts, rstmts *stmtCache
 }
 
 // maxBatch caps the writes that share one transaction.
@@ -72,7 +74,7 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		w.Close()
 		return nil, err
 	}
-	s := &Store{w: w, r: r, clock: cfg.Clock}
+	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r)}
 	s.writes = groupcommit.New(s.runWrite, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
 	return s, nil
 }
@@ -124,6 +126,8 @@ func ping(ctx context.Context, db *sql.DB) error {
 // Close stops the writer and closes both pools.
 func (s *Store) Close() error {
 	s.writes.Close()
+	s.wstmts.close()
+	s.rstmts.close()
 	return errors.Join(s.w.Close(), s.r.Close())
 }
 
@@ -132,25 +136,28 @@ func (s *Store) Close() error {
 // fsync for all of them; see internal/groupcommit). fn must use the ctx it
 // is given. now is read from the clock once the write lock is held, so
 // times never run backwards between writers.
-func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Context, tx *sql.Tx, now time.Time) error) error {
+func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Context, tx txn, now time.Time) error) error {
 	err := s.writes.Do(ctx, func(ctx context.Context, w writeTx) error { return fn(ctx, w.tx, w.now) })
 	return interpretError(ctx, op, err)
 }
 
 // writeTx is a write transaction and the time it started at.
 type writeTx struct {
-	tx  *sql.Tx
+	tx  txn
 	now time.Time
 }
 
 // runWrite is the committer's transaction: BEGIN IMMEDIATE, fn, COMMIT.
 func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[writeTx]) error {
+	if s.wstmts.hasWanted() {
+		s.wstmts.prepareWanted(ctx)
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if err := fn(ctx, writeTx{tx: tx, now: s.now()}); err != nil {
+	if err := fn(ctx, writeTx{tx: txn{tx, s.wstmts}, now: s.now()}); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -158,13 +165,16 @@ func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[writeTx]) error 
 
 // read runs fn in one read transaction (a consistent snapshot) on the read
 // pool.
-func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+func (s *Store) read(ctx context.Context, op string, fn func(tx txn, now time.Time) error) error {
+	if s.rstmts.hasWanted() {
+		s.rstmts.prepareWanted(ctx)
+	}
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return interpretError(ctx, op, err)
 	}
 	defer tx.Rollback()
-	if err := fn(tx, s.now()); err != nil {
+	if err := fn(txn{tx, s.rstmts}, s.now()); err != nil {
 		return interpretError(ctx, op, err)
 	}
 	return interpretError(ctx, op, tx.Commit())
@@ -210,7 +220,7 @@ func nullString(s string) sql.NullString { return sql.NullString{String: s, Vali
 // Ping implements idem.Store: it reads the schema version table, so a file
 // that cannot be read fails.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.read(ctx, "ping", func(tx *sql.Tx, _ time.Time) error {
+	return s.read(ctx, "ping", func(tx txn, _ time.Time) error {
 		var n int
 		return tx.QueryRowContext(ctx, `SELECT count(*) FROM idem_schema_migrations`).Scan(&n)
 	})

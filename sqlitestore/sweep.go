@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"idem"
@@ -17,7 +16,7 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 		batch = 500
 	}
 	var out idem.SweepResult
-	err := s.write(ctx, "sweep", func(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, "sweep", func(ctx context.Context, tx txn, now time.Time) error {
 		steps := []struct {
 			count *int
 			sql   string

@@ -1,0 +1,63 @@
+package idem_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	"idem"
+)
+
+// BenchmarkKeyedCall measures the runner with a store and a trivial
+// handler, in parallel (-cpu sets the callers): first executions with
+// fresh keys, and replays of one completed key. It is the in-process part
+// of what bench/ measures over HTTP; use it with -cpuprofile.
+func BenchmarkKeyedCall(b *testing.B) {
+	stores := map[string]func(*testing.B) idem.Store{
+		"sqlite": func(b *testing.B) idem.Store { return newSQLiteStore(b, idem.SystemClock{}) },
+	}
+	for name, open := range stores {
+		b.Run(name+"/first", func(b *testing.B) {
+			r := benchRunner(b, open(b))
+			var n atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					resp := r.Call(b.Context(), idem.Request{Operation: "thing.create", Principal: agent,
+						Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
+					if resp.Status != 201 || resp.Replayed {
+						b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body)
+					}
+				}
+			})
+		})
+		b.Run(name+"/replay", func(b *testing.B) {
+			r := benchRunner(b, open(b))
+			req := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"k"}}
+			r.Call(b.Context(), req)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if resp := r.Call(b.Context(), req); !resp.Replayed {
+						b.Fatalf("status %d not replayed: %s", resp.Status, resp.Body)
+					}
+				}
+			})
+		})
+	}
+}
+
+func benchRunner(b *testing.B, store idem.Store) *idem.Runner {
+	var runs atomic.Int64
+	reg, err := idem.NewRegistry(createOp(&runs), showOp())
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Flush(b.Context()) })
+	return r
+}
