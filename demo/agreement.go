@@ -152,8 +152,9 @@ func (a *App) createAgreement(ctx context.Context, call *idem.Call, in agreement
 
 func (a *App) listAgreements(ctx context.Context, call *idem.Call, in agreementListInput) (agreementList, error) {
 	org := call.Principal.Org
-	out := agreementList{Agreements: []agreementView{}}
+	out := agreementList{}
 	err := a.db.InTx(ctx, func(tx *Tx) error {
+		out.Agreements = []agreementView{} // fn may run again
 		if err := requireBusiness(ctx, tx, org, in.Slug); err != nil {
 			return err
 		}

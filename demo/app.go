@@ -6,6 +6,7 @@ package demo
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"time"
@@ -23,6 +24,11 @@ type Config struct {
 	// signing secrets) before they reach its tables; the server passes
 	// the same secretbox it seals one-time results with.
 	Sealer idem.Sealer
+	// Writer, if set, runs the application's transactions on SQLite: pass
+	// the idem store's sqlitestore.Store.Write, so that handlers' writes
+	// share the store's single writer and its group commit instead of
+	// contending with it for the file's lock. Unused on PostgreSQL.
+	Writer func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
 }
 
 // App is the reference application on one database.
@@ -54,6 +60,9 @@ func Open(ctx context.Context, storeURL string, cfg Config) (*App, error) {
 	db, err := openDB(ctx, storeURL)
 	if err != nil {
 		return nil, err
+	}
+	if db.dialect == "sqlite" {
+		db.writer = cfg.Writer
 	}
 	a := &App{db: db, clock: cfg.Clock, http: cfg.HTTPClient, sealer: cfg.Sealer}
 	for _, org := range Orgs {

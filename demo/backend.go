@@ -122,8 +122,9 @@ func (a *App) backendList() idem.Operation {
 		Errors:     []idem.DeclaredError{errBusinessNotFound},
 	}, func(ctx context.Context, call *idem.Call, in businessSlugIn) (BackendList, error) {
 		org := call.Principal.Org
-		out := BackendList{Backends: []Backend{}}
+		out := BackendList{}
 		err := a.db.InTx(ctx, func(tx *Tx) error {
+			out.Backends = []Backend{} // fn may run again
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}

@@ -98,8 +98,9 @@ func (a *App) businessList() idem.Operation {
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
 	}, func(ctx context.Context, call *idem.Call, _ businessListIn) (BusinessList, error) {
-		out := BusinessList{Businesses: []Business{}}
+		out := BusinessList{}
 		err := a.db.InTx(ctx, func(tx *Tx) error {
+			out.Businesses = []Business{} // fn may run again
 			rows, err := tx.Query(ctx, `SELECT slug, name, created_by, created_at FROM idem_demo_businesses WHERE org = ? ORDER BY slug`, call.Principal.Org)
 			if err != nil {
 				return err

@@ -30,6 +30,8 @@ type DB struct {
 	sql     *sql.DB
 	dialect string // "sqlite" or "postgres"
 	close   func() // closes what sql runs on, if anything
+	// writer, if set, runs transactions instead of sql (Config.Writer).
+	writer func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
 }
 
 func openDB(ctx context.Context, storeURL string) (*DB, error) {
@@ -177,8 +179,13 @@ func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // updates where rows race). Errors that are not idem errors come back as
 // STORE_UNAVAILABLE, so a handler fails closed. A transaction that failed
 // on a dead connection before it could commit (a restarted database) is
-// run once more on a fresh one: nothing of it was applied.
+// run once more on a fresh one: nothing of it was applied. With a
+// Config.Writer, fn shares the store's writer and may also run again when
+// its batch failed; so fn must start from scratch every time it runs.
 func (d *DB) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	if d.writer != nil {
+		return dbError(d.writer(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(&Tx{tx: tx, d: d}) }))
+	}
 	err := d.inTx(ctx, fn)
 	if deadConnection(err) && ctx.Err() == nil {
 		err = d.inTx(ctx, fn)

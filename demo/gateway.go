@@ -115,8 +115,9 @@ func scanGatewayEffect(row interface{ Scan(...any) error }) (gatewayEffect, erro
 
 // gatewayLedger lists an org's ledger in the order the keys first arrived.
 func (a *App) gatewayLedger(ctx context.Context, org string) ([]gatewayEffect, error) {
-	effects := []gatewayEffect{}
+	var effects []gatewayEffect
 	err := a.db.InTx(ctx, func(tx *Tx) error {
+		effects = []gatewayEffect{} // fn may run again
 		rows, err := tx.Query(ctx, `SELECT `+gatewayColumns+` FROM idem_demo_gateway_effects
 			WHERE org = ? ORDER BY created_at, handler_key`, org)
 		if err != nil {

@@ -141,6 +141,19 @@ func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Contex
 	return interpretError(ctx, op, err)
 }
 
+// Write runs fn in a write transaction on the store's own writer, batched
+// with the store's writes (group commit), for an application that keeps its
+// tables in the same database file: its writes then share the store's
+// fsyncs instead of contending with them for the file's lock. fn must use
+// the ctx it is given and may run more than once (alone, when its batch
+// failed); it returns once fn's writes are committed. Errors that are not
+// idem errors come back as STORE_UNAVAILABLE.
+func (s *Store) Write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.write(ctx, "application write", func(ctx context.Context, tx txn, _ time.Time) error {
+		return fn(ctx, tx.Tx)
+	})
+}
+
 // writeTx is a write transaction and the time it started at.
 type writeTx struct {
 	tx  txn

@@ -23,6 +23,7 @@ import (
 	"idem/metrics"
 	"idem/pgstore"
 	"idem/secretbox"
+	"idem/sqlitestore"
 )
 
 // serveOptions are the flags of idem serve (SPEC §10.3).
@@ -125,7 +126,11 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	}
 	var app application
 	if o.demo {
-		d, err := demo.Open(ctx, o.store, demo.Config{Sealer: box})
+		cfg := demo.Config{Sealer: box}
+		if sq, ok := opened.(*sqlitestore.Store); ok {
+			cfg.Writer = sq.Write // one writer for the file: shared group commit
+		}
+		d, err := demo.Open(ctx, o.store, cfg)
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
