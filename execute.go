@@ -331,7 +331,14 @@ func (x *execution) replay(ctx context.Context, a Attempt) Response {
 		}
 		stored = plain
 	}
-	body, problem, err := markReplayed(a.Status, stored, x.key)
+	scope := x.req.Principal.Scope()
+	body, problem, err := x.r.cache.replayBody(scope, x.key, a.ExecutionID), (*Problem)(nil), error(nil)
+	if body == nil {
+		body, problem, err = markReplayed(a.Status, stored, x.key)
+		if err == nil && problem == nil && a.SealedKeyID == "" {
+			x.r.cache.keepReplayBody(scope, x.key, a.ExecutionID, body)
+		}
+	}
 	if err != nil {
 		e := Errorf(CodeInternal, "the stored result of idempotency key %q is unreadable", x.key)
 		e.Err = err

@@ -36,6 +36,9 @@ type cached struct {
 	k    cacheKey
 	a    Attempt
 	size int
+	// replayBody is the record's success envelope marked as a replay,
+	// made by the first replay served from this copy.
+	replayBody []byte
 }
 
 // newReplayCache returns a cache bounded to maxBytes; nil (no caching) when
@@ -75,6 +78,39 @@ func (c *replayCache) get(scope Scope, key string, now time.Time) (Attempt, bool
 	}
 	c.order.MoveToFront(e)
 	return v.a, true
+}
+
+// replayBody returns the marked replay body kept for (scope, key) if the
+// cached copy is still the record of executionID.
+func (c *replayCache) replayBody(scope Scope, key, executionID string) []byte {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[keyOf(scope, key)]; ok {
+		if v := e.Value.(*cached); v.a.ExecutionID == executionID {
+			return v.replayBody
+		}
+	}
+	return nil
+}
+
+// keepReplayBody keeps body as the marked replay of the cached copy of
+// (scope, key), if that copy is the record of executionID.
+func (c *replayCache) keepReplayBody(scope Scope, key, executionID string, body []byte) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[keyOf(scope, key)]; ok {
+		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replayBody == nil {
+			v.replayBody = body
+			v.size += len(body)
+			c.bytes += len(body)
+		}
+	}
 }
 
 // put keeps a if it may be served from memory.
