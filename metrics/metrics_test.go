@@ -370,3 +370,27 @@ func sampleSum(t *testing.T, g prometheus.Gatherer, name string, labels map[stri
 	_, sum := histogram(t, g, name, labels)
 	return sum
 }
+
+type fixedWriteStats struct{ transactions, calls int64 }
+
+func (f fixedWriteStats) WriteStats() (int64, int64) { return f.transactions, f.calls }
+
+func TestWriteStatsExported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	RegisterWriteStats(reg, fixedWriteStats{transactions: 3, calls: 40})
+	got, err := testutil.GatherAndCount(reg, NameWriteTransactions, NameWriteCalls)
+	if err != nil || got != 2 {
+		t.Fatalf("gathered %d series (err %v), want 2", got, err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]float64{}
+	for _, mf := range mfs {
+		values[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	if values[NameWriteTransactions] != 3 || values[NameWriteCalls] != 40 {
+		t.Errorf("exported %v, want transactions 3, calls 40", values)
+	}
+}

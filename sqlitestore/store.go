@@ -238,3 +238,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return tx.QueryRowContext(ctx, `SELECT count(*) FROM idem_schema_migrations`).Scan(&n)
 	})
 }
+
+// WriteStats returns how many write transactions ran and how many store
+// calls they carried (group commit).
+func (s *Store) WriteStats() (transactions, calls int64) { return s.writes.Stats() }

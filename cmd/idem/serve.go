@@ -114,6 +114,9 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 			}
 		}
 	}
+	if ws, ok := opened.(metrics.WriteStatser); ok {
+		metrics.RegisterWriteStats(reg, ws)
+	}
 	store := mx.Store(opened)
 
 	box, err := secretbox.LoadOrCreateKeyFile(o.secretKeyFile)
