@@ -64,7 +64,7 @@ func newSQLiteStore(t testing.TB, clock idem.Clock) idem.Store {
 }
 
 // newPGStores opens n store instances (own pools) on one fresh database.
-func newPGStores(t *testing.T, clock idem.Clock, n int) []idem.Store {
+func newPGStores(t testing.TB, clock idem.Clock, n int) []idem.Store {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	var out []idem.Store

@@ -17,6 +17,7 @@ import (
 func BenchmarkKeyedCall(b *testing.B) {
 	stores := map[string]func(*testing.B) idem.Store{
 		"sqlite": func(b *testing.B) idem.Store { return newSQLiteStore(b, idem.SystemClock{}) },
+		"pg":     func(b *testing.B) idem.Store { return newPGStores(b, idem.SystemClock{}, 1)[0] },
 	}
 	for name, open := range stores {
 		b.Run(name+"/first", func(b *testing.B) {

@@ -97,7 +97,7 @@ const maxTxAttempts = 3
 // Group commit: up to writeWorkers write transactions run at once, each
 // shared by up to maxBatch callers.
 const (
-	writeWorkers = 4
+	writeWorkers = 8
 	maxBatch     = 64
 )
 
