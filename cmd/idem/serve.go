@@ -23,6 +23,7 @@ import (
 	"idem/metrics"
 	"idem/pgstore"
 	"idem/secretbox"
+	"idem/webui"
 )
 
 // serveOptions are the flags of idem serve (SPEC §10.3).
@@ -158,6 +159,7 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpHandler)
 	mux.Handle("/mcp/", mcpHandler)
+	mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: tokens, Logger: logger}))
 	mux.Handle("/", handler)
 
 	ln, err := net.Listen("tcp", o.addr)
