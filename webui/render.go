@@ -46,7 +46,7 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
 	"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	"pretty":   prettyJSON,
+	"pretty": prettyJSON,
 	"card": func(item approvalItem, csrf string) map[string]any {
 		return map[string]any{"Item": item, "CSRF": csrf}
 	},
