@@ -45,6 +45,7 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
+	"clock":  func(t time.Time) string { return t.UTC().Format("15:04:05.000") },
 	"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"pretty": prettyJSON,
 	"card": func(item approvalItem, csrf string) map[string]any {
