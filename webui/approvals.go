@@ -3,6 +3,7 @@ package webui
 import (
 	"net/http"
 	"net/url"
+	"slices"
 
 	"idem"
 )
@@ -29,24 +30,26 @@ func (c *console) item(sess *session, a idem.Approval) approvalItem {
 		CanDecide: a.Status == idem.ApprovalPending && sess.principal.HasRole(idem.RoleApprover)}
 }
 
+// historyStatuses are the states the history tab lists.
+var historyStatuses = []idem.ApprovalStatus{idem.ApprovalApproved, idem.ApprovalRejected, idem.ApprovalConsumed, idem.ApprovalExpired}
+
 func (c *console) approvals(w http.ResponseWriter, r *http.Request, sess *session) {
-	tab := r.URL.Query().Get("tab")
-	status := idem.ApprovalPending
-	if tab == "history" {
-		status = ""
-	} else {
-		tab = "pending"
+	v := approvalsView{Tab: "pending", Items: []approvalItem{}}
+	statuses := []idem.ApprovalStatus{idem.ApprovalPending}
+	if r.URL.Query().Get("tab") == "history" {
+		v.Tab, statuses = "history", historyStatuses
 	}
-	list, err := c.cfg.Runner.ListApprovals(r.Context(), sess.principal, status)
-	if err != nil {
-		c.fail(w, r, sess, err)
-		return
-	}
-	v := approvalsView{Tab: tab, Items: []approvalItem{}}
-	for _, a := range list {
-		if tab == "history" && a.Status == idem.ApprovalPending {
-			continue
+	var list []idem.Approval
+	for _, status := range statuses {
+		some, err := c.cfg.Runner.ListApprovals(r.Context(), sess.principal, status)
+		if err != nil {
+			c.fail(w, r, sess, err)
+			return
 		}
+		list = append(list, some...)
+	}
+	slices.SortStableFunc(list, func(a, b idem.Approval) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	for _, a := range list {
 		v.Items = append(v.Items, c.item(sess, a))
 	}
 	c.render(w, r, http.StatusOK, "approvals", sess, v)

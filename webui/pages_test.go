@@ -37,6 +37,16 @@ func TestInboxForApprover(t *testing.T) {
 	if !strings.Contains(h.body, id) || !strings.Contains(h.body, "too much") || decideButton.MatchString(h.body) {
 		t.Fatalf("history tab = %s", h.body)
 	}
+	// An approved request the agent then ran is in the history as consumed.
+	second, _ := f.refund(agent, 7000, "k2")["details"].(map[string]any)["approvalId"].(string)
+	f.do("POST", "/ui/approvals/"+second+"/decide", url.Values{"decision": {"approve"}, "csrf": {token}}, cookie)
+	if out := f.refund(agent, 7000, "k2"); out["data"] == nil {
+		t.Fatalf("the approved retry did not run: %v", out)
+	}
+	h = f.do("GET", "/ui/approvals?tab=history", nil, cookie)
+	if !strings.Contains(h.body, `status-consumed">consumed<`) || strings.Index(h.body, second) > strings.Index(h.body, id) {
+		t.Fatalf("history tab lacks the consumed approval first: %s", h.body)
+	}
 	// Deciding it the other way is refused by the runner, shown with its code.
 	a = f.do("POST", "/ui/approvals/"+id+"/decide", url.Values{"decision": {"approve"}, "csrf": {token}}, cookie)
 	wantError(t, a, 409, idem.CodeApprovalAlreadyDecided)
