@@ -75,6 +75,9 @@ func TestUIConsole(t *testing.T) {
 	if again.get("meta.idempotency.replayed") != true || again.get("meta.executionId") != execID {
 		t.Fatalf("second retry = %s", again.raw)
 	}
+	if got := s.do(t, "GET", "/v1/approvals/"+id, "demo-agent", "").want(t, 200, ""); got.get("data.status") != "consumed" || got.get("data.executionId") != execID {
+		t.Fatalf("approval after the retry = %s", got.raw)
+	}
 	effects := 0
 	for _, e := range ledgerEffects(t, s, "demo-agent") {
 		if e["requestKey"] == "ui-refund-9" {
