@@ -51,7 +51,8 @@ var funcs = template.FuncMap{
 	"card": func(item approvalItem, csrf string) map[string]any {
 		return map[string]any{"Item": item, "CSRF": csrf}
 	},
-	"kindHelp": func(k idem.RetryKind) string { return kindHelp[k] },
+	"indeterminate": indeterminate,
+	"kindHelp":      func(k idem.RetryKind) string { return kindHelp[k] },
 	"deref": func(s *string) string {
 		if s == nil {
 			return ""
