@@ -60,6 +60,10 @@ type Store interface {
 	// NOT_FOUND for an unknown id or another org's.
 	GetExecution(ctx context.Context, org, id string) (Execution, error)
 
+	// ListExecutions returns executions of an org, newest first, without
+	// their events.
+	ListExecutions(ctx context.Context, p ListExecutionsParams) ([]Execution, error)
+
 	// RequestApproval returns the live approval of the intent (operation,
 	// requester, fingerprint) if there is one (pending, approved or
 	// rejected, not past its expiry), and otherwise creates a pending one
@@ -179,6 +183,16 @@ type ListApprovalsParams struct {
 	RequestedBy string
 	// Status, if set, keeps only approvals in that (observed) status.
 	Status ApprovalStatus
+	// Limit caps the result; 0 means 100.
+	Limit int
+}
+
+// ListExecutionsParams filters ListExecutions; empty fields do not filter.
+type ListExecutionsParams struct {
+	Org       string
+	Principal string
+	Operation string
+	Outcome   Outcome
 	// Limit caps the result; 0 means 100.
 	Limit int
 }

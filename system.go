@@ -132,3 +132,21 @@ func (r *Runner) GetAttempt(ctx context.Context, p Principal, key string) (Attem
 	}
 	return v, nil
 }
+
+// ListExecutions returns recent executions p may see, newest first, without
+// their events: every execution of the org for an approver, its own for
+// anyone else (the rule of GetExecution).
+func (r *Runner) ListExecutions(ctx context.Context, p Principal, params ListExecutionsParams) ([]Execution, error) {
+	params.Org = p.Org
+	if !p.HasRole(RoleApprover) {
+		if params.Principal != "" && params.Principal != p.ID {
+			return []Execution{}, nil
+		}
+		params.Principal = p.ID
+	}
+	list, err := r.cfg.Store.ListExecutions(ctx, params)
+	if err != nil {
+		return nil, storeFailure(ctx, err)
+	}
+	return list, nil
+}

@@ -128,6 +128,13 @@ func (s *store) GetExecution(ctx context.Context, org, id string) (idem.Executio
 	return x, err
 }
 
+func (s *store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams) ([]idem.Execution, error) {
+	start := time.Now()
+	list, err := s.next.ListExecutions(ctx, p)
+	s.observe("list_executions", start, err)
+	return list, err
+}
+
 func (s *store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
 	start := time.Now()
 	a, created, err := s.next.RequestApproval(ctx, p)

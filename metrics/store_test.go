@@ -87,6 +87,10 @@ func (f *fakeStore) GetExecution(ctx context.Context, org, id string) (idem.Exec
 	return fakeExecution, f.record(ctx, "GetExecution", org, id)
 }
 
+func (f *fakeStore) ListExecutions(ctx context.Context, p idem.ListExecutionsParams) ([]idem.Execution, error) {
+	return []idem.Execution{fakeExecution}, f.record(ctx, "ListExecutions", p)
+}
+
 func (f *fakeStore) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
 	return fakeApproval, true, f.record(ctx, "RequestApproval", p)
 }
@@ -189,6 +193,14 @@ var storeMethods = []storeMethod{
 			return []any{x}, err
 		},
 		args: []any{"acme", "exe_1"}, results: []any{fakeExecution},
+	},
+	{
+		label: "list_executions", name: "ListExecutions",
+		call: func(ctx context.Context, s idem.Store) ([]any, error) {
+			xs, err := s.ListExecutions(ctx, idem.ListExecutionsParams{Org: "acme", Operation: "order.refund", Limit: 5})
+			return []any{xs}, err
+		},
+		args: []any{idem.ListExecutionsParams{Org: "acme", Operation: "order.refund", Limit: 5}}, results: []any{[]idem.Execution{fakeExecution}},
 	},
 	{
 		label: "request_approval", name: "RequestApproval",

@@ -215,3 +215,50 @@ func scanEvent(row pgx.CollectableRow) (idem.AuditEvent, error) {
 	}
 	return ev, nil
 }
+
+// ListExecutions reads an org's executions, newest first, without events.
+func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams) ([]idem.Execution, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	out := []idem.Execution{}
+	err := s.inTx(ctx, "list executions", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, principal, operation, fingerprint, key, attempts, outcome, code,
+				reinvocation_of, started_at, finished_at
+			FROM idem_executions
+			WHERE org = $1 AND ($2 = '' OR principal = $2) AND ($3 = '' OR operation = $3) AND ($4 = '' OR outcome = $4)
+			ORDER BY started_at DESC, seq DESC LIMIT $5`,
+			p.Org, p.Principal, p.Operation, string(p.Outcome), limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.Execution, error) {
+			var (
+				key, code, reinvocationOf *string
+				outcome                   string
+				started, finished         *time.Time
+			)
+			x := idem.Execution{Org: p.Org}
+			if err := row.Scan(&x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &outcome, &code,
+				&reinvocationOf, &started, &finished); err != nil {
+				return idem.Execution{}, err
+			}
+			if key != nil {
+				x.Key = *key
+			}
+			if code != nil {
+				c := idem.Code(*code)
+				x.Code = &c
+			}
+			x.Outcome, x.ReinvocationOf = idem.Outcome(outcome), reinvocationOf
+			x.StartedAt, x.FinishedAt = utc(started), utcPtr(finished)
+			return x, nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

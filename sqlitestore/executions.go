@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"idem"
@@ -226,3 +227,56 @@ func executionNotFound(id string) error {
 }
 
 func nullInt(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: v != 0} }
+
+// ListExecutions implements idem.Store.
+func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams) ([]idem.Execution, error) {
+	out := []idem.Execution{}
+	err := s.read(ctx, "list executions", func(tx txn, _ time.Time) error {
+		where, args := []string{"org = ?"}, []any{p.Org}
+		for _, f := range []struct{ column, value string }{
+			{"principal", p.Principal}, {"operation", p.Operation}, {"outcome", string(p.Outcome)},
+		} {
+			if f.value != "" {
+				where = append(where, f.column+" = ?")
+				args = append(args, f.value)
+			}
+		}
+		limit := p.Limit
+		if limit <= 0 {
+			limit = 100
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT org, id, principal, operation, fingerprint, key, attempts, outcome,
+			code, reinvocation_of, started_at, finished_at FROM idem_executions
+			WHERE `+strings.Join(where, " AND ")+` ORDER BY started_at DESC, rowid DESC LIMIT ?`, append(args, limit)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				x                         idem.Execution
+				key, code, reinvocationOf sql.NullString
+				started                   int64
+				finished                  sql.NullInt64
+			)
+			if err := rows.Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &x.Outcome,
+				&code, &reinvocationOf, &started, &finished); err != nil {
+				return err
+			}
+			x.Key = key.String
+			if code.Valid {
+				c := idem.Code(code.String)
+				x.Code = &c
+			}
+			x.ReinvocationOf = stringPtr(reinvocationOf)
+			x.StartedAt = fromMicros(started)
+			x.FinishedAt = timePtr(finished)
+			out = append(out, x)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

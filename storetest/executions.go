@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 func init() {
 	register("ExecutionsAndAuditEvents", testExecutions)
 	register("ReinvocationOfMostRecent", testReinvocation)
+	register("ListExecutionsNewestFirstFiltered", testListExecutions)
 }
 
 func testExecutions(t *testing.T, e *env) {
@@ -89,5 +91,77 @@ func testReinvocation(t *testing.T, e *env) {
 	got, err := s.GetExecution(ctx(t), "acme", second.ID)
 	if err != nil || got.ReinvocationOf == nil || *got.ReinvocationOf != first.ID {
 		t.Fatalf("GetExecution reinvocationOf = %+v, %v", got, err)
+	}
+}
+
+func testListExecutions(t *testing.T, e *env) {
+	s := e.s(t)
+	start := func(scope idem.Scope, op string, outcome idem.Outcome) idem.Execution {
+		t.Helper()
+		e.clock.Advance(time.Millisecond)
+		x, err := s.StartExecution(ctx(t), idem.StartParams{ExecutionID: newID("exe_"), Scope: scope, Operation: op, Fingerprint: fpOne})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outcome != idem.OutcomeRunning {
+			code := idem.Code("")
+			if outcome == idem.OutcomeFailed {
+				code = idem.CodeExecutionFailed
+			}
+			if err := s.FinishExecution(ctx(t), idem.FinishParams{Org: scope.Org, ExecutionID: x.ID, Outcome: outcome, Code: code, Attempts: 1,
+				Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return x
+	}
+	a1 := start(scopeA, "order.refund", idem.OutcomeSucceeded)
+	b1 := start(scopeB, "order.refund", idem.OutcomeFailed)
+	a2 := start(scopeA, "order.show", idem.OutcomeRunning)
+	start(scopeC, "order.refund", idem.OutcomeSucceeded) // another org
+	a3 := start(scopeA, "order.refund", idem.OutcomeFailed)
+
+	ids := func(p idem.ListExecutionsParams) []string {
+		t.Helper()
+		list, err := s.ListExecutions(ctx(t), p)
+		if err != nil {
+			t.Fatalf("ListExecutions(%+v): %v", p, err)
+		}
+		out := []string{}
+		for _, x := range list {
+			if len(x.Events) != 0 {
+				t.Errorf("ListExecutions returned events for %s", x.ID)
+			}
+			out = append(out, x.ID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		p    idem.ListExecutionsParams
+		want []string
+	}{
+		{"org newest first", idem.ListExecutionsParams{Org: "acme"}, []string{a3.ID, a2.ID, b1.ID, a1.ID}},
+		{"principal", idem.ListExecutionsParams{Org: "acme", Principal: "agent-1"}, []string{a3.ID, a2.ID, a1.ID}},
+		{"operation", idem.ListExecutionsParams{Org: "acme", Operation: "order.refund"}, []string{a3.ID, b1.ID, a1.ID}},
+		{"outcome", idem.ListExecutionsParams{Org: "acme", Outcome: idem.OutcomeFailed}, []string{a3.ID, b1.ID}},
+		{"all filters", idem.ListExecutionsParams{Org: "acme", Principal: "agent-1", Operation: "order.refund", Outcome: idem.OutcomeSucceeded}, []string{a1.ID}},
+		{"limit", idem.ListExecutionsParams{Org: "acme", Limit: 2}, []string{a3.ID, a2.ID}},
+		{"unknown org", idem.ListExecutionsParams{Org: "initech"}, []string{}},
+	} {
+		if got := ids(c.p); strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	list, err := s.ListExecutions(ctx(t), idem.ListExecutionsParams{Org: "acme", Principal: "agent-1", Outcome: idem.OutcomeFailed})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("ListExecutions = %+v, %v", list, err)
+	}
+	x := list[0]
+	if x.Operation != "order.refund" || x.Principal != "agent-1" || x.Outcome != idem.OutcomeFailed || x.Code == nil ||
+		*x.Code != idem.CodeExecutionFailed || x.FinishedAt == nil || !x.StartedAt.Equal(a3.StartedAt) ||
+		x.ReinvocationOf == nil || *x.ReinvocationOf != a1.ID {
+		t.Errorf("listed execution = %+v", x)
 	}
 }

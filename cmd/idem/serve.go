@@ -24,6 +24,7 @@ import (
 	"idem/pgstore"
 	"idem/secretbox"
 	"idem/sqlitestore"
+	"idem/webui"
 )
 
 // serveOptions are the flags of idem serve (SPEC §10.3).
@@ -166,6 +167,7 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpHandler)
 	mux.Handle("/mcp/", mcpHandler)
+	mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: tokens, Logger: logger}))
 	mux.Handle("/", handler)
 
 	ln, err := net.Listen("tcp", o.addr)
