@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+func printModel(w io.Writer, o options, r results, s storeRows, m Model, measuredBatch float64) {
+	fmt.Fprintf(w, "## bench/sim\n\n`go run ./bench/sim %s`\n\n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(w, "Measured by `%s` (%d clients, %s phases) on %d cores (%s), load generator on the same machine; %s. File `%s`.\n\n",
+		r.Command, r.Clients, r.Duration, r.Machine.CPUs, r.Machine.CPUModel, r.PostgreSQL, o.results)
+
+	fmt.Fprintf(w, "### Measured per request (store %s, %d instance(s))\n\n", s.store, s.instances)
+	fmt.Fprintln(w, "| phase | req/s | idem CPU µs | PostgreSQL CPU µs | load generator CPU µs | write tx | WAL bytes | database growth bytes |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, x := range []row{s.first, s.replay, s.raw} {
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.0f |\n",
+			x.Phase, x.PerSecond, x.ServerCPUUs, x.DBCPUUs, x.LoadCPUUs, x.WriteTx, x.WALBytes, x.DBGrowth)
+	}
+	fmt.Fprintf(w, "\nRetained key: %.0f bytes (`idem_attempts` heap, TOAST, indexes per row) with a %.0f-byte stored answer. "+
+		"Raw limit: %.0f write transactions/s. Batching factor in the measurement: %.2f.\n\n",
+		s.first.BytesPerKey, s.first.StoredAnswer, s.commitRate(), measuredBatch)
+
+	fmt.Fprintf(w, "### Model: %.0f%% replays, batching factor %.2f, %g-core primaries, %g-core idem instances",
+		100*m.ReplayFraction, o.batch, m.DBCores, m.InstanceCores)
+	if m.Instances > 0 {
+		fmt.Fprintf(w, ", %d instances in total", m.Instances)
+	}
+	fmt.Fprintf(w, ", %.0f-byte answers, %s retention\n\n", m.Answer, m.Retention)
+	for _, b := range m.ShardBounds() {
+		fmt.Fprintf(w, "- one shard, %s: %.0f/s\n", b.Resource, b.Rate)
+	}
+	one := m.Capacity(1)
+	fmt.Fprintf(w, "- **one shard holds %.0f keyed requests/s; bound: %s**\n", one.Rate, one.Resource)
+	fmt.Fprintf(w, "- one idem instance: %.0f/s (CPU); %d instance(s) per saturated shard\n", m.InstanceRate(), m.InstancesFor(one.Rate))
+	fmt.Fprintf(w, "- one retained key: %.0f bytes\n\n", m.KeyBytes())
+
+	fmt.Fprintf(w, "| shards | keyed requests/s | bound | idem instances at that rate | holds %.0f/s | retained storage per shard at %.0f/s |\n", o.target, o.target)
+	fmt.Fprintln(w, "|---:|---:|---|---:|---|---:|")
+	for n := 1; n <= o.maxShards; n *= 2 {
+		c := m.Capacity(n)
+		holds := "no"
+		if c.Rate >= o.target {
+			holds = "yes"
+		}
+		fmt.Fprintf(w, "| %d | %.0f | %s | %d | %s | %s |\n", n, c.Rate, c.Resource, m.InstancesFor(c.Rate), holds, bytesString(m.Storage(o.target)/float64(n)))
+	}
+	fmt.Fprintf(w, "\n### At %.0f keyed requests/s\n\n", o.target)
+	if n := m.ShardsFor(o.target); n > 0 {
+		fmt.Fprintf(w, "- **shards needed: %d** (each at %.0f%% of its bound)\n", n, 100*o.target/m.Capacity(n).Rate)
+	} else {
+		fmt.Fprintf(w, "- the %d instances cannot carry it (%.0f/s at most)\n", m.Instances, float64(m.Instances)*m.InstanceRate())
+	}
+	fmt.Fprintf(w, "- idem instances needed: %d (%g cores each)\n", m.InstancesFor(o.target), m.InstanceCores)
+	fmt.Fprintf(w, "- **retained attempt records: %s** (%.3g keys × %.0f bytes)\n",
+		bytesString(m.Storage(o.target)), o.target*(1-m.ReplayFraction)*m.Retention.Seconds(), m.KeyBytes())
+	fmt.Fprintf(w, "- WAL written (and shipped to standbys): %s/s, %s/day\n",
+		bytesString(m.WALPerSecond(o.target)), bytesString(86400*m.WALPerSecond(o.target)))
+	if g := s.first.DBGrowth - s.first.BytesPerKey; g > 0 {
+		fmt.Fprintf(w, "- not swept (executions, audit events, the handler's rows): ~%.0f bytes per first execution, %s/day\n",
+			g, bytesString(86400*o.target*(1-m.ReplayFraction)*g))
+	}
+	fmt.Fprintln(w)
+}
+
+func printCheck(w io.Writer, cores float64, one, two storeRows, m Model) {
+	fmt.Fprintln(w, "### Check: two idem instances on one PostgreSQL (harness store pg2), first executions")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| | req/s | idem + PostgreSQL + load generator CPU µs | cores busy |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	busy := func(s storeRows) float64 {
+		d := s.first.demand()
+		return s.first.PerSecond * (d.InstanceCPUUs + d.DBCPUUs + d.LoadCPUUs) / 1e6
+	}
+	for _, s := range []storeRows{one, two} {
+		d := s.first.demand()
+		fmt.Fprintf(w, "| measured, %d instance(s) | %.0f | %.0f + %.0f + %.0f | %.2f of %g |\n",
+			s.instances, s.first.PerSecond, d.InstanceCPUUs, d.DBCPUUs, d.LoadCPUUs, busy(s), cores)
+	}
+	free := OneBox(one.first.demand(), cores, one.commitRate())
+	same := OneBox(one.first.demand(), busy(one), one.commitRate())
+	own := OneBox(two.first.demand(), busy(one), one.commitRate())
+	fmt.Fprintf(w, "| one box, 1-instance costs, all %g cores | %.0f | bound: %s | |\n", cores, free.Rate, free.Resource)
+	fmt.Fprintf(w, "| one box, 1-instance costs, %.2f cores busy as measured | %.0f | bound: %s | |\n", busy(one), same.Rate, same.Resource)
+	fmt.Fprintf(w, "| one box, 2-instance costs, %.2f cores busy | %.0f | bound: %s | |\n", busy(one), own.Rate, own.Resource)
+	fmt.Fprintf(w, "\nMeasured 2 instances ÷ prediction from 1-instance costs: %.2f; ÷ prediction from their own costs: %.2f. "+
+		"Separate machines (the model above, 1 shard): 1 instance %.0f/s, 2 instances %.0f/s.\n",
+		two.first.PerSecond/same.Rate, two.first.PerSecond/own.Rate, withInstances(m, 1).Capacity(1).Rate, withInstances(m, 2).Capacity(1).Rate)
+}
+
+func withInstances(m Model, n int) Model {
+	m.Instances = n
+	return m
+}
+
+// bytesString formats n bytes in binary units.
+func bytesString(n float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	i := 0
+	for n >= 1024 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", n, units[i])
+}
