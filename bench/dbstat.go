@@ -21,6 +21,8 @@ import (
 type dbSample struct {
 	dbCPU   time.Duration // 0 unless the harness started the cluster
 	loadCPU time.Duration
+	machine time.Duration // every process of the machine (/proc/stat)
+	at      time.Time
 	xid     int64
 	walLSN  int64
 	dbSize  int64
@@ -30,7 +32,7 @@ type dbSample struct {
 // sampleDB reads a dbSample through conn (nil: CPU only) and from /proc for
 // the cluster whose postmaster is pid (0: none).
 func sampleDB(ctx context.Context, conn *pgx.Conn, pid int) dbSample {
-	s := dbSample{loadCPU: readProc(os.Getpid()).cpu}
+	s := loadSample()
 	if pid > 0 {
 		s.dbCPU = clusterCPU(pid)
 	}
@@ -44,6 +46,29 @@ func sampleDB(ctx context.Context, conn *pgx.Conn, pid int) dbSample {
 	return s
 }
 
+// loadSample is a dbSample of the harness's and the machine's CPU only.
+func loadSample() dbSample {
+	return dbSample{loadCPU: readProc(os.Getpid()).cpu, machine: machineCPU(), at: time.Now()}
+}
+
+// machineCPU is the busy time of all CPUs from the first line of /proc/stat:
+// user, nice, system, irq, softirq and steal (not idle, not iowait).
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	var t int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		if i < len(f) {
+			x, _ := strconv.ParseInt(f[i], 10, 64)
+			t += x
+		}
+	}
+	return time.Duration(t) * clockTick
+}
+
 // addDB fills r's database fields from two samples around it.
 func addDB(r *Row, before, after dbSample) {
 	if r.Requests == 0 {
@@ -51,6 +76,9 @@ func addDB(r *Row, before, after dbSample) {
 	}
 	n := float64(r.Requests)
 	r.LoadCPUPerReqUs = float64((after.loadCPU - before.loadCPU).Microseconds()) / n
+	if d := after.at.Sub(before.at); d > 0 && after.machine > 0 {
+		r.MachineCPUs = float64(after.machine-before.machine) / float64(d)
+	}
 	if after.dbCPU > 0 {
 		r.DBCPUPerReqUs = float64((after.dbCPU - before.dbCPU).Microseconds()) / n
 	}

@@ -51,6 +51,9 @@ type Row struct {
 	DBWriteTxPerReq float64 `json:"dbWriteTxPerRequest,omitempty"`
 	WALBytesPerReq  float64 `json:"walBytesPerRequest,omitempty"`
 	DBGrowthPerReq  float64 `json:"dbGrowthBytesPerRequest,omitempty"`
+	// MachineCPUs is the cores the whole machine kept busy during the phase,
+	// everyone's work included (/proc/stat).
+	MachineCPUs float64 `json:"machineCpusBusy,omitempty"`
 	// StoredBodyBytes (first, PostgreSQL) is the mean stored answer (headers
 	// and body) of a completed attempt record, part of BytesPerKey.
 	StoredBodyBytes float64 `json:"storedAnswerBytesPerKey,omitempty"`
@@ -141,7 +144,7 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	}
 	stat := func() dbSample {
 		if sqlitePath != "" {
-			return dbSample{loadCPU: readProc(os.Getpid()).cpu}
+			return loadSample()
 		}
 		return sampleDB(ctx, statConn, o.dbPID)
 	}

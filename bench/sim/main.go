@@ -1,6 +1,6 @@
 // Command sim predicts, from one run of the benchmark harness, how many
 // keyed executions per second 1 to 64 PostgreSQL shards hold and how much
-// their retained attempt records take (docs/SCALE.md §5):
+// their retained attempt records take (docs/SCALE.md §6):
 //
 //	go run ./bench/sim --results bench/results/X.json --target 100000 --retention 24h
 //
@@ -59,6 +59,7 @@ func main() {
 	flag.Float64Var(&o.dbCores, "db-cores", 0, "cores of each primary (default: the measured machine's)")
 	flag.Float64Var(&o.instanceCores, "instance-cores", 0, "cores of each idem instance (default: the measured machine's)")
 	flag.IntVar(&o.instances, "instances", 0, "idem instances in total (default: as many as needed)")
+	flag.IntVar(&o.pool, "pool", 32, "PostgreSQL connections each instance's store pool holds per primary (pgstore.DefaultMaxConns)")
 	flag.IntVar(&o.maxShards, "max-shards", 64, "largest shard count in the table")
 	flag.BoolVar(&o.check, "check", true, "compare with the two-instance measurement (store pg2) when the file has it")
 	flag.Parse()
@@ -73,7 +74,7 @@ type options struct {
 	target, body, replays, batch      float64
 	handlerTx, dbCores, instanceCores float64
 	retention                         time.Duration
-	instances, maxShards              int
+	instances, maxShards, pool        int
 	check                             bool
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 )
@@ -53,7 +54,12 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 	} else {
 		fmt.Fprintf(w, "- the %d instances cannot carry it (%.0f/s at most)\n", m.Instances, float64(m.Instances)*m.InstanceRate())
 	}
-	fmt.Fprintf(w, "- idem instances needed: %d (%g cores each)\n", m.InstancesFor(o.target), m.InstanceCores)
+	inst := m.InstancesFor(o.target)
+	fmt.Fprintf(w, "- idem instances needed: %d (%g cores each)\n", inst, m.InstanceCores)
+	if n := m.ShardsFor(o.target); n > 0 {
+		fmt.Fprintf(w, "- connections per primary: %d if every instance pools %d to every shard (a routing store); %d with one deployment of %d instance(s) per shard\n",
+			inst*o.pool, o.pool, ceilDiv(inst, n)*o.pool, ceilDiv(inst, n))
+	}
 	fmt.Fprintf(w, "- **retained attempt records: %s** (%.3g keys × %.0f bytes)\n",
 		bytesString(m.Storage(o.target)), o.target*(1-m.ReplayFraction)*m.Retention.Seconds(), m.KeyBytes())
 	fmt.Fprintf(w, "- WAL written (and shipped to standbys): %s/s, %s/day\n",
@@ -68,26 +74,43 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 func printCheck(w io.Writer, cores float64, one, two storeRows, m Model) {
 	fmt.Fprintln(w, "### Check: two idem instances on one PostgreSQL (harness store pg2), first executions")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| | req/s | idem + PostgreSQL + load generator CPU µs | cores busy |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|")
-	busy := func(s storeRows) float64 {
-		d := s.first.demand()
-		return s.first.PerSecond * (d.InstanceCPUUs + d.DBCPUUs + d.LoadCPUUs) / 1e6
-	}
+	fmt.Fprintf(w, "On the measured machine the server(s), PostgreSQL and the load generator share its %g cores with other work; "+
+		"cores left = %g − (machine busy − this run's processes).\n\n", cores, cores)
+	fmt.Fprintln(w, "| | req/s | idem + PostgreSQL + load generator CPU µs | this run's cores | machine busy | cores left |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	for _, s := range []storeRows{one, two} {
 		d := s.first.demand()
-		fmt.Fprintf(w, "| measured, %d instance(s) | %.0f | %.0f + %.0f + %.0f | %.2f of %g |\n",
-			s.instances, s.first.PerSecond, d.InstanceCPUUs, d.DBCPUUs, d.LoadCPUUs, busy(s), cores)
+		fmt.Fprintf(w, "| measured, %d instance(s) | %.0f | %.0f + %.0f + %.0f | %.2f | %.2f | %.2f |\n",
+			s.instances, s.first.PerSecond, d.InstanceCPUUs, d.DBCPUUs, d.LoadCPUUs, ours(s), s.first.MachineCPUs, left(s, cores))
 	}
 	free := OneBox(one.first.demand(), cores, one.commitRate())
-	same := OneBox(one.first.demand(), busy(one), one.commitRate())
-	own := OneBox(two.first.demand(), busy(one), one.commitRate())
-	fmt.Fprintf(w, "| one box, 1-instance costs, all %g cores | %.0f | bound: %s | |\n", cores, free.Rate, free.Resource)
-	fmt.Fprintf(w, "| one box, 1-instance costs, %.2f cores busy as measured | %.0f | bound: %s | |\n", busy(one), same.Rate, same.Resource)
-	fmt.Fprintf(w, "| one box, 2-instance costs, %.2f cores busy | %.0f | bound: %s | |\n", busy(one), own.Rate, own.Resource)
-	fmt.Fprintf(w, "\nMeasured 2 instances ÷ prediction from 1-instance costs: %.2f; ÷ prediction from their own costs: %.2f. "+
-		"Separate machines (the model above, 1 shard): 1 instance %.0f/s, 2 instances %.0f/s.\n",
-		two.first.PerSecond/same.Rate, two.first.PerSecond/own.Rate, withInstances(m, 1).Capacity(1).Rate, withInstances(m, 2).Capacity(1).Rate)
+	pred := OneBox(one.first.demand(), left(two, cores), one.commitRate())
+	own := OneBox(two.first.demand(), left(two, cores), two.commitRate())
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "- one box, 1-instance costs, all %g cores: %.0f/s (%s)\n", cores, free.Rate, free.Resource)
+	fmt.Fprintf(w, "- **2 instances predicted from 1-instance costs and the cores left during pg2: %.0f/s (%s); measured %.0f/s, ratio %.2f**\n",
+		pred.Rate, pred.Resource, two.first.PerSecond, two.first.PerSecond/pred.Rate)
+	fmt.Fprintf(w, "- with the 2 instances' own costs: %.0f/s, ratio %.2f\n", own.Rate, two.first.PerSecond/own.Rate)
+	fmt.Fprintf(w, "- per-request cost, 2 instances ÷ 1: idem CPU %.2f, PostgreSQL CPU %.2f\n",
+		two.first.ServerCPUUs/one.first.ServerCPUUs, two.first.DBCPUUs/one.first.DBCPUUs)
+	fmt.Fprintf(w, "- separate machines (the model above, 1 shard): 1 instance %.0f/s, 2 instances %.0f/s\n\n",
+		withInstances(m, 1).Capacity(1).Rate, withInstances(m, 2).Capacity(1).Rate)
+}
+
+// ours is the cores a store's first phase kept busy: server(s), PostgreSQL
+// and load generator.
+func ours(s storeRows) float64 {
+	d := s.first.demand()
+	return s.first.PerSecond * (d.InstanceCPUUs + d.DBCPUUs + d.LoadCPUUs) / 1e6
+}
+
+// left is the cores the first phase could have had: the machine's, less
+// what other work on it used.
+func left(s storeRows, cores float64) float64 {
+	if s.first.MachineCPUs == 0 {
+		return cores
+	}
+	return math.Min(cores, cores-(s.first.MachineCPUs-ours(s)))
 }
 
 func withInstances(m Model, n int) Model {
@@ -105,3 +128,5 @@ func bytesString(n float64) string {
 	}
 	return fmt.Sprintf("%.1f %s", n, units[i])
 }
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -27,17 +27,17 @@ type results struct {
 }
 
 type row struct {
-	Phase           string  `json:"phase"`
-	PerSecond       float64 `json:"perSecond"`
-	ServerCPUUs     float64 `json:"serverCpuPerRequestUs"`
-	DBCPUUs         float64 `json:"dbCpuPerRequestUs"`
-	LoadCPUUs       float64 `json:"loadCpuPerRequestUs"`
-	WriteTx         float64 `json:"dbWriteTxPerRequest"`
-	WALBytes        float64 `json:"walBytesPerRequest"`
-	DBGrowth        float64 `json:"dbGrowthBytesPerRequest"`
-	BytesPerKey     float64 `json:"bytesPerRetainedKey"`
-	StoredAnswer    float64 `json:"storedAnswerBytesPerKey"`
-	RatioToRawLimit float64 `json:"ratioToRawLimit"`
+	Phase        string  `json:"phase"`
+	PerSecond    float64 `json:"perSecond"`
+	ServerCPUUs  float64 `json:"serverCpuPerRequestUs"`
+	DBCPUUs      float64 `json:"dbCpuPerRequestUs"`
+	LoadCPUUs    float64 `json:"loadCpuPerRequestUs"`
+	WriteTx      float64 `json:"dbWriteTxPerRequest"`
+	WALBytes     float64 `json:"walBytesPerRequest"`
+	DBGrowth     float64 `json:"dbGrowthBytesPerRequest"`
+	BytesPerKey  float64 `json:"bytesPerRetainedKey"`
+	StoredAnswer float64 `json:"storedAnswerBytesPerKey"`
+	MachineCPUs  float64 `json:"machineCpusBusy"`
 }
 
 func (r row) demand() Demand {
