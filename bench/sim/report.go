@@ -9,11 +9,11 @@ import (
 )
 
 func printModel(w io.Writer, o options, r results, s storeRows, m Model, measuredBatch float64) {
-	fmt.Fprintf(w, "## bench/sim\n\n`go run ./bench/sim %s`\n\n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(w, "### Output of bench/sim\n\n`go run ./bench/sim %s`\n\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(w, "Measured by `%s` (%d clients, %s phases) on %d cores (%s), load generator on the same machine; %s. File `%s`.\n\n",
 		r.Command, r.Clients, r.Duration, r.Machine.CPUs, r.Machine.CPUModel, r.PostgreSQL, o.results)
 
-	fmt.Fprintf(w, "### Measured per request (store %s, %d instance(s))\n\n", s.store, s.instances)
+	fmt.Fprintf(w, "#### Measured per request (store %s, %d instance(s))\n\n", s.store, s.instances)
 	fmt.Fprintln(w, "| phase | req/s | idem CPU µs | PostgreSQL CPU µs | load generator CPU µs | write tx | WAL bytes | database growth bytes |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, x := range []row{s.first, s.replay, s.raw} {
@@ -24,7 +24,7 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 		"Raw limit: %.0f write transactions/s. Batching factor in the measurement: %.2f.\n\n",
 		s.first.BytesPerKey, s.first.StoredAnswer, s.commitRate(), measuredBatch)
 
-	fmt.Fprintf(w, "### Model: %.0f%% replays, batching factor %.2f, %g-core primaries, %g-core idem instances",
+	fmt.Fprintf(w, "#### Model: %.0f%% replays, batching factor %.2f, %g-core primaries, %g-core idem instances",
 		100*m.ReplayFraction, o.batch, m.DBCores, m.InstanceCores)
 	if m.Instances > 0 {
 		fmt.Fprintf(w, ", %d instances in total", m.Instances)
@@ -48,7 +48,7 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 		}
 		fmt.Fprintf(w, "| %d | %.0f | %s | %d | %s | %s |\n", n, c.Rate, c.Resource, m.InstancesFor(c.Rate), holds, bytesString(m.Storage(o.target)/float64(n)))
 	}
-	fmt.Fprintf(w, "\n### At %.0f keyed requests/s\n\n", o.target)
+	fmt.Fprintf(w, "\n#### At %.0f keyed requests/s\n\n", o.target)
 	if n := m.ShardsFor(o.target); n > 0 {
 		fmt.Fprintf(w, "- **shards needed: %d** (each at %.0f%% of its bound)\n", n, 100*o.target/m.Capacity(n).Rate)
 	} else {
@@ -72,7 +72,7 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 }
 
 func printCheck(w io.Writer, cores float64, one, two storeRows, m Model) {
-	fmt.Fprintln(w, "### Check: two idem instances on one PostgreSQL (harness store pg2), first executions")
+	fmt.Fprintln(w, "#### Check: two idem instances on one PostgreSQL (harness store pg2), first executions")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "On the measured machine the server(s), PostgreSQL and the load generator share its %g cores with other work; "+
 		"cores left = %g − (machine busy − this run's processes).\n\n", cores, cores)
