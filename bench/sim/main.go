@@ -13,8 +13,8 @@
 //
 //   - database CPU: db-cores × 10⁶ / PostgreSQL µs per request;
 //   - database commits: the raw limit's write transactions per second
-//     (INSERT + UPDATE pairs), scaled by db-cores / measured cores, divided by
-//     the write transactions per request.
+//     (INSERT + UPDATE pairs), scaled by db-cores / measured cores (or
+//     --commit-rate), divided by the write transactions per request.
 //
 // Group commit divides idem's own write transactions (first execution:
 // Reserve, Complete, 2 without group commit; replay: the audit append) by
@@ -56,6 +56,7 @@ func main() {
 	flag.Float64Var(&o.replays, "replays", 0, "share of requests that are replays of completed keys, 0 to 1")
 	flag.Float64Var(&o.batch, "batch", 0, "group-commit batching factor of idem's write transactions (default: as measured)")
 	flag.Float64Var(&o.handlerTx, "handler-tx", 1, "write transactions per first execution that are the handler's own (the demo's business.create: 1)")
+	flag.Float64Var(&o.commitRate, "commit-rate", 0, "write transactions/s one primary commits (default: the raw limit's, × db-cores / measured cores)")
 	flag.Float64Var(&o.dbCores, "db-cores", 0, "cores of each primary (default: the measured machine's)")
 	flag.Float64Var(&o.instanceCores, "instance-cores", 0, "cores of each idem instance (default: the measured machine's)")
 	flag.IntVar(&o.instances, "instances", 0, "idem instances in total (default: as many as needed)")
@@ -73,6 +74,7 @@ type options struct {
 	results, from                     string
 	target, body, replays, batch      float64
 	handlerTx, dbCores, instanceCores float64
+	commitRate                        float64
 	retention                         time.Duration
 	instances, maxShards, pool        int
 	check                             bool
@@ -116,10 +118,13 @@ func run(w io.Writer, o options) error {
 	}
 	m := Model{
 		First: s.first.demand(), Replay: s.replay.demand(), ReplayFraction: o.replays,
-		CommitRate: s.commitRate(), HandlerTx: o.handlerTx, Batch: o.batch / measuredBatch,
-		DBCores: o.dbCores, MeasuredCores: cores, Instances: o.instances, InstanceCores: o.instanceCores,
+		CommitRate: s.commitRate() * o.dbCores / cores, HandlerTx: o.handlerTx, Batch: o.batch / measuredBatch,
+		DBCores: o.dbCores, Instances: o.instances, InstanceCores: o.instanceCores,
 		BytesPerKey: s.first.BytesPerKey, MeasuredAnswer: s.first.StoredAnswer, Answer: o.body,
 		Retention: o.retention,
+	}
+	if o.commitRate > 0 {
+		m.CommitRate = o.commitRate
 	}
 	printModel(w, o, r, s, m, measuredBatch)
 	if o.check {

@@ -20,8 +20,7 @@ type Model struct {
 	// ReplayFraction of the requests are replays of completed keys; the rest
 	// are first executions, each of which retains one key.
 	ReplayFraction float64
-	// CommitRate is the write transactions per second one primary commits:
-	// the raw limit's pairs per second × its write transactions per pair.
+	// CommitRate is the write transactions per second one primary commits.
 	CommitRate float64
 	// HandlerTx of First.WriteTx are the handler's own (the demo's row), which
 	// group commit does not batch; the rest are idem's (Reserve, Complete).
@@ -29,8 +28,8 @@ type Model struct {
 	// Batch is the group-commit factor of idem's own write transactions,
 	// relative to the measurement: 1 predicts the measured transactions.
 	Batch float64
-	// DBCores is each primary's cores; MeasuredCores the machine's.
-	DBCores, MeasuredCores float64
+	// DBCores is each primary's cores.
+	DBCores float64
 	// Instances is the number of idem instances in total (0: as many as
 	// needed), each with InstanceCores.
 	Instances     int
@@ -54,7 +53,7 @@ func (m Model) mix() Demand {
 		DBCPUUs:       (1-f)*m.First.DBCPUUs + f*m.Replay.DBCPUUs,
 		LoadCPUUs:     (1-f)*m.First.LoadCPUUs + f*m.Replay.LoadCPUUs,
 		WriteTx:       (1-f)*(idemTx/b+m.HandlerTx) + f*m.Replay.WriteTx/b,
-		WALBytes:      (1-f)*m.First.WALBytes + f*m.Replay.WALBytes,
+		WALBytes:      (1-f)*(m.First.WALBytes+m.Answer-m.MeasuredAnswer) + f*m.Replay.WALBytes,
 	}
 }
 
@@ -64,13 +63,12 @@ type Bound struct {
 	Rate     float64
 }
 
-// ShardBounds are one primary's limits: its CPU, scaled from the measured
-// machine to DBCores, and its commits.
+// ShardBounds are one primary's limits: its CPU and its commits.
 func (m Model) ShardBounds() []Bound {
 	d := m.mix()
 	return []Bound{
 		{"database CPU", m.DBCores * 1e6 / d.DBCPUUs},
-		{"database commits", m.CommitRate * m.DBCores / m.MeasuredCores / d.WriteTx},
+		{"database commits", m.CommitRate / d.WriteTx},
 	}
 }
 

@@ -14,7 +14,7 @@ func model() Model {
 		First:      Demand{InstanceCPUUs: 250, DBCPUUs: 500, WriteTx: 3, WALBytes: 3000},
 		Replay:     Demand{InstanceCPUUs: 100, DBCPUUs: 200, WriteTx: 1, WALBytes: 400},
 		CommitRate: 10000, HandlerTx: 1, Batch: 1,
-		DBCores: 2, MeasuredCores: 2, InstanceCores: 2,
+		DBCores: 2, InstanceCores: 2,
 		BytesPerKey: 800, MeasuredAnswer: 300, Answer: 300,
 		Retention: 24 * time.Hour,
 	}
@@ -40,10 +40,10 @@ func TestShardBounds(t *testing.T) {
 	if b := m.ShardBounds()[1]; !near(b.Rate, 10000/1.5) {
 		t.Fatalf("batched commit bound %v, want 6666.7", b)
 	}
-	// Twice the cores: twice both bounds.
+	// Twice the cores: twice the CPU bound.
 	m.DBCores = 4
-	if c := m.Capacity(1); !near(c.Rate, 8000) {
-		t.Fatalf("4-core capacity %v, want 8000", c)
+	if c := m.Capacity(1); !near(c.Rate, 10000/1.5) || c.Resource != "database commits" {
+		t.Fatalf("4-core capacity %v, want commits 6666.7", c)
 	}
 }
 
@@ -84,6 +84,9 @@ func TestStorage(t *testing.T) {
 	m.Answer = 1300 // 1,000 bytes more per stored answer
 	if got, want := m.Storage(1000), 1000*86400*1800.0; !near(got, want) {
 		t.Fatalf("Storage with 1300-byte answers = %g, want %g", got, want)
+	}
+	if got, want := m.WALPerSecond(1000), 1000*4000.0; !near(got, want) {
+		t.Fatalf("WAL with 1300-byte answers = %g/s, want %g (the answer is written once more)", got, want)
 	}
 	m.ReplayFraction = 0.5 // replays retain no key
 	if got, want := m.Storage(1000), 500*86400*1800.0; !near(got, want) {

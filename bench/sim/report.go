@@ -21,8 +21,10 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 			x.Phase, x.PerSecond, x.ServerCPUUs, x.DBCPUUs, x.LoadCPUUs, x.WriteTx, x.WALBytes, x.DBGrowth)
 	}
 	fmt.Fprintf(w, "\nRetained key: %.0f bytes (`idem_attempts` heap, TOAST, indexes per row) with a %.0f-byte stored answer. "+
-		"Raw limit: %.0f write transactions/s. Batching factor in the measurement: %.2f.\n\n",
-		s.first.BytesPerKey, s.first.StoredAnswer, s.commitRate(), measuredBatch)
+		"Raw limit: %.0f write transactions/s, PostgreSQL and load generator keeping %.2f cores busy, the machine %.2f of %d. "+
+		"Batching factor in the measurement: %.2f.\n\n",
+		s.first.BytesPerKey, s.first.StoredAnswer, s.commitRate(),
+		s.raw.PerSecond*(s.raw.DBCPUUs+s.raw.LoadCPUUs)/1e6, s.raw.MachineCPUs, r.Machine.CPUs, measuredBatch)
 
 	fmt.Fprintf(w, "#### Model: %.0f%% replays, batching factor %.2f, %g-core primaries, %g-core idem instances",
 		100*m.ReplayFraction, o.batch, m.DBCores, m.InstanceCores)
