@@ -34,8 +34,9 @@
 //
 // The --check section compares the model with the harness's two instances
 // on one PostgreSQL (store pg2): on the measured machine the server(s),
-// PostgreSQL and the load generator share the cores, so the one-box
-// prediction is cores busy × 10⁶ / (idem + database + load µs per request).
+// PostgreSQL and the load generator share the cores with other work, so the
+// one-box prediction is the cores left to them × 10⁶ / (idem + database +
+// load generator µs per request), bounded by commits as above.
 package main
 
 import (
@@ -103,6 +104,9 @@ func run(w io.Writer, o options) error {
 		return fmt.Errorf("%s has no store %q: run go run ./bench --stores pg,pg2", o.results, o.from)
 	}
 	cores := float64(r.Machine.CPUs)
+	if s.first.WriteTx <= o.handlerTx {
+		return fmt.Errorf("--handler-tx %g: the first executions committed only %.2f write transactions each", o.handlerTx, s.first.WriteTx)
+	}
 	measuredBatch := 2 / (s.first.WriteTx - o.handlerTx)
 	if o.batch == 0 {
 		o.batch = measuredBatch

@@ -66,9 +66,12 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 		bytesString(m.Storage(o.target)), o.target*(1-m.ReplayFraction)*m.Retention.Seconds(), m.KeyBytes())
 	fmt.Fprintf(w, "- WAL written (and shipped to standbys): %s/s, %s/day\n",
 		bytesString(m.WALPerSecond(o.target)), bytesString(86400*m.WALPerSecond(o.target)))
-	if g := s.first.DBGrowth - s.first.BytesPerKey; g > 0 {
-		fmt.Fprintf(w, "- not swept (executions, audit events, the handler's rows): ~%.0f bytes per first execution, %s/day\n",
-			g, bytesString(86400*o.target*(1-m.ReplayFraction)*g))
+	// The database grows by more than the retained key per request: rows
+	// that no sweep removes.
+	f := m.ReplayFraction
+	if g := (1-f)*(s.first.DBGrowth-s.first.BytesPerKey) + f*s.replay.DBGrowth; g > 0 {
+		fmt.Fprintf(w, "- not swept (executions, audit events, the handler's rows): ~%.0f bytes per request, %s/day\n",
+			g, bytesString(86400*o.target*g))
 	}
 	fmt.Fprintln(w)
 }
