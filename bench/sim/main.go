@@ -49,7 +49,7 @@ import (
 
 func main() {
 	var o options
-	flag.StringVar(&o.results, "results", "", "harness results JSON (default: the newest bench/results/*.json)")
+	flag.StringVar(&o.results, "results", "", "harness results JSON (default: the newest bench/results/*.json that measured --from)")
 	flag.StringVar(&o.from, "from", "pg", "store whose per-request costs the model uses: pg (one instance) or pg2 (two)")
 	flag.Float64Var(&o.target, "target", 100000, "keyed requests per second to plan for")
 	flag.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept")
@@ -83,7 +83,7 @@ type options struct {
 
 func run(w io.Writer, o options) error {
 	if o.results == "" {
-		p, err := newestResults("bench/results")
+		p, err := newestResults("bench/results", o.from)
 		if err != nil {
 			return err
 		}

@@ -94,12 +94,17 @@ func (r results) store(name string) (storeRows, bool, error) {
 	return storeRows{}, false, nil
 }
 
-// newestResults is the newest bench/results/*.json (names are timestamps).
-func newestResults(dir string) (string, error) {
+// newestResults is the newest bench/results/*.json (names are timestamps)
+// that has store with the database measurements.
+func newestResults(dir, store string) (string, error) {
 	m, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-	if len(m) == 0 {
-		return "", fmt.Errorf("no results in %s: run go run ./bench --stores pg,pg2 first, or pass --results", dir)
-	}
 	sort.Strings(m)
-	return m[len(m)-1], nil
+	for i := len(m) - 1; i >= 0; i-- {
+		if r, err := readResults(m[i]); err == nil {
+			if _, ok, err := r.store(store); ok && err == nil {
+				return m[i], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no results in %s with store %s and its database measurements: run go run ./bench --stores pg,pg2 first, or pass --results", dir, store)
 }
