@@ -1,6 +1,6 @@
 # make test is the one test command (CI: .ci/run). ARGS go to go test, e.g.
 #   make test ARGS='-run Foo ./pgstore/'
-.PHONY: test fmt-check vet build bench bench-quick reliability fuzz
+.PHONY: test fmt-check vet build bench bench-quick scale reliability fuzz
 
 # fmt-check, vet, then go test -race against a throwaway PostgreSQL.
 test:
@@ -25,6 +25,13 @@ bench:
 # The same in under a minute, for development.
 bench-quick:
 	go run ./bench --quick $(ARGS)
+
+# The scale-out figures of docs/SCALE.md §6: measure one and two instances on
+# PostgreSQL, then run the model (bench/sim) on that results file. ARGS go to
+# the harness, SIM to the model, e.g. make scale SIM='--target 50000 --batch 8'
+scale:
+	go run ./bench --stores pg,pg2 $(ARGS)
+	go run ./bench/sim $(SIM)
 
 # The long runs of the reliability checks (docs/RELIABILITY.md): longer and
 # more linearizability histories. make test runs the short ones.

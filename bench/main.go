@@ -36,6 +36,7 @@ type options struct {
 	pgParams string
 	outDir   string
 	quick    bool
+	dbPID    int // the throwaway cluster's postmaster, for its CPU (dbstat.go)
 }
 
 func main() {
@@ -128,6 +129,7 @@ func run(ctx context.Context, o options) error {
 		defer cluster.stop()
 		pgURL = cluster.url
 		res.PostgreSQL = cluster.version
+		o.dbPID = postmasterPID(filepath.Join(cluster.dir, "data"))
 	}
 	for _, s := range o.stores {
 		if err := ctx.Err(); err != nil {

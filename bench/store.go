@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // StoreResult is every measurement on one store configuration.
@@ -39,6 +41,22 @@ type Row struct {
 	AddedP99Ms float64 `json:"addedP99Ms,omitempty"`
 	// PacedAt is the target rate of a paced phase (half the peak keyed rate).
 	PacedAt float64 `json:"pacedAtPerSecond,omitempty"`
+	// Database and load-generator cost per request (PostgreSQL; dbstat.go):
+	// the cluster's CPU (only when the harness started it), the harness's
+	// own CPU, write transactions committed, WAL bytes written and growth of
+	// the database on disk (every table: attempts, executions, audit events,
+	// the demo's rows).
+	DBCPUPerReqUs   float64 `json:"dbCpuPerRequestUs,omitempty"`
+	LoadCPUPerReqUs float64 `json:"loadCpuPerRequestUs,omitempty"`
+	DBWriteTxPerReq float64 `json:"dbWriteTxPerRequest,omitempty"`
+	WALBytesPerReq  float64 `json:"walBytesPerRequest,omitempty"`
+	DBGrowthPerReq  float64 `json:"dbGrowthBytesPerRequest,omitempty"`
+	// MachineCPUs is the cores the whole machine kept busy during the phase,
+	// everyone's work included (/proc/stat).
+	MachineCPUs float64 `json:"machineCpusBusy,omitempty"`
+	// StoredBodyBytes (first, PostgreSQL) is the mean stored answer (headers
+	// and body) of a completed attempt record, part of BytesPerKey.
+	StoredBodyBytes float64 `json:"storedAnswerBytesPerKey,omitempty"`
 }
 
 func newRow(name string, p phase) Row {
@@ -114,6 +132,22 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		}
 		progressf("%s: prefilled %d records in %.1fs", name, o.prefill, time.Since(t0).Seconds())
 	}
+	// stat samples the database around each phase (PostgreSQL only).
+	var statConn *pgx.Conn
+	if sqlitePath == "" {
+		c, err := pgx.Connect(ctx, storeURL)
+		if err != nil {
+			return sr, err
+		}
+		defer c.Close(context.Background())
+		statConn = c
+	}
+	stat := func() dbSample {
+		if sqlitePath != "" {
+			return loadSample()
+		}
+		return sampleDB(ctx, statConn, o.dbPID)
+	}
 	urls := func(path string) []string {
 		var u []string
 		for _, s := range servers {
@@ -130,10 +164,11 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		return measurePaced(phaseName, label, 0, do)
 	}
 	measurePaced = func(phaseName, label string, rate float64, do func(ctx context.Context, w, i int) error) Row {
-		before := procTotal(servers)
+		before, dbBefore := procTotal(servers), stat()
 		p := drivePaced(ctx, name+" "+label, o.clients, o.duration, rate, do)
-		after := procTotal(servers)
+		after, dbAfter := procTotal(servers), stat()
 		r := newRow(phaseName, p)
+		addDB(&r, dbBefore, dbAfter)
 		if p.requests > 0 {
 			r.CPUPerReqUs = float64((after.cpu - before.cpu).Microseconds()) / float64(p.requests)
 		}
@@ -183,6 +218,7 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 			first.BytesPerKey = float64(size1-size0) / float64(first.Requests)
 		} else if rows > 0 {
 			first.BytesPerKey = float64(size1) / float64(rows)
+			first.StoredBodyBytes = storedBodyBytes(ctx, statConn)
 		}
 	}
 	sr.Rows = append(sr.Rows, first)
@@ -231,6 +267,7 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	servers = nil
 
 	var raw phase
+	rawBefore := stat()
 	if sqlitePath != "" {
 		raw, err = rawSQLite(ctx, sqlitePath, o.clients, o.duration)
 	} else {
@@ -240,6 +277,7 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		return sr, err
 	}
 	rawRow := newRow("raw", raw)
+	addDB(&rawRow, rawBefore, stat())
 	sr.Rows = append(sr.Rows, rawRow)
 
 	for i := range sr.Rows {
