@@ -27,18 +27,30 @@ func newStmtCache(db *sql.DB) *stmtCache {
 }
 
 // prepareWanted prepares the statements seen since the last call. The
-// caller must hold no connection of the pool.
+// caller must hold no connection of the pool; the cache's lock is not held
+// while preparing, since preparing waits for a connection that another
+// caller, inside a transaction, may hold while it looks a statement up.
 func (c *stmtCache) prepareWanted(ctx context.Context) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var qs []string
 	for q := range c.wanted {
 		delete(c.wanted, q)
-		if len(c.ready) >= maxStatements {
-			continue
+		qs = append(qs, q)
+	}
+	room := maxStatements - len(c.ready)
+	c.mu.Unlock()
+	for _, q := range qs[:min(len(qs), max(room, 0))] {
+		st, err := c.db.PrepareContext(ctx, q)
+		if err != nil {
+			continue // it runs unprepared; the next sighting asks again
 		}
-		if st, err := c.db.PrepareContext(ctx, q); err == nil {
+		c.mu.Lock()
+		if _, dup := c.ready[q]; dup {
+			st.Close()
+		} else {
 			c.ready[q] = st
 		}
+		c.mu.Unlock()
 	}
 }
 

@@ -82,3 +82,33 @@ func TestApplicationWritesShareTheWriter(t *testing.T) {
 		t.Errorf("a rolled-back write left %d rows (err %v)", rows, err)
 	}
 }
+
+// Many readers at once on a fresh store, more than the read pool holds:
+// preparing their first statements must not deadlock with the readers
+// holding the pool's connections.
+func TestConcurrentFirstReadsDoNotDeadlock(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 8 * readConns {
+		wg.Go(func() {
+			for j := range 20 {
+				_, err := s.GetAttempt(ctx, idem.Scope{Org: "acme", Principal: "a"}, fmt.Sprint("k", i, "-", j))
+				if !errors.Is(err, idem.ErrNotFound) {
+					t.Errorf("reader %d: %v", i, err)
+					return
+				}
+				if _, err := s.GetExecution(ctx, "acme", fmt.Sprint("exe_", i)); !errors.Is(err, idem.ErrNotFound) {
+					t.Errorf("reader %d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
