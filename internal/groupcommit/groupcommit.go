@@ -12,8 +12,8 @@
 //   - Do returns nil only once the caller's writes are committed.
 //   - A caller's writes commit together or not at all, and never partly.
 //   - When one function of a batch fails, the batch is rolled back and every
-//     function runs again alone, in its own transaction under its own
-//     context, so one caller's failure (a fenced completion, an approval
+//     function runs again alone, in its own transaction, so one caller's
+//     failure (a fenced completion, an approval
 //     that is no longer consumable) never becomes another's.
 //   - When the transaction itself fails (begin or commit: the database is
 //     unreachable, locked or full), every caller of the batch gets that
@@ -99,7 +99,8 @@ func New[T any](run RunTx[T], cfg Config) *Committer[T] {
 // Do runs fn in a transaction, shared with other callers' when several
 // are waiting, and returns once it is committed or has failed. If ctx ends
 // before a worker takes fn, fn never runs and ctx's error comes back; once
-// taken, Do waits for the outcome.
+// taken, fn runs detached from ctx's cancellation (bounded by
+// Config.Timeout) and Do waits for the outcome.
 func (c *Committer[T]) Do(ctx context.Context, fn Fn[T]) error {
 	k := &call[T]{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	if err := c.enqueue(ctx, k); err != nil {
@@ -193,9 +194,7 @@ func (c *Committer[T]) runBatch(batch []*call[T]) {
 	case 0:
 		return
 	case 1:
-		c.count(1)
-		k := live[0]
-		k.done <- c.run(k.ctx, k.fn)
+		c.alone(live[0])
 		return
 	}
 	c.count(len(live))
@@ -215,14 +214,24 @@ func (c *Committer[T]) runBatch(batch []*call[T]) {
 	if err != nil && fnFailed {
 		// Somebody's function failed: everybody again, alone.
 		for _, k := range live {
-			c.count(1)
-			k.done <- c.run(k.ctx, k.fn)
+			c.alone(k)
 		}
 		return
 	}
 	for _, k := range live {
 		k.done <- err
 	}
+}
+
+// alone runs one taken call in its own transaction. Like a batch, it runs
+// detached from the caller's cancellation (bounded by Timeout), so that a
+// commit is never cut off halfway and the caller always learns whether its
+// writes landed.
+func (c *Committer[T]) alone(k *call[T]) {
+	c.count(1)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), c.cfg.Timeout)
+	defer cancel()
+	k.done <- c.run(ctx, k.fn)
 }
 
 func (c *Committer[T]) count(calls int) {
