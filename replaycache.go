@@ -8,7 +8,7 @@ import (
 
 // DefaultReplayCacheBytes is the replay cache's bound when
 // RunnerConfig.ReplayCacheBytes is 0.
-const DefaultReplayCacheBytes = 64 << 20
+const DefaultReplayCacheBytes = 32 << 20
 
 // replayCacheMargin is how long before its retention ends a record stops
 // being served from memory: other instances, whose clocks may run a little
