@@ -97,53 +97,59 @@ func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Executio
 // then inserts the execution, linked to the most recent earlier execution of
 // the same intent, with its execution.started event.
 func startExecution(ctx context.Context, tx pgx.Tx, p idem.StartParams, key string, now time.Time) (idem.Execution, error) {
-	if p.ApprovalID != "" {
-		tag, err := tx.Exec(ctx, `UPDATE idem_approvals SET status = 'consumed', consumed_at = $6, execution_id = $7
-			WHERE org = $1 AND id = $2 AND requested_by = $3 AND operation = $4 AND fingerprint = $5
-				AND status = 'approved' AND expires_at > $6`,
-			p.Scope.Org, p.ApprovalID, p.Scope.Principal, p.Operation, p.Fingerprint, now, p.ExecutionID)
-		if err != nil {
-			return idem.Execution{}, err
-		}
-		if tag.RowsAffected() == 0 {
-			return idem.Execution{}, idem.ErrApprovalNotConsumable
-		}
-	}
 	x := idem.Execution{
 		ID: p.ExecutionID, Org: p.Scope.Org, Operation: p.Operation, Principal: p.Scope.Principal,
 		Fingerprint: p.Fingerprint, Key: key, Attempts: 1, Outcome: idem.OutcomeRunning, StartedAt: now,
-	}
-	err := tx.QueryRow(ctx, `INSERT INTO idem_executions (org, id, principal, operation, fingerprint, key,
-			attempts, outcome, reinvocation_of, started_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 1, 'running', (
-			SELECT id FROM idem_executions
-			WHERE org = $1 AND principal = $3 AND operation = $4 AND fingerprint = $5
-			ORDER BY started_at DESC, seq DESC LIMIT 1), $7)
-		RETURNING reinvocation_of`,
-		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullable(key), now).Scan(&x.ReinvocationOf)
-	if err != nil {
-		return idem.Execution{}, err
 	}
 	x.Events = []idem.AuditEvent{{ExecutionID: x.ID, Type: idem.EventStarted, At: now, Attempt: 1}}
 	if p.ApprovalID != "" {
 		x.Events = append(x.Events, idem.AuditEvent{ExecutionID: x.ID, Type: idem.EventApprovalConsumed, At: now,
 			Data: map[string]string{"approvalId": p.ApprovalID}})
 	}
-	return x, insertEvents(ctx, tx, x.Org, x.Events, now)
+	// One round trip: the statements are pipelined, and read back in order.
+	batch := &pgx.Batch{}
+	if p.ApprovalID != "" {
+		batch.Queue(`UPDATE idem_approvals SET status = 'consumed', consumed_at = $6, execution_id = $7
+			WHERE org = $1 AND id = $2 AND requested_by = $3 AND operation = $4 AND fingerprint = $5
+				AND status = 'approved' AND expires_at > $6`,
+			p.Scope.Org, p.ApprovalID, p.Scope.Principal, p.Operation, p.Fingerprint, now, p.ExecutionID)
+	}
+	batch.Queue(`INSERT INTO idem_executions (org, id, principal, operation, fingerprint, key,
+			attempts, outcome, reinvocation_of, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 1, 'running', (
+			SELECT id FROM idem_executions
+			WHERE org = $1 AND principal = $3 AND operation = $4 AND fingerprint = $5
+			ORDER BY started_at DESC, seq DESC LIMIT 1), $7)
+		RETURNING reinvocation_of`,
+		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullable(key), now)
+	if err := queueEvents(batch, x.Org, x.Events, now); err != nil {
+		return idem.Execution{}, err
+	}
+	results := tx.SendBatch(ctx, batch)
+	defer results.Close()
+	if p.ApprovalID != "" {
+		tag, err := results.Exec()
+		if err != nil {
+			return idem.Execution{}, err
+		}
+		if tag.RowsAffected() == 0 {
+			// The execution and events queued behind it are rolled back
+			// with the transaction.
+			return idem.Execution{}, idem.ErrApprovalNotConsumable
+		}
+	}
+	if err := results.QueryRow().Scan(&x.ReinvocationOf); err != nil {
+		return idem.Execution{}, err
+	}
+	if err := readEvents(results, x.Events); err != nil {
+		return idem.Execution{}, err
+	}
+	return x, results.Close()
 }
 
 // finishExecution records an execution's outcome and appends its events;
-// events without an execution id get p's.
+// events without an execution id get p's. One round trip.
 func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now time.Time) error {
-	tag, err := tx.Exec(ctx, `UPDATE idem_executions SET outcome = $3, code = $4, attempts = $5, finished_at = $6
-		WHERE org = $1 AND id = $2`,
-		p.Org, p.ExecutionID, string(p.Outcome), nullable(string(p.Code)), p.Attempts, now)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return idem.Errorf(idem.CodeNotFound, "no execution %q", p.ExecutionID)
-	}
 	events := make([]idem.AuditEvent, len(p.Events))
 	for i, ev := range p.Events {
 		if ev.ExecutionID == "" {
@@ -151,7 +157,26 @@ func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now ti
 		}
 		events[i] = ev
 	}
-	return insertEvents(ctx, tx, p.Org, events, now)
+	batch := &pgx.Batch{}
+	batch.Queue(`UPDATE idem_executions SET outcome = $3, code = $4, attempts = $5, finished_at = $6
+		WHERE org = $1 AND id = $2`,
+		p.Org, p.ExecutionID, string(p.Outcome), nullable(string(p.Code)), p.Attempts, now)
+	if err := queueEvents(batch, p.Org, events, now); err != nil {
+		return err
+	}
+	results := tx.SendBatch(ctx, batch)
+	defer results.Close()
+	tag, err := results.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return idem.Errorf(idem.CodeNotFound, "no execution %q", p.ExecutionID)
+	}
+	if err := readEvents(results, events); err != nil {
+		return err
+	}
+	return results.Close()
 }
 
 // insertEvents appends events in order, each only if its execution exists in
@@ -161,6 +186,20 @@ func insertEvents(ctx context.Context, tx pgx.Tx, org string, events []idem.Audi
 		return nil
 	}
 	batch := &pgx.Batch{}
+	if err := queueEvents(batch, org, events, now); err != nil {
+		return err
+	}
+	results := tx.SendBatch(ctx, batch)
+	defer results.Close()
+	if err := readEvents(results, events); err != nil {
+		return err
+	}
+	return results.Close()
+}
+
+// queueEvents queues one INSERT per event, each inserting only if its
+// execution exists in org.
+func queueEvents(batch *pgx.Batch, org string, events []idem.AuditEvent, now time.Time) error {
 	for _, ev := range events {
 		at := ev.At
 		if at.IsZero() {
@@ -180,19 +219,22 @@ func insertEvents(ctx context.Context, tx pgx.Tx, org string, events []idem.Audi
 			org, ev.ExecutionID, ev.Type, at, nullable(ev.Attempt), nullable(string(ev.Code)),
 			nullable(string(ev.PreviousErrorCode)), nullable(ev.Attempts), nullable(ev.DurationMs), data)
 	}
-	results := tx.SendBatch(ctx, batch)
+	return nil
+}
+
+// readEvents reads the results of queueEvents: NOT_FOUND for an event
+// whose execution does not exist.
+func readEvents(results pgx.BatchResults, events []idem.AuditEvent) error {
 	for _, ev := range events {
 		tag, err := results.Exec()
 		if err != nil {
-			results.Close()
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			results.Close()
 			return idem.Errorf(idem.CodeNotFound, "no execution %q", ev.ExecutionID)
 		}
 	}
-	return results.Close()
+	return nil
 }
 
 // scanEvent reads one audit event row.
