@@ -37,7 +37,7 @@ type Store struct {
 	w      *sql.DB // one connection; transactions are BEGIN IMMEDIATE
 	r      *sql.DB // plain reads
 	clock  idem.Clock
-	writes *groupcommit.Committer[writeTx]
+	writes *groupcommit.Committer[txn]
 	// Prepared statements of each pool.
 	wstmts, rstmts *stmtCache
 }
@@ -134,10 +134,11 @@ func (s *Store) Close() error {
 // write runs fn in a BEGIN IMMEDIATE transaction on the write connection,
 // shared with the other writes waiting at that moment (group commit: one
 // fsync for all of them; see internal/groupcommit). fn must use the ctx it
-// is given. now is read from the clock once the write lock is held, so
-// times never run backwards between writers.
+// is given. now is read from the clock when fn starts, inside the write
+// lock, so times never run backwards between writes and a write's checks
+// (a lease, an expiry) use the time it really runs at, even late in a batch.
 func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Context, tx txn, now time.Time) error) error {
-	err := s.writes.Do(ctx, func(ctx context.Context, w writeTx) error { return fn(ctx, w.tx, w.now) })
+	err := s.writes.Do(ctx, func(ctx context.Context, tx txn) error { return fn(ctx, tx, s.now()) })
 	return interpretError(ctx, op, err)
 }
 
@@ -154,14 +155,8 @@ func (s *Store) Write(ctx context.Context, fn func(ctx context.Context, tx *sql.
 	})
 }
 
-// writeTx is a write transaction and the time it started at.
-type writeTx struct {
-	tx  txn
-	now time.Time
-}
-
 // runWrite is the committer's transaction: BEGIN IMMEDIATE, fn, COMMIT.
-func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[writeTx]) error {
+func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[txn]) error {
 	if s.wstmts.hasWanted() {
 		s.wstmts.prepareWanted(ctx)
 	}
@@ -170,7 +165,7 @@ func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[writeTx]) error 
 		return err
 	}
 	defer tx.Rollback()
-	if err := fn(ctx, writeTx{tx: txn{tx, s.wstmts}, now: s.now()}); err != nil {
+	if err := fn(ctx, txn{tx, s.wstmts}); err != nil {
 		return err
 	}
 	return tx.Commit()
