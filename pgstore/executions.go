@@ -14,11 +14,10 @@ import (
 // StartExecution consumes p.ApprovalID if set and starts an unkeyed
 // execution.
 func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
-	now := s.now()
 	var x idem.Execution
 	err := s.write(ctx, "start execution", func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		x, err = startExecution(ctx, tx, p, "", now)
+		x, err = startExecution(ctx, tx, p, "", s.now())
 		return err
 	})
 	if err != nil {
@@ -29,9 +28,8 @@ func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Ex
 
 // FinishExecution records the outcome and appends the final events.
 func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
-	now := s.now()
 	return s.write(ctx, "finish execution", func(ctx context.Context, tx pgx.Tx) error {
-		return finishExecution(ctx, tx, p, now)
+		return finishExecution(ctx, tx, p, s.now())
 	})
 }
 
@@ -39,9 +37,8 @@ func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error 
 // unknown execution (or another org's) fails the call with NOT_FOUND and
 // nothing is written.
 func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
-	now := s.now()
 	return s.write(ctx, "append events", func(ctx context.Context, tx pgx.Tx) error {
-		return insertEvents(ctx, tx, org, events, now)
+		return insertEvents(ctx, tx, org, events, s.now())
 	})
 }
 
