@@ -1,0 +1,219 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Attempt records live in hourly range partitions of idem_attempts, by
+// created_at, named idem_attempts_pYYYYMMDDHH after their UTC hour, and a
+// DEFAULT partition for rows whose hour has none. Sweep keeps partitions
+// for the current hour and the next partitionsAhead, and drops a past
+// partition once none of its rows is within retention (docs/store.md).
+
+const (
+	partitionPrefix = "idem_attempts_p"
+	partitionLayout = "2006010215"
+
+	// partitionsAhead is how many hours after the current one have their
+	// partition made in advance.
+	partitionsAhead = 3
+
+	// ddlLockTimeout bounds each partition change's wait for its locks.
+	// Creating or dropping a partition takes an ACCESS EXCLUSIVE lock on
+	// idem_attempts, and reservations queue behind the waiting request, so
+	// this is also the longest a sweeper holds them up before giving up
+	// until its next round.
+	ddlLockTimeout = 100 * time.Millisecond
+
+	// partitionLock is the transaction-scoped advisory lock that serialises
+	// partition changes across instances ("idem_prt" in ASCII). It is held
+	// for one change at a time, so instances wait for it only briefly.
+	partitionLock int64 = 0x6964656d5f707274
+)
+
+// partitionName names the partition of the hour starting at hour.
+func partitionName(hour time.Time) string {
+	return partitionPrefix + hour.UTC().Format(partitionLayout)
+}
+
+// partitionHour is the inverse of partitionName; ok is false for a name
+// partitionName does not make (the DEFAULT partition, say).
+func partitionHour(name string) (hour time.Time, ok bool) {
+	digits, found := strings.CutPrefix(name, partitionPrefix)
+	if !found || len(digits) != len(partitionLayout) {
+		return time.Time{}, false
+	}
+	hour, err := time.Parse(partitionLayout, digits)
+	if err != nil || partitionName(hour) != name {
+		return time.Time{}, false
+	}
+	return hour, true
+}
+
+// errSkipped is returned by a partition change that found nothing to do.
+var errSkipped = errors.New("pgstore: partition change skipped")
+
+// maintainPartitions makes the partitions of the current hour and the
+// next partitionsAhead, and drops past partitions that hold no record
+// within retention at now. It counts what it created and dropped.
+func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created, dropped int, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'idem_attempts'::regclass`)
+	if err != nil {
+		return 0, 0, interpretError(ctx, "list partitions", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, 0, interpretError(ctx, "list partitions", err)
+	}
+	have := map[time.Time]bool{}
+	var past []time.Time
+	for _, name := range names {
+		if hour, ok := partitionHour(name); ok {
+			have[hour] = true
+			if !hour.Add(time.Hour).After(now) {
+				past = append(past, hour)
+			}
+		}
+	}
+	current := now.Truncate(time.Hour)
+	for i := range partitionsAhead + 1 {
+		hour := current.Add(time.Duration(i) * time.Hour)
+		if have[hour] {
+			continue
+		}
+		ok, err := s.createPartition(ctx, hour)
+		if err != nil {
+			return created, dropped, err
+		}
+		if ok {
+			created++
+		}
+	}
+	slices.SortFunc(past, time.Time.Compare)
+	for _, hour := range past {
+		ok, err := s.dropPartition(ctx, hour, now)
+		if err != nil {
+			return created, dropped, err
+		}
+		if ok {
+			dropped++
+		}
+	}
+	return created, dropped, nil
+}
+
+// createPartition makes the partition of hour unless it exists or the
+// DEFAULT partition holds rows of that hour (those are deleted row by row
+// when they expire, and the hour goes without a partition). It reports
+// whether it made the partition.
+func (s *Store) createPartition(ctx context.Context, hour time.Time) (bool, error) {
+	name := partitionName(hour)
+	return s.changePartition(ctx, "create partition "+name, func(tx pgx.Tx) error {
+		var exists, occupied bool
+		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+				EXISTS (SELECT FROM idem_attempts_default WHERE created_at >= $2 AND created_at < $3)`,
+			name, hour, hour.Add(time.Hour)).Scan(&exists, &occupied)
+		if err != nil {
+			return err
+		}
+		if exists || occupied {
+			return errSkipped
+		}
+		_, err = tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF idem_attempts FOR VALUES FROM ('%s') TO ('%s')`,
+			pgx.Identifier{name}.Sanitize(), hour.UTC().Format(time.RFC3339), hour.Add(time.Hour).UTC().Format(time.RFC3339)))
+		return err
+	})
+}
+
+// dropPartition drops the partition of hour if none of its rows is within
+// retention at now. It reports whether it dropped it.
+func (s *Store) dropPartition(ctx context.Context, hour, now time.Time) (bool, error) {
+	table := pgx.Identifier{partitionName(hour)}.Sanitize()
+	live := `SELECT EXISTS (SELECT FROM ` + table + ` WHERE expires_at > $1)`
+	// A first look without the exclusive lock, so that the usual answer
+	// ("not yet") stalls nobody.
+	var busy bool
+	if err := s.pool.QueryRow(ctx, live, now).Scan(&busy); err != nil {
+		if isSkip(err) {
+			return false, nil
+		}
+		return false, interpretError(ctx, "drop partition "+table, err)
+	}
+	if busy {
+		return false, nil
+	}
+	return s.changePartition(ctx, "drop partition "+table, func(tx pgx.Tx) error {
+		// Under the lock no row can arrive (an instance whose clock lags
+		// may still write into a past hour), so look again.
+		if _, err := tx.Exec(ctx, `LOCK TABLE ONLY idem_attempts IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, live, now).Scan(&busy); err != nil {
+			return err
+		}
+		if busy {
+			return errSkipped
+		}
+		_, err := tx.Exec(ctx, `DROP TABLE `+table)
+		return err
+	})
+}
+
+// changePartition runs fn in a transaction of its own that holds the
+// partition lock, waiting at most ddlLockTimeout for it and for every
+// other lock. fn must check under the lock that its change is still due.
+// changePartition reports whether fn made its change: one whose lock wait
+// timed out, or that the table's state made moot (errSkipped, a concurrent
+// drop, rows in the DEFAULT partition), is left for a later round. It does
+// not go through inTx: partition DDL is never retried at once, and a lost
+// race is not an error.
+func (s *Store) changePartition(ctx context.Context, op string, fn func(pgx.Tx) error) (bool, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", ddlLockTimeout.Milliseconds()))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLock); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case isSkip(err):
+		return false, nil
+	default:
+		return false, interpretError(ctx, op, err)
+	}
+}
+
+// isSkip reports whether err means a partition change is not to be made
+// now: errSkipped, or PostgreSQL's lock_not_available (lock_timeout),
+// check_violation (the DEFAULT partition holds rows of the new
+// partition's hour), invalid_object_definition (the range overlaps a
+// partition named otherwise), undefined_table (dropped meanwhile) or
+// duplicate_table (created meanwhile).
+func isSkip(err error) bool {
+	if errors.Is(err, errSkipped) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "55P03", "23514", "42P17", "42P01", "42P07":
+		return true
+	}
+	return false
+}
