@@ -12,19 +12,31 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Attempt records live in hourly range partitions of idem_attempts, by
-// created_at, named idem_attempts_pYYYYMMDDHH after their UTC hour, and a
-// DEFAULT partition for rows whose hour has none. Sweep keeps partitions
-// for the current hour and the next partitionsAhead, and drops a past
-// partition once none of its rows is within retention (docs/store.md).
+// Attempt records live in range partitions of idem_attempts by created_at,
+// each partitionSpan long and named idem_attempts_pYYYYMMDDHH after the
+// UTC hour it starts at, and a DEFAULT partition for rows whose time has
+// none. Sweep keeps the partition of the current time and the next
+// partitionsAhead, and drops a past partition once none of its rows is
+// within retention (docs/store.md, "Partitions").
 
 const (
+	// partitionSpan is the time range of one partition. Every lookup by
+	// key probes every partition that may hold a live record, about
+	// (retention + partitionSpan) / partitionSpan of them, so the span
+	// trades lookup cost against the storage a partition keeps after most
+	// of its records expired (on average half a span past retention).
+	// Six hours keeps a 24 h window to about seven partitions, which
+	// measured as fast as one table; hourly partitions (about 29) made
+	// Reserve+Complete several times slower (docs/store.md). It divides a
+	// day, so partitions start at 00, 06, 12 and 18 UTC.
+	partitionSpan = 6 * time.Hour
+
 	partitionPrefix = "idem_attempts_p"
 	partitionLayout = "2006010215"
 
-	// partitionsAhead is how many hours after the current one have their
-	// partition made in advance.
-	partitionsAhead = 3
+	// partitionsAhead is how many partitions after the current one are
+	// made in advance.
+	partitionsAhead = 1
 
 	// ddlLockTimeout bounds each partition change's wait for its locks.
 	// Creating or dropping a partition takes an ACCESS EXCLUSIVE lock on
@@ -39,31 +51,32 @@ const (
 	partitionLock int64 = 0x6964656d5f707274
 )
 
-// partitionName names the partition of the hour starting at hour.
-func partitionName(hour time.Time) string {
-	return partitionPrefix + hour.UTC().Format(partitionLayout)
+// partitionName names the partition that starts at start.
+func partitionName(start time.Time) string {
+	return partitionPrefix + start.UTC().Format(partitionLayout)
 }
 
-// partitionHour is the inverse of partitionName; ok is false for a name
-// partitionName does not make (the DEFAULT partition, say).
-func partitionHour(name string) (hour time.Time, ok bool) {
+// partitionStart is the inverse of partitionName; ok is false for a name
+// partitionName does not make (the DEFAULT partition, say) or a start off
+// the partitionSpan grid.
+func partitionStart(name string) (start time.Time, ok bool) {
 	digits, found := strings.CutPrefix(name, partitionPrefix)
 	if !found || len(digits) != len(partitionLayout) {
 		return time.Time{}, false
 	}
-	hour, err := time.Parse(partitionLayout, digits)
-	if err != nil || partitionName(hour) != name {
+	start, err := time.Parse(partitionLayout, digits)
+	if err != nil || partitionName(start) != name || !start.Truncate(partitionSpan).Equal(start) {
 		return time.Time{}, false
 	}
-	return hour, true
+	return start, true
 }
 
 // errSkipped is returned by a partition change that found nothing to do.
 var errSkipped = errors.New("pgstore: partition change skipped")
 
-// maintainPartitions makes the partitions of the current hour and the
-// next partitionsAhead, and drops past partitions that hold no record
-// within retention at now. It counts what it created and dropped.
+// maintainPartitions makes the partitions of now and the next
+// partitionsAhead, and drops past partitions that hold no record within
+// retention at now. It counts what it created and dropped.
 func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created, dropped int, err error) {
 	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'idem_attempts'::regclass`)
@@ -77,20 +90,20 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created,
 	have := map[time.Time]bool{}
 	var past []time.Time
 	for _, name := range names {
-		if hour, ok := partitionHour(name); ok {
-			have[hour] = true
-			if !hour.Add(time.Hour).After(now) {
-				past = append(past, hour)
+		if start, ok := partitionStart(name); ok {
+			have[start] = true
+			if !start.Add(partitionSpan).After(now) {
+				past = append(past, start)
 			}
 		}
 	}
-	current := now.Truncate(time.Hour)
+	current := now.Truncate(partitionSpan) // UTC: Truncate counts from year 1, and the span divides a day
 	for i := range partitionsAhead + 1 {
-		hour := current.Add(time.Duration(i) * time.Hour)
-		if have[hour] {
+		start := current.Add(time.Duration(i) * partitionSpan)
+		if have[start] {
 			continue
 		}
-		ok, err := s.createPartition(ctx, hour)
+		ok, err := s.createPartition(ctx, start)
 		if err != nil {
 			return created, dropped, err
 		}
@@ -99,8 +112,8 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created,
 		}
 	}
 	slices.SortFunc(past, time.Time.Compare)
-	for _, hour := range past {
-		ok, err := s.dropPartition(ctx, hour, now)
+	for _, start := range past {
+		ok, err := s.dropPartition(ctx, start, now)
 		if err != nil {
 			return created, dropped, err
 		}
@@ -111,17 +124,18 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created,
 	return created, dropped, nil
 }
 
-// createPartition makes the partition of hour unless it exists or the
-// DEFAULT partition holds rows of that hour (those are deleted row by row
-// when they expire, and the hour goes without a partition). It reports
-// whether it made the partition.
-func (s *Store) createPartition(ctx context.Context, hour time.Time) (bool, error) {
-	name := partitionName(hour)
+// createPartition makes the partition that starts at start unless it
+// exists or the DEFAULT partition holds rows of its range (those are
+// deleted row by row when they expire, and the range goes without a
+// partition). It reports whether it made the partition.
+func (s *Store) createPartition(ctx context.Context, start time.Time) (bool, error) {
+	name := partitionName(start)
+	end := start.Add(partitionSpan)
 	return s.changePartition(ctx, "create partition "+name, func(tx pgx.Tx) error {
 		var exists, occupied bool
 		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
 				EXISTS (SELECT FROM idem_attempts_default WHERE created_at >= $2 AND created_at < $3)`,
-			name, hour, hour.Add(time.Hour)).Scan(&exists, &occupied)
+			name, start, end).Scan(&exists, &occupied)
 		if err != nil {
 			return err
 		}
@@ -129,15 +143,15 @@ func (s *Store) createPartition(ctx context.Context, hour time.Time) (bool, erro
 			return errSkipped
 		}
 		_, err = tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF idem_attempts FOR VALUES FROM ('%s') TO ('%s')`,
-			pgx.Identifier{name}.Sanitize(), hour.UTC().Format(time.RFC3339), hour.Add(time.Hour).UTC().Format(time.RFC3339)))
+			pgx.Identifier{name}.Sanitize(), start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339)))
 		return err
 	})
 }
 
-// dropPartition drops the partition of hour if none of its rows is within
-// retention at now. It reports whether it dropped it.
-func (s *Store) dropPartition(ctx context.Context, hour, now time.Time) (bool, error) {
-	table := pgx.Identifier{partitionName(hour)}.Sanitize()
+// dropPartition drops the partition that starts at start if none of its
+// rows is within retention at now. It reports whether it dropped it.
+func (s *Store) dropPartition(ctx context.Context, start, now time.Time) (bool, error) {
+	table := pgx.Identifier{partitionName(start)}.Sanitize()
 	live := `SELECT EXISTS (SELECT FROM ` + table + ` WHERE expires_at > $1)`
 	// A first look without the exclusive lock, so that the usual answer
 	// ("not yet") stalls nobody.
@@ -153,7 +167,7 @@ func (s *Store) dropPartition(ctx context.Context, hour, now time.Time) (bool, e
 	}
 	return s.changePartition(ctx, "drop partition "+table, func(tx pgx.Tx) error {
 		// Under the lock no row can arrive (an instance whose clock lags
-		// may still write into a past hour), so look again.
+		// may still write into a past range), so look again.
 		if _, err := tx.Exec(ctx, `LOCK TABLE ONLY idem_attempts IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return err
 		}
@@ -200,7 +214,7 @@ func (s *Store) changePartition(ctx context.Context, op string, fn func(pgx.Tx) 
 // isSkip reports whether err means a partition change is not to be made
 // now: errSkipped, or PostgreSQL's lock_not_available (lock_timeout),
 // check_violation (the DEFAULT partition holds rows of the new
-// partition's hour), invalid_object_definition (the range overlaps a
+// partition's range), invalid_object_definition (the range overlaps a
 // partition named otherwise), undefined_table (dropped meanwhile) or
 // duplicate_table (created meanwhile).
 func isSkip(err error) bool {

@@ -52,11 +52,41 @@ func partitions(t *testing.T, pool *pgxpool.Pool) []string {
 	return names
 }
 
-// hours names the partitions of the hours from first to last.
-func hours(first, last time.Time) []string {
+// spans names the partitions from the one holding first to the one
+// holding last.
+func spans(first, last time.Time) []string {
 	var out []string
-	for h := first.Truncate(time.Hour); !h.After(last); h = h.Add(time.Hour) {
-		out = append(out, "idem_attempts_p"+h.UTC().Format("2006010215"))
+	for start := first.Truncate(pgstore.PartitionSpan); !start.After(last); start = start.Add(pgstore.PartitionSpan) {
+		out = append(out, partitionOf(start))
+	}
+	return out
+}
+
+// partitionOf names the partition that holds records created at t.
+func partitionOf(t time.Time) string {
+	return "idem_attempts_p" + t.Truncate(pgstore.PartitionSpan).UTC().Format("2006010215")
+}
+
+// record is what a test knows of one row it made.
+type record struct{ created, expires time.Time }
+
+// wantPartitions is the partitions Sweep should leave at now, from the
+// first sweep at first on, given the rows made: every partition up to the
+// one partitionsAhead after now's, except past ones whose rows are all
+// past retention.
+func wantPartitions(first, now time.Time, rows []record) []string {
+	var out []string
+	last := now.Truncate(pgstore.PartitionSpan).Add(pgstore.PartitionsAhead * pgstore.PartitionSpan)
+	for start := first.Truncate(pgstore.PartitionSpan); !start.After(last); start = start.Add(pgstore.PartitionSpan) {
+		keep := start.Add(pgstore.PartitionSpan).After(now)
+		for _, r := range rows {
+			if r.created.Truncate(pgstore.PartitionSpan).Equal(start) && r.expires.After(now) {
+				keep = true
+			}
+		}
+		if keep {
+			out = append(out, partitionOf(start))
+		}
 	}
 	return out
 }
@@ -86,7 +116,7 @@ func sweep(t *testing.T, s *pgstore.Store) idem.SweepResult {
 }
 
 // Three days of hourly sweeps under a fake clock: partitions are made
-// ahead of the clock, records land in the partition of their hour, and a
+// ahead of the clock, records land in the partition of their time, and a
 // partition is dropped, rows and all, once every row in it is past
 // retention; a record with a longer retention keeps its partition.
 func TestPartitionsFollowTheClock(t *testing.T) {
@@ -97,114 +127,98 @@ func TestPartitionsFollowTheClock(t *testing.T) {
 	pool := newPool(t, url)
 
 	r := sweep(t, s)
-	if want := hours(start, start.Add(3*time.Hour)); r.PartitionsCreated != 4 || !slices.Equal(partitions(t, pool), want) {
-		t.Fatalf("first sweep created %d partitions: %v, want %v", r.PartitionsCreated, partitions(t, pool), want)
+	want := spans(start, start.Add(pgstore.PartitionsAhead*pgstore.PartitionSpan))
+	if got := partitions(t, pool); r.PartitionsCreated != len(want) || !slices.Equal(got, want) {
+		t.Fatalf("first sweep created %d partitions: %v, want %v", r.PartitionsCreated, got, want)
 	}
-	// Two records in the first hour; "long" outlives "short" by a day.
-	for key, retention := range map[string]time.Duration{"short": 24 * time.Hour, "long": 48 * time.Hour} {
-		if _, err := s.Reserve(t.Context(), reserveFor(key, retention)); err != nil {
-			t.Fatal(err)
+	rows := map[string]record{} // the live row of each key, by the test's account
+	reserve := func(key string, retention time.Duration) {
+		t.Helper()
+		res, err := s.Reserve(t.Context(), reserveFor(key, retention))
+		if err != nil || !res.Reserved {
+			t.Fatalf("Reserve(%s) = %+v, %v; want a new record", key, res, err)
 		}
-		if where := rowsOf(t, pool, key); !slices.Equal(where, []string{"idem_attempts_p2026113010"}) {
-			t.Fatalf("%s stored in %v, want the partition of its hour", key, where)
+		now := clock.Now()
+		rows[key] = record{now, now.Add(retention)}
+		if where := rowsOf(t, pool, key); !slices.Equal(where, []string{partitionOf(now)}) {
+			t.Fatalf("%s stored in %v, want one row, in %s", key, where, partitionOf(now))
 		}
 	}
+	// Two records at the start; "long" outlives "short" by a day.
+	reserve("short", 24*time.Hour)
+	reserve("long", 48*time.Hour)
 
-	created, dropped := 4, 0
+	created, dropped := r.PartitionsCreated, 0
 	for step := 1; step <= 72; step++ {
 		clock.Advance(time.Hour)
 		now := clock.Now()
-		key := fmt.Sprint("h-", step)
-		if _, err := s.Reserve(t.Context(), reserveFor(key, 24*time.Hour)); err != nil {
-			t.Fatal(err)
+		reserve(fmt.Sprint("h-", step), 24*time.Hour)
+		switch step {
+		case 30:
+			// "short" is forgotten but its partition lives on with "long":
+			// the key is reserved anew, and its old row goes.
+			if _, err := s.GetAttempt(t.Context(), scope, "short"); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("short past retention: err = %v, want NOT_FOUND", err)
+			}
+			if !slices.Contains(partitions(t, pool), partitionOf(start)) {
+				t.Fatalf("the partition of short and long is gone while long lives")
+			}
+			reserve("short", 24*time.Hour)
+		case 60:
+			// A key whose partition was dropped is reserved anew.
+			if n := len(rowsOf(t, pool, "h-1")); n != 0 {
+				t.Fatalf("h-1, 59 hours old, still has %d rows", n)
+			}
+			reserve("h-1", 24*time.Hour)
 		}
 		r := sweep(t, s)
 		created += r.PartitionsCreated
 		dropped += r.PartitionsDropped
 		if r.Forgotten != 0 {
-			t.Fatalf("step %d: %d rows deleted one by one, want none (all rows are in hourly partitions)", step, r.Forgotten)
+			t.Fatalf("step %d: %d rows deleted one by one, want none (all rows are in their partitions)", step, r.Forgotten)
 		}
-
-		// Kept: the last 24 hours (each holds a record within retention),
-		// the hour of "long" while it lives, and 3 hours ahead.
-		want := hours(now.Add(-23*time.Hour), now.Add(3*time.Hour))
-		if now.Before(start.Add(48*time.Hour)) && !slices.Contains(want, "idem_attempts_p2026113010") {
-			want = append([]string{"idem_attempts_p2026113010"}, want...)
+		var all []record
+		for _, r := range rows {
+			all = append(all, r)
 		}
-		if step < 24 {
-			want = hours(start, now.Add(3*time.Hour))
-		}
+		want := wantPartitions(start, now, all)
 		if got := partitions(t, pool); !slices.Equal(got, want) {
 			t.Fatalf("step %d (%s): partitions %v, want %v", step, now.Format(time.DateTime), got, want)
 		}
 		if created-dropped != len(want) {
 			t.Fatalf("step %d: sweeps counted %d created and %d dropped, but %d exist", step, created, dropped, len(want))
 		}
-
 		// Within retention: readable. Past it: not found, and its rows are
 		// gone once its partition is.
-		for back := 1; back <= step; back++ {
-			if back == 1 && step >= 60 {
-				continue // reserved anew at step 60
-			}
-			k := fmt.Sprint("h-", back)
-			age := time.Duration(step-back) * time.Hour
-			a, err := s.GetAttempt(t.Context(), scope, k)
+		for key, r := range rows {
+			a, err := s.GetAttempt(t.Context(), scope, key)
 			switch {
-			case age < 24*time.Hour:
-				if err != nil || a.Key != k {
-					t.Fatalf("step %d: %s (age %v) = %+v, %v; want it readable", step, k, age, a, err)
+			case r.expires.After(now):
+				if err != nil || !a.CreatedAt.Equal(r.created) {
+					t.Fatalf("step %d: %s within retention = %+v, %v; want it readable", step, key, a, err)
 				}
 			case !errors.Is(err, idem.ErrNotFound):
-				t.Fatalf("step %d: %s (age %v): err = %v, want NOT_FOUND", step, k, age, err)
-			case age >= 25*time.Hour && len(rowsOf(t, pool, k)) != 0:
-				t.Fatalf("step %d: %s (age %v) still has rows %v", step, k, age, rowsOf(t, pool, k))
+				t.Fatalf("step %d: %s past retention: err = %v, want NOT_FOUND", step, key, err)
+			case !slices.Contains(want, partitionOf(r.created)) && len(rowsOf(t, pool, key)) != 0:
+				t.Fatalf("step %d: %s's partition is gone but it still has rows %v", step, key, rowsOf(t, pool, key))
 			}
 		}
-
-		switch step {
-		case 30:
-			// "short" is forgotten but its partition lives on with "long":
-			// the key is reserved anew in the current hour, and the old
-			// row is gone with it.
-			if _, err := s.GetAttempt(t.Context(), scope, "short"); !errors.Is(err, idem.ErrNotFound) {
-				t.Fatalf("short past retention: err = %v, want NOT_FOUND", err)
-			}
-			res, err := s.Reserve(t.Context(), reserveFor("short", 24*time.Hour))
-			if err != nil || !res.Reserved {
-				t.Fatalf("Reserve of forgotten short = %+v, %v", res, err)
-			}
-			if where := rowsOf(t, pool, "short"); !slices.Equal(where, hours(now, now)) {
-				t.Fatalf("short after its new reservation: rows in %v, want one, in %v", where, hours(now, now))
-			}
-			if a, err := s.GetAttempt(t.Context(), scope, "long"); err != nil || a.Key != "long" {
-				t.Fatalf("long within its retention = %+v, %v", a, err)
-			}
-		case 60:
-			if len(rowsOf(t, pool, "long")) != 0 {
-				t.Fatalf("long past 48 h still has rows %v", rowsOf(t, pool, "long"))
-			}
-			// A key whose partition was dropped is reserved anew.
-			res, err := s.Reserve(t.Context(), reserveFor("h-1", 24*time.Hour))
-			if err != nil || !res.Reserved {
-				t.Fatalf("Reserve of h-1 after its partition went = %+v, %v", res, err)
-			}
-			if where := rowsOf(t, pool, "h-1"); !slices.Equal(where, hours(now, now)) {
-				t.Fatalf("h-1 reserved anew: rows in %v, want one, in %v", where, hours(now, now))
-			}
-		}
+	}
+	// Everything of the first day is gone by the end of the third.
+	if min := int(24 * time.Hour / pgstore.PartitionSpan); dropped < min {
+		t.Fatalf("%d partitions dropped over 72 hours, want at least %d", dropped, min)
 	}
 	var inDefault int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM idem_attempts_default`).Scan(&inDefault); err != nil {
 		t.Fatal(err)
 	}
 	if inDefault != 0 {
-		t.Fatalf("%d rows in the DEFAULT partition, want none: every hour had its partition", inDefault)
+		t.Fatalf("%d rows in the DEFAULT partition, want none: every range had its partition", inDefault)
 	}
 }
 
-// Rows whose hour has no partition land in the DEFAULT partition, block
-// that hour's partition (which would have to take them over), and are
+// Rows whose time has no partition land in the DEFAULT partition, block
+// that range's partition (which would have to take them over), and are
 // deleted row by row when they expire.
 func TestDefaultPartitionSweptByRow(t *testing.T) {
 	url := pgtest.NewDatabase(t)
@@ -215,8 +229,10 @@ func TestDefaultPartitionSweptByRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := sweep(t, s)
-	if want := hours(clock.Now().Add(time.Hour), clock.Now().Add(3*time.Hour)); r.PartitionsCreated != 3 || !slices.Equal(partitions(t, pool), want) {
-		t.Fatalf("sweep created %d: %v, want %v (not the hour that has a row in DEFAULT)", r.PartitionsCreated, partitions(t, pool), want)
+	now := clock.Now()
+	want := spans(now.Add(pgstore.PartitionSpan), now.Add(pgstore.PartitionsAhead*pgstore.PartitionSpan))
+	if got := partitions(t, pool); r.PartitionsCreated != len(want) || !slices.Equal(got, want) {
+		t.Fatalf("sweep created %d: %v, want %v (not the current one: DEFAULT has a row of its range)", r.PartitionsCreated, got, want)
 	}
 	if where := rowsOf(t, pool, "early"); !slices.Equal(where, []string{"idem_attempts_default"}) {
 		t.Fatalf("early stored in %v", where)
@@ -236,7 +252,8 @@ func TestDefaultPartitionSweptByRow(t *testing.T) {
 // retention are reserved anew by exactly one instance.
 func TestPartitionRetentionAcrossInstances(t *testing.T) {
 	url := pgtest.NewDatabase(t)
-	clock := fakeclock.New(time.Date(2026, 11, 30, 10, 30, 0, 0, time.UTC))
+	start := time.Date(2026, 11, 30, 10, 30, 0, 0, time.UTC)
+	clock := fakeclock.New(start)
 	stores := []*pgstore.Store{openStore(t, url, clock), openStore(t, url, clock)}
 	pool := newPool(t, url)
 
@@ -304,16 +321,20 @@ func TestPartitionRetentionAcrossInstances(t *testing.T) {
 		sweepAll()
 	}
 	now := clock.Now()
-	// The records of 24 hours ago expire right now: their partition goes.
-	want := hours(now.Add(-23*time.Hour), now.Add(3*time.Hour))
+	var made []record
+	for hour := 1; hour <= 50; hour++ {
+		created := start.Add(time.Duration(hour) * time.Hour)
+		made = append(made, record{created, created.Add(24 * time.Hour)})
+	}
+	want := wantPartitions(start, now, made)
 	if got := partitions(t, pool); !slices.Equal(got, want) {
 		t.Fatalf("partitions %v, want %v", got, want)
 	}
 	if n := len(partitions(t, pool)); created-dropped != n {
 		t.Fatalf("instances counted %d created and %d dropped, but %d exist: a change was counted twice or missed", created, dropped, n)
 	}
-	if dropped < 20 {
-		t.Fatalf("%d partitions dropped over 50 hours, want at least 20", dropped)
+	if min := int(24 * time.Hour / pgstore.PartitionSpan); dropped < min {
+		t.Fatalf("%d partitions dropped over 50 hours, want at least %d", dropped, min)
 	}
 	var stale, live int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE expires_at <= $1), count(*) FILTER (WHERE expires_at > $1)
@@ -385,7 +406,7 @@ func TestMigrationKeepsExistingRows(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = 'idem_attempts'::regclass`).Scan(&kind); err != nil || kind != "p" {
 		t.Fatalf("after 002: idem_attempts relkind %q, %v; want partitioned", kind, err)
 	}
-	if got, want := partitions(t, pool), hours(before[0].CreatedAt, before[5].CreatedAt); !slices.Equal(got, want) {
+	if got, want := partitions(t, pool), spans(before[0].CreatedAt, before[5].CreatedAt); !slices.Equal(got, want) {
 		t.Fatalf("partitions made for the existing rows: %v, want %v", got, want)
 	}
 	s := openStore(t, url, clock)
@@ -399,8 +420,8 @@ func TestMigrationKeepsExistingRows(t *testing.T) {
 			!a.CreatedAt.Equal(b.CreatedAt) || !a.ExpiresAt.Equal(b.ExpiresAt) || a.ExecutionID != b.ExecutionID {
 			t.Fatalf("%s after the migration = %+v, want %+v", b.Key, a, b)
 		}
-		if where := rowsOf(t, pool, b.Key); !slices.Equal(where, hours(b.CreatedAt, b.CreatedAt)) {
-			t.Fatalf("%s stored in %v, want %v", b.Key, where, hours(b.CreatedAt, b.CreatedAt))
+		if where := rowsOf(t, pool, b.Key); !slices.Equal(where, []string{partitionOf(b.CreatedAt)}) {
+			t.Fatalf("%s stored in %v, want %s", b.Key, where, partitionOf(b.CreatedAt))
 		}
 		res, err := s.Reserve(ctx, reserveFor(b.Key, 24*time.Hour))
 		if err != nil || res.Reserved || res.Attempt.FencingToken != b.FencingToken {

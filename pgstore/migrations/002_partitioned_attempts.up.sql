@@ -1,8 +1,11 @@
--- Attempt records become a table partitioned by hour of creation, so that
--- retention drops whole partitions instead of deleting rows (docs/store.md,
--- "Partitions"). The sweeper creates the hourly partitions ahead of time
--- (idem_attempts_pYYYYMMDDHH, UTC) and drops those whose every row is past
--- retention; the DEFAULT partition catches rows whose hour has none yet.
+-- Attempt records become a table partitioned by time of creation, in
+-- six-hour ranges starting at 00, 06, 12 and 18 UTC, so that retention
+-- drops whole partitions instead of deleting rows (docs/store.md,
+-- "Partitions"; the span is pgstore.partitionSpan and must match). The
+-- sweeper creates the partitions ahead of time (idem_attempts_pYYYYMMDDHH,
+-- named after the UTC hour they start at) and drops those whose every row
+-- is past retention; the DEFAULT partition catches rows whose range has
+-- none yet.
 --
 -- A partitioned table's primary key must contain the partition column, so
 -- (org, principal, key) is no longer unique in the database: Reserve keeps
@@ -10,9 +13,9 @@
 -- key. The primary key (org, principal, key, created_at) is also the index
 -- every key lookup uses, newest first by a backward scan.
 --
--- Existing rows are moved: each hour that has rows gets its partition here
--- (hours taken from the rows themselves, not from now()), so the DEFAULT
--- partition starts empty.
+-- Existing rows are moved: each range that has rows gets its partition
+-- here (times taken from the rows themselves, not from now()), so the
+-- DEFAULT partition starts empty.
 
 ALTER TABLE idem_attempts RENAME TO idem_attempts_001;
 ALTER INDEX idem_attempts_pkey RENAME TO idem_attempts_001_pkey;
@@ -48,12 +51,14 @@ CREATE INDEX idem_attempts_secret ON idem_attempts (secret_expires_at) WHERE bod
 
 DO $$
 DECLARE
-    hour timestamp;
+    start timestamp; -- UTC
 BEGIN
-    FOR hour IN SELECT DISTINCT date_trunc('hour', created_at AT TIME ZONE 'UTC') FROM idem_attempts_001 LOOP
+    FOR start IN SELECT DISTINCT date_trunc('day', created_at AT TIME ZONE 'UTC')
+            + floor(extract(hour FROM created_at AT TIME ZONE 'UTC') / 6) * interval '6 hours'
+            FROM idem_attempts_001 LOOP
         EXECUTE format('CREATE TABLE %I PARTITION OF idem_attempts FOR VALUES FROM (%L) TO (%L)',
-            'idem_attempts_p' || to_char(hour, 'YYYYMMDDHH24'),
-            hour AT TIME ZONE 'UTC', (hour + interval '1 hour') AT TIME ZONE 'UTC');
+            'idem_attempts_p' || to_char(start, 'YYYYMMDDHH24'),
+            start AT TIME ZONE 'UTC', (start + interval '6 hours') AT TIME ZONE 'UTC');
     END LOOP;
 END
 $$;
