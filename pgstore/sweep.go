@@ -20,7 +20,7 @@ var sweepSteps = []struct {
 	name string
 	sql  string
 }{
-	// Rows in hourly partitions go with their partition
+	// Rows in time partitions go with their partition
 	// (maintainPartitions); only the DEFAULT partition is swept by row.
 	{"forget attempts", `WITH batch AS MATERIALIZED (
 			SELECT org, principal, key, created_at FROM idem_attempts_default
