@@ -47,6 +47,10 @@ const (
 	// until its next round.
 	ddlLockTimeout = 100 * time.Millisecond
 
+	// maxMovedRows bounds the rows a new partition takes over from the
+	// DEFAULT partition, all moved while reservations wait.
+	maxMovedRows = 10000
+
 	// partitionLock is the transaction-scoped advisory lock that serialises
 	// partition changes across instances ("idem_prt" in ASCII). It is held
 	// for one change at a time, so instances wait for it only briefly.
@@ -127,26 +131,46 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created,
 }
 
 // createPartition makes the partition that starts at start unless it
-// exists or the DEFAULT partition holds rows of its range (those are
-// deleted row by row when they expire, and the range goes without a
-// partition). It reports whether it made the partition.
+// exists. Rows of its range already in the DEFAULT partition (a new
+// installation's first minutes, before the first sweep) move into it, up
+// to maxMovedRows; with more, the range goes without a partition and its
+// rows are deleted one by one when they expire. It reports whether it
+// made the partition.
 func (s *Store) createPartition(ctx context.Context, start time.Time) (bool, error) {
 	name := partitionName(start)
+	table := pgx.Identifier{name}.Sanitize()
 	end := start.Add(partitionSpan)
+	bounds := fmt.Sprintf(`FOR VALUES FROM ('%s') TO ('%s')`, start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
 	return s.changePartition(ctx, "create partition "+name, func(tx pgx.Tx) error {
-		var exists, occupied bool
-		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
-				EXISTS (SELECT FROM idem_attempts_default WHERE created_at >= $2 AND created_at < $3)`,
-			name, start, end).Scan(&exists, &occupied)
-		if err != nil {
+		var exists bool
+		var inDefault int
+		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) FROM (
+				SELECT FROM idem_attempts_default WHERE created_at >= $2 AND created_at < $3 LIMIT $4) r)`,
+			name, start, end, maxMovedRows+1).Scan(&exists, &inDefault)
+		switch {
+		case err != nil:
+			return err
+		case exists || inDefault > maxMovedRows:
+			return errSkipped
+		case inDefault == 0:
+			_, err = tx.Exec(ctx, `CREATE TABLE `+table+` PARTITION OF idem_attempts `+bounds)
 			return err
 		}
-		if exists || occupied {
-			return errSkipped
+		// Under the table lock nothing reads or writes the rows that move.
+		// ATTACH makes the partition's indexes and checks the DEFAULT
+		// partition, now without rows of the range.
+		for _, q := range []string{
+			`LOCK TABLE ONLY idem_attempts IN ACCESS EXCLUSIVE MODE`,
+			`CREATE TABLE ` + table + ` (LIKE idem_attempts INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+			fmt.Sprintf(`WITH moved AS (DELETE FROM idem_attempts_default WHERE created_at >= '%s' AND created_at < '%s' RETURNING *)
+				INSERT INTO %s SELECT * FROM moved`, start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339), table),
+			`ALTER TABLE idem_attempts ATTACH PARTITION ` + table + ` ` + bounds,
+		} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
 		}
-		_, err = tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF idem_attempts FOR VALUES FROM ('%s') TO ('%s')`,
-			pgx.Identifier{name}.Sanitize(), start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339)))
-		return err
+		return nil
 	})
 }
 

@@ -217,32 +217,78 @@ func TestPartitionsFollowTheClock(t *testing.T) {
 	}
 }
 
-// Rows whose time has no partition land in the DEFAULT partition, block
-// that range's partition (which would have to take them over), and are
+// Rows whose time has no partition land in the DEFAULT partition. A few
+// move into their partition when the sweeper makes it; too many to move
+// under the table lock keep their range from getting a partition and are
 // deleted row by row when they expire.
-func TestDefaultPartitionSweptByRow(t *testing.T) {
+func TestDefaultPartition(t *testing.T) {
 	url := pgtest.NewDatabase(t)
-	clock := fakeclock.New(time.Date(2026, 11, 30, 10, 30, 0, 0, time.UTC))
+	start := time.Date(2026, 11, 30, 10, 30, 0, 0, time.UTC)
+	clock := fakeclock.New(start)
 	s := openStore(t, url, clock)
 	pool := newPool(t, url)
-	if _, err := s.Reserve(t.Context(), reserveFor("early", 24*time.Hour)); err != nil {
+	early, err := s.Reserve(t.Context(), reserveFor("early", 24*time.Hour))
+	if err != nil {
 		t.Fatal(err)
 	}
-	r := sweep(t, s)
-	now := clock.Now()
-	want := spans(now.Add(pgstore.PartitionSpan), now.Add(pgstore.PartitionsAhead*pgstore.PartitionSpan))
-	if got := partitions(t, pool); r.PartitionsCreated != len(want) || !slices.Equal(got, want) {
-		t.Fatalf("sweep created %d: %v, want %v (not the current one: DEFAULT has a row of its range)", r.PartitionsCreated, got, want)
-	}
 	if where := rowsOf(t, pool, "early"); !slices.Equal(where, []string{"idem_attempts_default"}) {
-		t.Fatalf("early stored in %v", where)
+		t.Fatalf("early, before any sweep, stored in %v", where)
 	}
-	clock.Advance(24 * time.Hour)
-	if r := sweep(t, s); r.Forgotten != 1 {
-		t.Fatalf("sweep past retention forgot %d rows, want early", r.Forgotten)
+	// More rows than a partition takes over, in the next range, as an
+	// instance whose clock runs ahead would write them.
+	const bulk = 10001
+	ahead := start.Add(pgstore.PartitionSpan)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO idem_attempts (org, principal, key, operation, fingerprint, state,
+			execution_id, fencing_token, lease_expires_at, created_at, expires_at)
+		SELECT 'acme', 'agent', 'bulk-' || x, 'op', 'fp', 'completed', 'exe_bulk' || x, -x, $1, $1, $2
+		FROM generate_series(1, $3::int) x`, ahead, ahead.Add(24*time.Hour), bulk); err != nil {
+		t.Fatal(err)
 	}
-	if where := rowsOf(t, pool, "early"); len(where) != 0 {
-		t.Fatalf("early still stored in %v", where)
+
+	r := sweep(t, s)
+	if got, want := partitions(t, pool), []string{partitionOf(start)}; r.PartitionsCreated != 1 || !slices.Equal(got, want) {
+		t.Fatalf("sweep created %d: %v, want %v (the next range has too many rows in DEFAULT)", r.PartitionsCreated, got, want)
+	}
+	if where := rowsOf(t, pool, "early"); !slices.Equal(where, []string{partitionOf(start)}) {
+		t.Fatalf("early after the sweep stored in %v, want moved into %s", where, partitionOf(start))
+	}
+	if a, err := s.GetAttempt(t.Context(), scope, "early"); err != nil || a.FencingToken != early.Attempt.FencingToken {
+		t.Fatalf("early after the move = %+v, %v", a, err)
+	}
+	// The partition made by moving rows has the indexes, primary key
+	// first, of one made directly.
+	var indexes []string
+	rows, err := pool.Query(t.Context(), `SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+		WHERE x.indrelid = $1::regclass ORDER BY NOT x.indisprimary, i.relname`, partitionOf(start))
+	if err == nil {
+		indexes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || len(indexes) != 4 || indexes[0] != partitionOf(start)+"_pkey" {
+		t.Fatalf("indexes of %s: %v, %v; want the primary key and the three of the parent", partitionOf(start), indexes, err)
+	}
+	countDefault := func() int {
+		var n int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM idem_attempts_default`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := countDefault(); n != bulk {
+		t.Fatalf("%d rows in DEFAULT, want the %d of the next range", n, bulk)
+	}
+
+	// Past their retention the bulk rows are deleted one by one; then
+	// their range, now current, gets its partition.
+	clock.Advance(pgstore.PartitionSpan + 24*time.Hour)
+	if r, err := s.Sweep(t.Context(), idem.SweepParams{BatchSize: 2 * bulk}); err != nil || r.Forgotten != bulk {
+		t.Fatalf("sweep past retention = %+v, %v; want %d forgotten", r, err, bulk)
+	}
+	if n := countDefault(); n != 0 {
+		t.Fatalf("%d rows left in DEFAULT", n)
+	}
+	now := clock.Now()
+	if got, want := partitions(t, pool), spans(now, now.Add(pgstore.PartitionsAhead*pgstore.PartitionSpan)); !slices.Equal(got, want) {
+		t.Fatalf("partitions %v, want %v", got, want)
 	}
 }
 
