@@ -142,8 +142,8 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 	return a.Observe(now), nil
 }
 
-// GetAttempt reads the key's newest record; a forgotten one that is not swept yet is
-// NOT_FOUND too.
+// GetAttempt reads the key's newest record; a forgotten one that is not
+// removed yet is NOT_FOUND too.
 func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
 	now := s.now()
 	var a idem.Attempt

@@ -43,8 +43,10 @@ const (
 	// ddlLockTimeout bounds each partition change's wait for its locks.
 	// Creating or dropping a partition takes an ACCESS EXCLUSIVE lock on
 	// idem_attempts, and reservations queue behind the waiting request, so
-	// this is also the longest a sweeper holds them up before giving up
-	// until its next round.
+	// this is also the longest a waiting sweeper holds them up before it
+	// gives up until its next round. Once granted, the change itself is
+	// short: catalog work, a scan of the (small) DEFAULT partition, at
+	// most maxMovedRows moved.
 	ddlLockTimeout = 100 * time.Millisecond
 
 	// maxMovedRows bounds the rows a new partition takes over from the
