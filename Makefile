@@ -26,7 +26,7 @@ bench:
 bench-quick:
 	go run ./bench --quick $(ARGS)
 
-# The scale-out figures of docs/SCALE.md §6: measure one and two instances on
+# The scale-out figures of docs/SCALE.md §7: measure one and two instances on
 # PostgreSQL, then run the model (bench/sim) on that results file. ARGS go to
 # the harness, SIM to the model, e.g. make scale SIM='--target 50000 --batch 8'
 scale:

@@ -213,10 +213,17 @@ type SweepParams struct {
 // SweepResult counts what one Sweep did. A count equal to the batch size
 // means more may be left.
 type SweepResult struct {
+	// Forgotten counts records deleted one by one; records that go with a
+	// dropped partition (PostgreSQL) are not counted.
 	Forgotten        int
 	SecretsDestroyed int
 	LeasesExpired    int
 	ApprovalsExpired int
+	// PartitionsCreated and PartitionsDropped count the time partitions of
+	// attempt records made ahead and dropped past retention (PostgreSQL;
+	// always 0 on SQLite). They are not bounded by the batch size.
+	PartitionsCreated int
+	PartitionsDropped int
 }
 
 // Done reports whether the round left nothing behind (every count below

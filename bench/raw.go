@@ -131,15 +131,16 @@ func sqliteSize(ctx context.Context, path string) (size, rows int64, err error) 
 	return pages * pageSize, rows, nil
 }
 
-// pgSize returns pg_total_relation_size('idem_attempts') (table, TOAST and
-// indexes) and its rows.
+// pgSize returns the total size of idem_attempts (table, TOAST and indexes,
+// summed over its partitions) and its rows.
 func pgSize(ctx context.Context, dbURL string) (size, rows int64, err error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer pool.Close()
-	err = pool.QueryRow(ctx, `SELECT pg_total_relation_size('idem_attempts'), (SELECT count(*) FROM idem_attempts)`).Scan(&size, &rows)
+	err = pool.QueryRow(ctx, `SELECT (SELECT COALESCE(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree('idem_attempts')),
+		(SELECT count(*) FROM idem_attempts)`).Scan(&size, &rows)
 	return size, rows, err
 }
 

@@ -1,8 +1,12 @@
 // Package pgstore is the idem.Store on PostgreSQL (pgx/v5), for any number
 // of idem instances sharing one database.
 //
-// Each method is one READ COMMITTED transaction. Reservations race through
-// INSERT … ON CONFLICT on the attempt's primary key; approvals are consumed
+// Each method is one READ COMMITTED transaction; the hot writes (Reserve,
+// Complete, executions and their events) share transactions with the other
+// writes waiting at the same moment (group commit). Attempt records are
+// partitioned by time, so no unique index decides a reservation race:
+// reservations of one key queue on a transaction-scoped advisory lock on
+// the key, from any instance; approvals are consumed
 // by a conditional UPDATE; concurrent approval requests for one intent are
 // serialised by a transaction-scoped advisory lock; sweepers take their
 // batches with FOR UPDATE SKIP LOCKED. Time comes only from the configured

@@ -20,29 +20,31 @@ var sweepSteps = []struct {
 	name string
 	sql  string
 }{
+	// Rows in time partitions go with their partition
+	// (maintainPartitions); only the DEFAULT partition is swept by row.
 	{"forget attempts", `WITH batch AS MATERIALIZED (
-			SELECT org, principal, key FROM idem_attempts
+			SELECT org, principal, key, created_at FROM idem_attempts_default
 			WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
-		DELETE FROM idem_attempts a USING batch b
-		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key`},
+		DELETE FROM idem_attempts_default a USING batch b
+		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key AND a.created_at = b.created_at`},
 	// The ciphertext goes; the record stays as a tombstone. (A secret
 	// attempt left indeterminate keeps its state.)
 	{"destroy secrets", `WITH batch AS MATERIALIZED (
-			SELECT org, principal, key FROM idem_attempts
+			SELECT org, principal, key, created_at FROM idem_attempts
 			WHERE body IS NOT NULL AND secret_expires_at <= $1 AND expires_at > $1
 			LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE idem_attempts a
 		SET body = NULL, state = CASE a.state WHEN 'completed' THEN 'expired' ELSE a.state END
 		FROM batch b
-		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key`},
+		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key AND a.created_at = b.created_at`},
 	// The status stays NULL: nothing is known about the result.
 	{"expire leases", `WITH batch AS MATERIALIZED (
-			SELECT org, principal, key FROM idem_attempts
+			SELECT org, principal, key, created_at FROM idem_attempts
 			WHERE state = 'in_flight' AND lease_expires_at <= $1 AND expires_at > $1
 			LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE idem_attempts a SET state = 'indeterminate'
 		FROM batch b
-		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key`},
+		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key AND a.created_at = b.created_at`},
 	{"expire approvals", `WITH batch AS MATERIALIZED (
 			SELECT org, id FROM idem_approvals
 			WHERE status IN ('pending', 'approved') AND expires_at <= $1
@@ -52,7 +54,9 @@ var sweepSteps = []struct {
 		WHERE a.org = b.org AND a.id = b.id`},
 }
 
-// Sweep runs the four steps in one transaction and counts what each did.
+// Sweep runs the four steps in one transaction and counts what each did,
+// then creates and drops attempt partitions, each change in a transaction
+// of its own (maintainPartitions).
 func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
 	now := s.now()
 	batch := p.BatchSize
@@ -73,5 +77,10 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 	if err != nil {
 		return idem.SweepResult{}, err
 	}
-	return idem.SweepResult{Forgotten: counts[0], SecretsDestroyed: counts[1], LeasesExpired: counts[2], ApprovalsExpired: counts[3]}, nil
+	res := idem.SweepResult{Forgotten: counts[0], SecretsDestroyed: counts[1], LeasesExpired: counts[2], ApprovalsExpired: counts[3]}
+	res.PartitionsCreated, res.PartitionsDropped, err = s.maintainPartitions(ctx, now)
+	if err != nil {
+		return idem.SweepResult{}, err
+	}
+	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"idem"
 )
@@ -12,6 +13,7 @@ func init() {
 	register("ConcurrentReserveOneWinner", testConcurrentReserve)
 	register("ApprovalConsumedOnceUnderConcurrency", testApprovalConsumedOnce)
 	register("ConcurrentSweepers", testConcurrentSweepers)
+	register("ConcurrentReserveOfForgottenKeyOneWinner", testConcurrentReserveForgotten)
 }
 
 const racers = 64
@@ -60,6 +62,62 @@ func testConcurrentReserve(t *testing.T, e *env) {
 		if r.Attempt.State != idem.AttemptInFlight || r.Attempt.FencingToken != winner.FencingToken || r.Attempt.ExecutionID != winner.ExecutionID {
 			t.Fatalf("racer %d saw %+v, want the winner's in-flight record", i, r.Attempt)
 		}
+	}
+}
+
+// A record past retention gives way to exactly one new attempt, however
+// many instances race for its key, and the old record is gone.
+func testConcurrentReserveForgotten(t *testing.T, e *env) {
+	stores := instances(t, e)
+	old := mustReserve(t, stores[0], reserveParams(scopeA, "contended", fpOne))
+	if _, err := stores[0].Complete(ctx(t), completeParams(old.Attempt, 200, `{"old":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(keepFor + time.Hour)
+	results := make([]idem.ReserveResult, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = stores[i%len(stores)].Reserve(ctx(t), reserveParams(scopeA, "contended", fpTwo))
+		})
+	}
+	close(start)
+	wg.Wait()
+	var winners []idem.Attempt
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("racer %d: %v", i, err)
+		}
+		if results[i].Reserved {
+			winners = append(winners, results[i].Attempt)
+		}
+	}
+	if len(winners) != 1 {
+		t.Fatalf("%d racers reserved the forgotten key, want exactly 1", len(winners))
+	}
+	for i, r := range results {
+		if r.Attempt.FencingToken != winners[0].FencingToken || r.Attempt.State != idem.AttemptInFlight {
+			t.Fatalf("racer %d saw %+v, want the winner's new record", i, r.Attempt)
+		}
+	}
+	got := mustGet(t, stores[1], scopeA, "contended")
+	if got.FencingToken != winners[0].FencingToken || got.Fingerprint != fpTwo || got.Body != nil {
+		t.Fatalf("record after the race = %+v, want the winner's", got)
+	}
+	// The old record is gone, not merely hidden: a sweep finds nothing
+	// of it to forget.
+	sw, err := stores[0].Sweep(ctx(t), idem.SweepParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw.Forgotten != 0 {
+		t.Fatalf("Sweep forgot %d records after the key was reserved anew, want 0", sw.Forgotten)
+	}
+	if got := mustGet(t, stores[0], scopeA, "contended"); got.FencingToken != winners[0].FencingToken {
+		t.Fatalf("record after Sweep = %+v", got)
 	}
 }
 

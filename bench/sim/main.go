@@ -1,6 +1,6 @@
 // Command sim predicts, from one run of the benchmark harness, how many
 // keyed executions per second 1 to 64 PostgreSQL shards hold and how much
-// their retained attempt records take (docs/SCALE.md §6):
+// their retained attempt records take (docs/SCALE.md §7):
 //
 //	go run ./bench/sim --results bench/results/X.json --target 100000 --retention 24h
 //

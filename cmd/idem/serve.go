@@ -255,7 +255,8 @@ func sweepLoop(ctx context.Context, store idem.Store, logger *slog.Logger) {
 				break
 			}
 			if r != (idem.SweepResult{}) {
-				logger.Info("swept", "forgotten", r.Forgotten, "secretsDestroyed", r.SecretsDestroyed, "leasesExpired", r.LeasesExpired, "approvalsExpired", r.ApprovalsExpired)
+				logger.Info("swept", "forgotten", r.Forgotten, "secretsDestroyed", r.SecretsDestroyed, "leasesExpired", r.LeasesExpired, "approvalsExpired", r.ApprovalsExpired,
+					"partitionsCreated", r.PartitionsCreated, "partitionsDropped", r.PartitionsDropped)
 			}
 			if r.Done(batch) {
 				break

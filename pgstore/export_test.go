@@ -1,0 +1,8 @@
+package pgstore
+
+// PartitionSpan and PartitionsAhead let the tests compute the partitions
+// they expect.
+const (
+	PartitionSpan   = partitionSpan
+	PartitionsAhead = partitionsAhead
+)
