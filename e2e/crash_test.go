@@ -45,18 +45,22 @@ func TestCrashAndRestart(t *testing.T) {
 					c.reply, c.err = a.try("POST", c.path, "demo-agent", c.body, "Idempotency-Key", c.key)
 				}()
 			}
-			// Kill once every fast refund has answered (the slow ones are
-			// sleeping in their handlers, their keys reserved).
+			// Kill once every fast refund has completed and every slow one
+			// is reserved (sleeping in its handler).
 			deadline := time.Now().Add(20 * time.Second)
-			for done := 0; done < n/2; {
-				done = 0
-				for i := 0; i < n; i += 2 {
-					if r, err := a.try("GET", "/v1/attempts/"+calls[i].key, "demo-agent", ""); err == nil && r.get("data.state") == "completed" {
-						done++
+			for ready := 0; ready < n; {
+				ready = 0
+				for i := range n {
+					want := "completed"
+					if i%2 == 1 {
+						want = "in_flight"
+					}
+					if r, err := a.try("GET", "/v1/attempts/"+calls[i].key, "demo-agent", ""); err == nil && r.get("data.state") == want {
+						ready++
 					}
 				}
 				if time.Now().After(deadline) {
-					t.Fatal("the fast refunds did not complete")
+					t.Fatal("the fast refunds did not complete, or the slow ones were not reserved")
 				}
 			}
 			a.kill(t)
