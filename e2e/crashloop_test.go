@@ -25,6 +25,7 @@ const crashLease = 5200 * time.Millisecond
 // them killed and restarted every round while the other keeps serving and
 // answers for the dead one's keys.
 func TestCrashLoop(t *testing.T) {
+	t.Parallel()
 	rounds := 3
 	if longRun() {
 		rounds = 25
