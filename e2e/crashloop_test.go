@@ -9,8 +9,8 @@ import (
 )
 
 // crashLease is the lease of order.refund under --lease-grace 200ms: its
-// 5 s timeout, one attempt, plus the grace.
-const crashLease = 5200 * time.Millisecond
+// 5 s timeout times two attempts (one runtime retry), plus the grace.
+const crashLease = 10200 * time.Millisecond
 
 // TestCrashLoop kills `idem serve --demo` with SIGKILL at random moments
 // while 6 clients send refunds (new keys and same-key retries; some slow,

@@ -21,10 +21,12 @@ func longRun() bool { return *long || os.Getenv("IDEM_LONG") == "1" }
 // principal id the gateway ledger records for each.
 var principals = map[string]string{"demo-agent": "agent-1", "demo-agent-2": "agent-2", "demo-other-org": "agent-9"}
 
-// keyed is one keyed refund call, and what every answer to it so far has
-// shown about its attempt record.
+// keyed is one keyed call (a refund unless said otherwise), and what every
+// answer to it so far has shown about its attempt record.
 type keyed struct {
-	token, key, path, body string
+	token, key, method, path, body string
+	// reconcile is the operation a 5xx and an indeterminate answer name.
+	reconcile string
 
 	// execID and status are those of the one execution, once an answer
 	// showed it (fresh, replayed or indeterminate).
@@ -90,12 +92,15 @@ type ledger struct {
 	mu   sync.Mutex
 	keys []*keyed
 	byID map[string]*keyed // principal + " " + key
+	// allFaults adds failBeforeEffect and timeoutOnce to the refunds.
+	allFaults bool
 	tally
 }
 
 // newRefund makes a refund call with a fresh key: amount 1–3 cents on a
 // random order, sometimes slow (still sleeping when a kill comes), 10 %
-// with failAfterEffect.
+// with failAfterEffect (with allFaults also 5 % failBeforeEffect, 2 %
+// timeoutOnce).
 func (l *ledger) newRefund(rng *rand.Rand, prefix string) *keyed {
 	tokens := []string{"demo-agent", "demo-agent-2", "demo-other-org"}
 	sim := []string{}
@@ -105,19 +110,30 @@ func (l *ledger) newRefund(rng *rand.Rand, prefix string) *keyed {
 	case p < 45:
 		sim = append(sim, fmt.Sprintf(`"delayMs":%d`, 500+rng.IntN(1500)))
 	}
-	if rng.IntN(10) == 0 {
+	switch p := rng.IntN(100); {
+	case p < 10:
 		sim = append(sim, `"failAfterEffect":true`)
+	case p < 15 && l.allFaults:
+		sim = append(sim, `"failBeforeEffect":true`)
+	case p < 17 && l.allFaults:
+		sim = append(sim, `"timeoutOnce":true`)
 	}
 	body := fmt.Sprintf(`{"amount":%d}`, 1+rng.IntN(3))
 	if len(sim) > 0 {
 		body = fmt.Sprintf(`{"amount":%d,"simulate":{%s}}`, 1+rng.IntN(3), strings.Join(sim, ","))
 	}
-	k := &keyed{
-		token: tokens[rng.IntN(len(tokens))],
-		key:   fmt.Sprintf("%s-%d", prefix, rng.Uint64()),
-		path:  fmt.Sprintf("/v1/orders/ord_%d/refund", 1+rng.IntN(100)),
-		body:  body,
-	}
+	return l.add(&keyed{
+		token:     tokens[rng.IntN(len(tokens))],
+		key:       fmt.Sprintf("%s-%d", prefix, rng.Uint64()),
+		method:    "POST",
+		path:      fmt.Sprintf("/v1/orders/ord_%d/refund", 1+rng.IntN(100)),
+		body:      body,
+		reconcile: "order.show",
+	})
+}
+
+// add tracks k.
+func (l *ledger) add(k *keyed) *keyed {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byID == nil {
@@ -131,7 +147,7 @@ func (l *ledger) newRefund(rng *rand.Rand, prefix string) *keyed {
 
 // send sends k's call to s and checks the answer.
 func (l *ledger) send(t *testing.T, s *server, k *keyed, strict bool) (reply, error) {
-	r, err := s.try("POST", k.path, k.token, k.body, "Idempotency-Key", k.key)
+	r, err := s.try(k.method, k.path, k.token, k.body, "Idempotency-Key", k.key)
 	l.observe(t, k, r, err, strict)
 	return r, err
 }
@@ -171,7 +187,7 @@ func (l *ledger) observe(t *testing.T, k *keyed, r reply, err error, strict bool
 	case r.status == 409 && code == "IDEMPOTENCY_RESULT_INDETERMINATE":
 		l.tally.add("indeterminate", 1)
 		id, _ := r.get("details.executionId").(string)
-		if r.get("details.reconcile") != "order.show" || id == "" {
+		if r.get("details.reconcile") != k.reconcile || id == "" {
 			t.Errorf("%s: indeterminate answer without reconcile or execution: %s", k.key, r.raw)
 		}
 		if k.completed {
@@ -191,7 +207,9 @@ func (l *ledger) observe(t *testing.T, k *keyed, r reply, err error, strict bool
 		}
 	case r.status == 503 && code == "STORE_UNAVAILABLE":
 		l.tally.add("unavailable", 1)
-	case exec != "" && (r.status == 200 || r.status == 409 && code == "ALREADY_REFUNDED" || r.status == 500 && code == "EXECUTION_FAILED"):
+	case r.status == 403 && (code == "APPROVAL_REQUIRED" || code == "APPROVAL_REJECTED"):
+		l.tally.add("approval required", 1) // nothing reserved
+	case exec != "" && (r.status < 500 || code == "EXECUTION_FAILED" || code == "TIMEOUT"):
 		l.tally.add("executed", 1)
 		if k.execID != "" {
 			l.tally.add("duplicated", 1)
@@ -200,7 +218,7 @@ func (l *ledger) observe(t *testing.T, k *keyed, r reply, err error, strict bool
 		k.execID, k.status = exec, r.status
 		if r.status >= 500 {
 			k.indeterminate = true
-			if r.body["retryable"] != false || r.get("details.reconcile") != "order.show" {
+			if r.body["retryable"] != false || r.get("details.reconcile") != k.reconcile {
 				t.Errorf("%s: keyed 5xx without retryable false and reconcile: %s", k.key, r.raw)
 			}
 		} else {
@@ -310,6 +328,9 @@ func (l *ledger) checkLedger(t *testing.T, s *server, final bool) {
 		if !k.final() {
 			t.Errorf("%s: never reached a final state", k.key)
 			continue
+		}
+		if k.reconcile != "order.show" {
+			continue // not a refund: the gateway never sees it
 		}
 		e := seen[principals[k.token]+" "+k.key]
 		if k.completed && k.status == 200 && (e == nil || e["applied"] != true) {
