@@ -30,20 +30,19 @@ func TestCrashLoop(t *testing.T) {
 	if longRun() {
 		rounds = 25
 	}
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		crashLoop(t, stores["sqlite"](t, dir), dir, false, rounds)
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		crashLoop(t, stores["postgres"](t, dir), dir, false, rounds)
-	})
-	t.Run("postgres two servers", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		crashLoop(t, stores["postgres"](t, dir), dir, true, rounds)
+	together(t, map[string]func(t *testing.T){
+		"sqlite": func(t *testing.T) {
+			dir := t.TempDir()
+			crashLoop(t, stores["sqlite"](t, dir), dir, false, rounds)
+		},
+		"postgres": func(t *testing.T) {
+			dir := t.TempDir()
+			crashLoop(t, stores["postgres"](t, dir), dir, false, rounds)
+		},
+		"postgres two servers": func(t *testing.T) {
+			dir := t.TempDir()
+			crashLoop(t, stores["postgres"](t, dir), dir, true, rounds)
+		},
 	})
 }
 
@@ -129,5 +128,5 @@ func crashLoop(t *testing.T, url, dir string, two bool, rounds int) {
 	if l.get("executed") == 0 || l.get("answered before a kill") == 0 {
 		t.Fatalf("the load did nothing: %s", &l.tally)
 	}
-	t.Logf("figures: %s", &l.tally)
+	t.Logf("figures: %s: %s", t.Name(), &l.tally)
 }

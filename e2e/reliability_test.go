@@ -17,6 +17,21 @@ var long = flag.Bool("long", false, "run the long reliability checks: more crash
 
 func longRun() bool { return *long || os.Getenv("IDEM_LONG") == "1" }
 
+// together runs each of cases as a subtest, all at once. Not through
+// t.Parallel: its limit (-parallel, GOMAXPROCS by default) would queue
+// these tests, which mostly wait for leases and sleeping handlers.
+func together(t *testing.T, cases map[string]func(t *testing.T)) {
+	var wg sync.WaitGroup
+	for name, f := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, f)
+		}()
+	}
+	wg.Wait()
+}
+
 // principals are the demo tokens the reliability checks call with, and the
 // principal id the gateway ledger records for each.
 var principals = map[string]string{"demo-agent": "agent-1", "demo-agent-2": "agent-2", "demo-other-org": "agent-9"}

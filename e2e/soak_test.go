@@ -31,13 +31,14 @@ func TestSoak(t *testing.T) {
 	if longRun() {
 		d = 60 * time.Second
 	}
+	cases := map[string]func(t *testing.T){}
 	for name, store := range stores {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
+		cases[name] = func(t *testing.T) {
 			dir := t.TempDir()
 			soak(t, store(t, dir), dir, d)
-		})
+		}
 	}
+	together(t, cases)
 }
 
 func soak(t *testing.T, url, dir string, d time.Duration) {
@@ -231,7 +232,7 @@ func soak(t *testing.T, url, dir string, d time.Duration) {
 	}
 	l.tally.add("requests", int(calls.Load()))
 	l.tally.add("webhook deliveries", int(deliveries.Load()))
-	t.Logf("figures: %s, goroutines %d before, %d after; RSS %.1f MiB before, %.1f MiB after", &l.tally, goroutines0, goroutines1, float64(rss0)/(1<<20), float64(rss1)/(1<<20))
+	t.Logf("figures: %s: %s, goroutines %d before, %d after; RSS %.1f MiB before, %.1f MiB after", t.Name(), &l.tally, goroutines0, goroutines1, float64(rss0)/(1<<20), float64(rss1)/(1<<20))
 }
 
 // settle closes the test's idle connections to s and waits until the

@@ -145,7 +145,7 @@ func TestSQLiteOutages(t *testing.T) {
 		}
 	}
 	l.checkLedger(t, s, true)
-	t.Logf("figures: %s", &l.tally)
+	t.Logf("figures: %s: %s", t.Name(), &l.tally)
 }
 
 // notRun fails unless none of keys reached the gateway or holds a record.
