@@ -277,8 +277,14 @@ func (l *ledger) retryAll(t *testing.T, s *server, all bool) int {
 		go func() {
 			defer wg.Done()
 			for k := range work {
+				l.mu.Lock()
+				was := k.execID
+				l.mu.Unlock()
 				r, err := l.send(t, s, k, true)
-				l.tally.add("retries after restart", 1)
+				l.tally.add("retries", 1)
+				if was == "" && err == nil && r.get("meta.executionId") != nil && r.get("meta.idempotency.replayed") != true && !strings.HasPrefix(fmt.Sprint(r.body["code"]), "IDEMPOTENCY_") {
+					l.tally.add("executed on a retry", 1) // never reserved before
+				}
 				if err != nil {
 					t.Errorf("%s: retry through a live server: %v", k.key, err)
 				} else if code, _ := r.body["code"].(string); code == "IDEMPOTENCY_KEY_IN_FLIGHT" {
