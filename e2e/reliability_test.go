@@ -79,7 +79,11 @@ func (t *tally) get(name string) int {
 	return t.n[name]
 }
 
+// String lists every count, duplicated and lost always (0 when the test
+// passes).
 func (t *tally) String() string {
+	t.add("duplicated", 0)
+	t.add("lost", 0)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	names := make([]string, 0, len(t.n))
@@ -289,6 +293,7 @@ func (l *ledger) retryAll(t *testing.T, s *server, all bool) int {
 					t.Errorf("%s: retry through a live server: %v", k.key, err)
 				} else if code, _ := r.body["code"].(string); code == "IDEMPOTENCY_KEY_IN_FLIGHT" {
 					pending.Store(k, true)
+					l.inFlight(t, s, k)
 				}
 			}
 		}()
@@ -301,6 +306,25 @@ func (l *ledger) retryAll(t *testing.T, s *server, all bool) int {
 	n := 0
 	pending.Range(func(any, any) bool { n++; return true })
 	return n
+}
+
+// inFlight reads the attempt record of k, in flight, and notes its
+// execution: a later answer from any other execution is a duplicate.
+func (l *ledger) inFlight(t *testing.T, s *server, k *keyed) {
+	t.Helper()
+	r, err := s.try("GET", "/v1/attempts/"+k.key, k.token, "")
+	if err != nil || r.status != 200 {
+		t.Errorf("%s: in flight, but its record reads %v %d %s", k.key, err, r.status, r.raw)
+		return
+	}
+	id, _ := r.get("data.executionId").(string)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if k.execID != "" && id != k.execID {
+		l.tally.add("duplicated", 1)
+		t.Errorf("%s: the record shows execution %s, earlier answers %s", k.key, id, k.execID)
+	}
+	k.execID = id
 }
 
 // checkLedger reads the gateway ledger of both demo orgs through s: no
