@@ -221,10 +221,10 @@ func shutdownBound(reg *idem.Registry) time.Duration {
 
 // sweepLoop sweeps every interval (± half, jittered, so instances spread
 // out) until ctx ends, running rounds until nothing is left.
-func sweepLoop(ctx context.Context, store idem.Store, sweepInterval time.Duration, logger *slog.Logger) {
+func sweepLoop(ctx context.Context, store idem.Store, interval time.Duration, logger *slog.Logger) {
 	const batch = 500
 	for {
-		wait := sweepInterval/2 + rand.N(sweepInterval)
+		wait := interval/2 + rand.N(interval)
 		select {
 		case <-ctx.Done():
 			return
