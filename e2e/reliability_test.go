@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -53,6 +54,9 @@ type keyed struct {
 	completed, indeterminate bool
 	// answered: the client received the completed answer before a kill.
 	answered bool
+	// result is what a completed record answers, without meta: its data,
+	// or its problem object (a stored 4xx).
+	result string
 }
 
 func (k *keyed) final() bool { return k.completed || k.indeterminate }
@@ -203,6 +207,7 @@ func (l *ledger) observe(t *testing.T, k *keyed, r reply, err error, strict bool
 			t.Errorf("%s: a 5xx replayed: %s", k.key, r.raw)
 		}
 		k.execID, k.status, k.completed = exec, r.status, true
+		l.sameResult(t, k, r)
 	case r.status == 409 && code == "IDEMPOTENCY_RESULT_INDETERMINATE":
 		l.tally.add("indeterminate", 1)
 		id, _ := r.get("details.executionId").(string)
@@ -242,9 +247,32 @@ func (l *ledger) observe(t *testing.T, k *keyed, r reply, err error, strict bool
 			}
 		} else {
 			k.completed = true
+			l.sameResult(t, k, r)
 		}
 	default:
 		t.Errorf("%s: unexpected answer %d: %s", k.key, r.status, r.raw)
+	}
+}
+
+// sameResult checks that a completed record of k answers the result it
+// answered first (SPEC §6.3: the original data or problem object; a secret
+// the same within its window). The caller holds l.mu.
+func (l *ledger) sameResult(t *testing.T, k *keyed, r reply) {
+	t.Helper()
+	body := map[string]any{}
+	for name, v := range r.body {
+		if name != "meta" {
+			body[name] = v
+		}
+	}
+	raw, _ := json.Marshal(body) // map keys sorted: comparable
+	if k.result == "" {
+		k.result = string(raw)
+		return
+	}
+	if string(raw) != k.result {
+		l.tally.add("lost", 1)
+		t.Errorf("%s: answers %s, first %s", k.key, raw, k.result)
 	}
 }
 
