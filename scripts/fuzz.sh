@@ -18,7 +18,21 @@ targets=(
 	"FuzzValidate ./internal/schema/"
 	"FuzzRequest ./httpapi/"
 )
+out=$(mktemp "${TMPDIR:-/tmp}/idem-fuzz.XXXXXX")
+trap 'rm -f "$out"' EXIT
 for t in "${targets[@]}"; do
 	read -r name pkg <<<"$t"
-	go test -run '^$' -fuzz "^$name\$" -fuzztime "$fuzztime" "$pkg"
+	rc=0
+	go test -run '^$' -fuzz "^$name\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$out" || rc=$?
+	((rc == 0)) && continue
+	# Go before 1.27 may end a duration -fuzztime with a bare "context
+	# deadline exceeded" failure: a race in the fuzzing coordinator's
+	# shutdown (go.dev/issue/75804), no input of ours. Anything else --
+	# a failing input written, a panic, a build error -- fails the run.
+	if [[ $(grep -c '^--- FAIL' "$out") == 1 ]] && grep -qx '    context deadline exceeded' "$out" &&
+		! grep -q 'Failing input written to' "$out"; then
+		printf 'fuzz.sh: %s: only "context deadline exceeded" at the end of -fuzztime, no failing input: the fuzzing coordinator race of go.dev/issue/75804, not a finding\n' "$name" >&2
+		continue
+	fi
+	exit "$rc"
 done
