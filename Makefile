@@ -34,16 +34,15 @@ scale:
 	go run ./bench/sim $(SIM)
 
 # The long runs of the reliability checks (docs/RELIABILITY.md): longer and
-# more linearizability histories. make test runs the short ones.
+# more linearizability histories, 25 crash rounds per store, a 60 s soak,
+# the outages and the sweeper across restarts. make test runs the short
+# ones.
 reliability:
 	scripts/test.sh ./linearize/ -long $(ARGS)
+	scripts/test.sh -run 'TestCrashLoop|TestSoak|TestSQLiteOutages|TestPostgresOutage|TestSweeperAcrossRestart|TestCrashAndRestart' -timeout 30m ./e2e/ -long $(ARGS)
 
 # Coverage-guided fuzzing of every input from outside, FUZZTIME each
-# (make test runs only the seed corpora under testdata/fuzz/).
+# (scripts/fuzz.sh holds the list; make test fuzzes each for 2 s).
 FUZZTIME ?= 60s
 fuzz:
-	go test -run '^$$' -fuzz '^FuzzParseKeyHeader$$' -fuzztime $(FUZZTIME) .
-	go test -run '^$$' -fuzz '^FuzzTransform$$' -fuzztime $(FUZZTIME) ./canonical/
-	go test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./canonical/
-	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/schema/
-	go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./httpapi/
+	scripts/fuzz.sh $(FUZZTIME)

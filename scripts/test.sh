@@ -6,7 +6,8 @@
 #
 # Runs the gofmt check, go vet and `go test -race -count=1`. Packages are the
 # arguments that look like packages (., ./x, ../x, idem, idem/x); without any,
-# ./... is vetted and tested. Other arguments go to `go test` unchanged.
+# ./... is vetted and tested, then every fuzz target runs for 2 s (see the
+# end). Other arguments go to `go test` unchanged.
 #
 # PostgreSQL-backed tests (internal/pgtest) need a server. If
 # IDEM_TEST_DATABASE_URL is set they use it: its role needs CREATEDB, since
@@ -275,8 +276,24 @@ else
 		/^=== RUN   TestConformance$/ { conf = 1 }
 		/^(ok|FAIL|\?) / { print; conf = 0; next }
 		/^--- (PASS|FAIL|SKIP): / { print; next }
+		/^ +[a-z_]+_test\.go:[0-9]+: figures: / { print; next }
 		conf && /^    --- (PASS|FAIL|SKIP): TestConformance\// { print }
 	' "$log"
 fi
 rm -f "$log"
+
+# ---- A short fuzz run. --------------------------------------------------------
+
+# After a full run that passed (no packages named), every fuzz target of
+# scripts/fuzz.sh (make fuzz) runs for IDEM_TEST_FUZZTIME each (2s; 0 skips).
+fuzztime=${IDEM_TEST_FUZZTIME:-2s}
+if ((rc == 0)) && ((${#default_pkgs[@]})) && [[ $fuzztime != 0 ]]; then
+	say "fuzzing each target for $fuzztime (IDEM_TEST_FUZZTIME)"
+	set -m
+	scripts/fuzz.sh "$fuzztime" &
+	test_pid=$!
+	set +m
+	wait "$test_pid" || rc=$?
+	test_pid=""
+fi
 exit "$rc"

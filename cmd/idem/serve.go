@@ -37,11 +37,9 @@ type serveOptions struct {
 	secretWindow   time.Duration
 	leaseGrace     time.Duration
 	approvalExpiry time.Duration
+	sweepInterval  time.Duration
 	demo           bool
 }
-
-// sweepInterval is how often each instance sweeps (with jitter).
-const sweepInterval = 30 * time.Second
 
 func (m Main) serveCommand() *cobra.Command {
 	var o serveOptions
@@ -75,6 +73,7 @@ func (m Main) serveCommand() *cobra.Command {
 	f.DurationVar(&o.secretWindow, "secret-window", 15*time.Minute, "how long a one-time secret result can be replayed")
 	f.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "grace added to an execution's bound before an in-flight record reads as indeterminate")
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
+	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired (jittered ± half)")
 	return cmd
 }
 
@@ -87,7 +86,7 @@ func (m Main) envOr(name, def string) string {
 
 // serve runs the server until ctx ends, then shuts down gracefully.
 func (m Main) serve(ctx context.Context, o serveOptions) error {
-	for name, d := range map[string]time.Duration{"--retention": o.retention, "--secret-window": o.secretWindow, "--lease-grace": o.leaseGrace, "--approval-expiry": o.approvalExpiry} {
+	for name, d := range map[string]time.Duration{"--retention": o.retention, "--secret-window": o.secretWindow, "--lease-grace": o.leaseGrace, "--approval-expiry": o.approvalExpiry, "--sweep-interval": o.sweepInterval} {
 		if d <= 0 {
 			return usagef("%s must be positive, got %s", name, d)
 		}
@@ -194,7 +193,7 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 
 	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
 	swept := make(chan struct{})
-	go func() { defer close(swept); sweepLoop(sweepCtx, store, logger) }()
+	go func() { defer close(swept); sweepLoop(sweepCtx, store, o.sweepInterval, logger) }()
 
 	select {
 	case err := <-served:
@@ -235,12 +234,12 @@ func shutdownBound(reg *idem.Registry) time.Duration {
 	return bound
 }
 
-// sweepLoop sweeps every sweepInterval (± jitter, so instances spread out)
-// until ctx ends, running rounds until nothing is left.
-func sweepLoop(ctx context.Context, store idem.Store, logger *slog.Logger) {
+// sweepLoop sweeps every interval (± half, jittered, so instances spread
+// out) until ctx ends, running rounds until nothing is left.
+func sweepLoop(ctx context.Context, store idem.Store, interval time.Duration, logger *slog.Logger) {
 	const batch = 500
 	for {
-		wait := sweepInterval/2 + rand.N(sweepInterval)
+		wait := interval/2 + rand.N(interval)
 		select {
 		case <-ctx.Done():
 			return

@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSweeperAcrossRestart: what time alone changes keeps happening after
+// a crash. A refund in flight when its server is killed reads in flight,
+// then indeterminate once its lease passes, through the restarted server,
+// and that server's sweeper records it; an approval pending at the crash
+// expires after the restart (deciding it answers APPROVAL_EXPIRED, the
+// same intent opens a new approval); a record reserved with a short
+// retention is forgotten by the sweeper of the next server, and its key
+// starts a new attempt, while a record within its retention stays.
+func TestSweeperAcrossRestart(t *testing.T) {
+	t.Parallel()
+	cases := map[string]func(t *testing.T){}
+	for name, store := range stores {
+		cases[name] = func(t *testing.T) {
+			dir := t.TempDir()
+			url := store(t, dir)
+			flags := []string{"--lease-grace", "200ms", "--sweep-interval", "300ms", "--approval-expiry", "3s"}
+			a := serve(t, url, dir, flags...)
+
+			done := a.do(t, "POST", "/v1/orders/ord_19/refund", "demo-agent", `{"amount":5}`, "Idempotency-Key", "sweep-done").want(t, 200, "")
+			ask := a.do(t, "POST", "/v1/orders/ord_21/refund", "demo-agent", `{"amount":6000}`, "Idempotency-Key", "sweep-approval").want(t, 403, "APPROVAL_REQUIRED")
+			approval, _ := ask.get("details.approvalId").(string)
+			slow := `{"amount":5,"simulate":{"delayMs":4000}}`
+			reserved := time.Now()
+			go a.try("POST", "/v1/orders/ord_20/refund", "demo-agent", slow, "Idempotency-Key", "sweep-inflight")
+			waitFor(t, 10*time.Second, "the slow refund to be in flight", func() bool {
+				return a.do(t, "GET", "/v1/attempts/sweep-inflight", "demo-agent", "").get("data.state") == "in_flight"
+			})
+			a.kill(t)
+
+			b := serve(t, url, dir, flags...)
+			if state := b.do(t, "GET", "/v1/attempts/sweep-inflight", "demo-agent", "").get("data.state"); time.Since(reserved) < crashLease-time.Second && state != "in_flight" {
+				t.Fatalf("the dead server's record reads %v before its lease passed", state)
+			}
+			waitFor(t, crashLease+15*time.Second, "the dead server's record to become indeterminate", func() bool {
+				return b.do(t, "GET", "/v1/attempts/sweep-inflight", "demo-agent", "").get("data.state") == "indeterminate"
+			})
+			b.do(t, "POST", "/v1/orders/ord_20/refund", "demo-agent", slow, "Idempotency-Key", "sweep-inflight").want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
+			for _, e := range ledgerEffects(t, b, "demo-agent") {
+				if e["requestKey"] == "sweep-inflight" {
+					t.Fatalf("the refund killed in its delay reached the gateway: %v", e)
+				}
+			}
+			waitFor(t, 15*time.Second, "the restarted server's sweeper to expire the lease", func() bool { return swept(b, "leasesExpired") > 0 })
+
+			waitFor(t, 20*time.Second, "the approval to expire", func() bool {
+				return b.do(t, "GET", "/v1/approvals/"+approval, "demo-agent", "").get("data.status") == "expired"
+			})
+			b.do(t, "POST", "/v1/approvals/"+approval+"/approve", "demo-approver", "").want(t, 409, "APPROVAL_EXPIRED")
+			again := b.do(t, "POST", "/v1/orders/ord_21/refund", "demo-agent", `{"amount":6000}`, "Idempotency-Key", "sweep-approval-2").want(t, 403, "APPROVAL_REQUIRED")
+			if id := again.get("details.approvalId"); id == approval || id == nil {
+				t.Fatalf("the same intent after expiry got approval %v, the expired one is %s", id, approval)
+			}
+			waitFor(t, 15*time.Second, "the sweeper to expire the approval", func() bool { return swept(b, "approvalsExpired") > 0 })
+			if r := b.do(t, "POST", "/v1/orders/ord_19/refund", "demo-agent", `{"amount":5}`, "Idempotency-Key", "sweep-done").want(t, 200, ""); r.get("meta.executionId") != done.get("meta.executionId") {
+				t.Fatalf("replay after the restart: %s", r.raw)
+			}
+			if err := b.stop(t); err != nil {
+				t.Fatalf("SIGTERM: %v", err)
+			}
+
+			// A record carries the retention it was reserved with.
+			c := serve(t, url, dir, append(flags, "--retention", "2s")...)
+			short := c.do(t, "POST", "/v1/orders/ord_22/refund", "demo-agent", `{"amount":5}`, "Idempotency-Key", "sweep-short").want(t, 200, "")
+			c.kill(t)
+			d := serve(t, url, dir, flags...)
+			waitFor(t, 15*time.Second, "the record past its retention to be forgotten", func() bool {
+				return d.do(t, "GET", "/v1/attempts/sweep-short", "demo-agent", "").status == 404
+			})
+			// It reads absent once past its retention; the sweeper deletes it.
+			waitFor(t, 15*time.Second, "the sweeper to forget the record", func() bool { return swept(d, "forgotten") > 0 })
+			fresh := d.do(t, "POST", "/v1/orders/ord_22/refund", "demo-agent", `{"amount":5}`, "Idempotency-Key", "sweep-short").want(t, 200, "")
+			if fresh.get("meta.idempotency.replayed") == true || fresh.get("meta.executionId") == short.get("meta.executionId") {
+				t.Fatalf("a forgotten key replayed: %s", fresh.raw)
+			}
+			d.do(t, "GET", "/v1/attempts/sweep-done", "demo-agent", "").want(t, 200, "")
+		}
+	}
+	together(t, cases)
+}
+
+// waitFor polls cond every 100 ms until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("waited %s for %s", d, what)
+		}
+	}
+}
+
+// swept sums a count of the "swept" log lines of s.
+func swept(s *server, field string) int {
+	n := 0
+	for _, line := range strings.Split(s.logs(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "swept" {
+			f, _ := m[field].(float64)
+			n += int(f)
+		}
+	}
+	return n
+}
