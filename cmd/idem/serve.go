@@ -234,16 +234,22 @@ func shutdownBound(reg *idem.Registry) time.Duration {
 	return bound
 }
 
-// sweepLoop sweeps every interval (± half, jittered, so instances spread
-// out) until ctx ends, running rounds until nothing is left.
+// sweepLoop sweeps at start and then every interval (± half, jittered, so
+// instances spread out) until ctx ends, running rounds until nothing is
+// left.
 func sweepLoop(ctx context.Context, store idem.Store, interval time.Duration, logger *slog.Logger) {
 	const batch = 500
-	for {
-		wait := interval/2 + rand.N(interval)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+	// The first round runs at once: it makes the attempt partitions of the
+	// current range (PostgreSQL) before traffic fills the DEFAULT one, and
+	// settles what a crashed predecessor left.
+	for first := true; ; first = false {
+		if !first {
+			wait := interval/2 + rand.N(interval)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
 		}
 		for {
 			r, err := store.Sweep(ctx, idem.SweepParams{BatchSize: batch})
