@@ -8,7 +8,7 @@ import (
 
 // DefaultReplayCacheBytes is the replay cache's bound when
 // RunnerConfig.ReplayCacheBytes is 0.
-const DefaultReplayCacheBytes = 32 << 20
+const DefaultReplayCacheBytes = 16 << 20
 
 // replayCacheMargin is how long before its retention ends a record stops
 // being served from memory: other instances, whose clocks may run a little
@@ -119,7 +119,10 @@ func (c *replayCache) put(a Attempt, now time.Time) {
 		return
 	}
 	k := keyOf(a.Scope, a.Key)
-	size := len(a.Body) + len(k.org) + len(k.principal) + len(k.key) + len(a.Operation) + len(a.Fingerprint) + len(a.ExecutionID) + 256
+	// The fixed part is what a record costs in memory besides its strings
+	// (the Attempt, the header map, the list and map entries), measured
+	// with runtime.MemStats: the bound is on real heap, not on bodies.
+	size := len(a.Body) + len(k.org) + len(k.principal) + len(k.key) + len(a.Operation) + len(a.Fingerprint) + len(a.ExecutionID) + 1024
 	for name, vs := range a.Headers {
 		size += len(name)
 		for _, v := range vs {

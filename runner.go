@@ -43,7 +43,7 @@ type RunnerConfig struct {
 	// Observe, if set, is told about every finished call (for metrics).
 	Observe func(Report)
 	// ReplayCacheBytes bounds the in-memory copies of completed records
-	// that answer replays without a store round trip (32 MiB when 0; a
+	// that answer replays without a store round trip (16 MiB when 0; a
 	// negative value turns the cache off).
 	ReplayCacheBytes int
 }
