@@ -34,6 +34,7 @@ type options struct {
 	stores   []string
 	pgURL    string
 	pgParams string
+	serve    []string // extra flags for idem serve
 	outDir   string
 	quick    bool
 	dbPID    int // the throwaway cluster's postmaster, for its CPU (dbstat.go)
@@ -50,9 +51,11 @@ func main() {
 	flag.StringVar(&stores, "stores", "sqlite,pg,pg2", "stores to run, comma-separated: sqlite, pg (one instance), pg2 (two instances sharing PostgreSQL)")
 	flag.StringVar(&o.pgURL, "pg", "", "PostgreSQL URL whose role has CREATEDB (default: start a throwaway cluster, fsync on)")
 	flag.StringVar(&o.pgParams, "pg-params", "", "extra query parameters for the servers' PostgreSQL store URL, e.g. pool_max_conns=32 (pgxpool's default is max(4, CPUs))")
+	serveArgs := flag.String("serve-args", "", "extra flags for every idem serve, space-separated, e.g. --replay-cache-mb=64")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON and Markdown results")
 	flag.BoolVar(&o.quick, "quick", false, "quick mode for development: 2s phases, 16 clients (unless set explicitly)")
 	flag.Parse()
+	o.serve = strings.Fields(*serveArgs)
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.quick {

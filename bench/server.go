@@ -27,9 +27,10 @@ type server struct {
 // startServer starts `idem serve --demo` on store with its key file in dir
 // and waits for `listening on http://ADDR` on stderr. The rest of stderr
 // (one JSON line per execution) is read and dropped, keeping a short tail.
-func startServer(ctx context.Context, binary, store, dir string) (*server, error) {
-	cmd := exec.Command(binary, "serve", "--demo", "--addr", "127.0.0.1:0", "--store", store,
-		"--secret-key-file", filepath.Join(dir, "idem.key"))
+func startServer(ctx context.Context, binary, store, dir string, extra []string) (*server, error) {
+	args := append([]string{"serve", "--demo", "--addr", "127.0.0.1:0", "--store", store,
+		"--secret-key-file", filepath.Join(dir, "idem.key")}, extra...)
+	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "IDEM_STORE=", "IDEM_ADDR=")
 	stderr, err := cmd.StderrPipe()

@@ -112,7 +112,7 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	}()
 	for i := 0; i < sr.Instances; i++ {
 		// The first instance migrates; later ones start after it.
-		s, err := startServer(ctx, o.binary, storeURL, dir)
+		s, err := startServer(ctx, o.binary, storeURL, dir, o.serve)
 		if err != nil {
 			return sr, err
 		}

@@ -46,32 +46,15 @@ func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.Aud
 func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.inTx(ctx, "get execution", func(tx pgx.Tx) error {
-		var (
-			key, code, reinvocationOf *string
-			outcome                   string
-			started, finished         *time.Time
-		)
-		x = idem.Execution{Org: org, ID: id}
-		err := tx.QueryRow(ctx, `SELECT principal, operation, fingerprint, key, attempts, outcome, code,
-				reinvocation_of, started_at, finished_at
-			FROM idem_executions WHERE org = $1 AND id = $2`, org, id).
-			Scan(&x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &outcome, &code,
-				&reinvocationOf, &started, &finished)
+		var err error
+		x, err = scanExecution(tx.QueryRow(ctx, `SELECT `+executionColumns+`
+			FROM idem_executions WHERE org = $1 AND id = $2`, org, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idem.Errorf(idem.CodeNotFound, "no execution %q", id)
 		}
 		if err != nil {
 			return err
 		}
-		if key != nil {
-			x.Key = *key
-		}
-		if code != nil {
-			c := idem.Code(*code)
-			x.Code = &c
-		}
-		x.Outcome, x.ReinvocationOf = idem.Outcome(outcome), reinvocationOf
-		x.StartedAt, x.FinishedAt = utc(started), utcPtr(finished)
 
 		rows, err := tx.Query(ctx, `SELECT execution_id, type, at, COALESCE(attempt, 0), COALESCE(code, ''),
 				COALESCE(previous_error_code, ''), COALESCE(attempts, 0), COALESCE(duration_ms, 0), data
@@ -263,8 +246,7 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 	}
 	out := []idem.Execution{}
 	err := s.inTx(ctx, "list executions", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, principal, operation, fingerprint, key, attempts, outcome, code,
-				reinvocation_of, started_at, finished_at
+		rows, err := tx.Query(ctx, `SELECT `+executionColumns+`
 			FROM idem_executions
 			WHERE org = $1 AND ($2 = '' OR principal = $2) AND ($3 = '' OR operation = $3) AND ($4 = '' OR outcome = $4)
 			ORDER BY started_at DESC, seq DESC LIMIT $5`,
@@ -272,32 +254,38 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.Execution, error) {
-			var (
-				key, code, reinvocationOf *string
-				outcome                   string
-				started, finished         *time.Time
-			)
-			x := idem.Execution{Org: p.Org}
-			if err := row.Scan(&x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &outcome, &code,
-				&reinvocationOf, &started, &finished); err != nil {
-				return idem.Execution{}, err
-			}
-			if key != nil {
-				x.Key = *key
-			}
-			if code != nil {
-				c := idem.Code(*code)
-				x.Code = &c
-			}
-			x.Outcome, x.ReinvocationOf = idem.Outcome(outcome), reinvocationOf
-			x.StartedAt, x.FinishedAt = utc(started), utcPtr(finished)
-			return x, nil
-		})
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.Execution, error) { return scanExecution(row) })
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+const executionColumns = `org, id, principal, operation, fingerprint, key, attempts, outcome, code,
+	reinvocation_of, started_at, finished_at`
+
+// scanExecution reads one row of executionColumns (without events).
+func scanExecution(row scanner) (idem.Execution, error) {
+	var (
+		x                         idem.Execution
+		key, code, reinvocationOf *string
+		outcome                   string
+		started, finished         *time.Time
+	)
+	if err := row.Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &outcome, &code,
+		&reinvocationOf, &started, &finished); err != nil {
+		return idem.Execution{}, err
+	}
+	if key != nil {
+		x.Key = *key
+	}
+	if code != nil {
+		c := idem.Code(*code)
+		x.Code = &c
+	}
+	x.Outcome, x.ReinvocationOf = idem.Outcome(outcome), reinvocationOf
+	x.StartedAt, x.FinishedAt = utc(started), utcPtr(finished)
+	return x, nil
 }

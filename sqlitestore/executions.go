@@ -56,29 +56,15 @@ func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.Aud
 func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.read(ctx, "get execution", func(tx txn, _ time.Time) error {
-		var (
-			key, code, reinvocationOf sql.NullString
-			started                   int64
-			finished                  sql.NullInt64
-		)
-		err := tx.QueryRowContext(ctx, `SELECT org, id, principal, operation, fingerprint, key, attempts, outcome,
-			code, reinvocation_of, started_at, finished_at FROM idem_executions WHERE org = ? AND id = ?`, org, id).
-			Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &x.Outcome,
-				&code, &reinvocationOf, &started, &finished)
+		var err error
+		x, err = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+` FROM idem_executions
+			WHERE org = ? AND id = ?`, org, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return executionNotFound(id)
 		}
 		if err != nil {
 			return err
 		}
-		x.Key = key.String
-		if code.Valid {
-			c := idem.Code(code.String)
-			x.Code = &c
-		}
-		x.ReinvocationOf = stringPtr(reinvocationOf)
-		x.StartedAt = fromMicros(started)
-		x.FinishedAt = timePtr(finished)
 		x.Events, err = listEvents(ctx, tx, org, id)
 		return err
 	})
@@ -245,32 +231,17 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 		if limit <= 0 {
 			limit = 100
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT org, id, principal, operation, fingerprint, key, attempts, outcome,
-			code, reinvocation_of, started_at, finished_at FROM idem_executions
+		rows, err := tx.QueryContext(ctx, `SELECT `+executionColumns+` FROM idem_executions
 			WHERE `+strings.Join(where, " AND ")+` ORDER BY started_at DESC, rowid DESC LIMIT ?`, append(args, limit)...)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var (
-				x                         idem.Execution
-				key, code, reinvocationOf sql.NullString
-				started                   int64
-				finished                  sql.NullInt64
-			)
-			if err := rows.Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &x.Outcome,
-				&code, &reinvocationOf, &started, &finished); err != nil {
+			x, err := scanExecution(rows)
+			if err != nil {
 				return err
 			}
-			x.Key = key.String
-			if code.Valid {
-				c := idem.Code(code.String)
-				x.Code = &c
-			}
-			x.ReinvocationOf = stringPtr(reinvocationOf)
-			x.StartedAt = fromMicros(started)
-			x.FinishedAt = timePtr(finished)
 			out = append(out, x)
 		}
 		return rows.Err()
@@ -279,4 +250,30 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 		return nil, err
 	}
 	return out, nil
+}
+
+const executionColumns = `org, id, principal, operation, fingerprint, key, attempts, outcome,
+	code, reinvocation_of, started_at, finished_at`
+
+// scanExecution reads one row of executionColumns (without events).
+func scanExecution(row interface{ Scan(...any) error }) (idem.Execution, error) {
+	var (
+		x                         idem.Execution
+		key, code, reinvocationOf sql.NullString
+		started                   int64
+		finished                  sql.NullInt64
+	)
+	if err := row.Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &x.Outcome,
+		&code, &reinvocationOf, &started, &finished); err != nil {
+		return idem.Execution{}, err
+	}
+	x.Key = key.String
+	if code.Valid {
+		c := idem.Code(code.String)
+		x.Code = &c
+	}
+	x.ReinvocationOf = stringPtr(reinvocationOf)
+	x.StartedAt = fromMicros(started)
+	x.FinishedAt = timePtr(finished)
+	return x, nil
 }

@@ -38,6 +38,7 @@ type serveOptions struct {
 	leaseGrace     time.Duration
 	approvalExpiry time.Duration
 	sweepInterval  time.Duration
+	replayCacheMB  int
 	demo           bool
 }
 
@@ -73,6 +74,7 @@ func (m Main) serveCommand() *cobra.Command {
 	f.DurationVar(&o.secretWindow, "secret-window", 15*time.Minute, "how long a one-time secret result can be replayed")
 	f.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "grace added to an execution's bound before an in-flight record reads as indeterminate")
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
+	f.IntVar(&o.replayCacheMB, "replay-cache-mb", idem.DefaultReplayCacheBytes>>20, "MiB of memory for completed records that answer replays without a store read (0 turns the cache off)")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired (jittered ± half)")
 	return cmd
 }
@@ -86,6 +88,9 @@ func (m Main) envOr(name, def string) string {
 
 // serve runs the server until ctx ends, then shuts down gracefully.
 func (m Main) serve(ctx context.Context, o serveOptions) error {
+	if o.replayCacheMB < 0 {
+		return usagef("--replay-cache-mb must be 0 or more, got %d", o.replayCacheMB)
+	}
 	for name, d := range map[string]time.Duration{"--retention": o.retention, "--secret-window": o.secretWindow, "--lease-grace": o.leaseGrace, "--approval-expiry": o.approvalExpiry, "--sweep-interval": o.sweepInterval} {
 		if d <= 0 {
 			return usagef("%s must be positive, got %s", name, d)
@@ -150,6 +155,7 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	runner, err := idem.NewRunner(registry, idem.RunnerConfig{
 		Store: store, Logger: logger, Sealer: box, Observe: mx.Observe, Policies: app.policies,
 		Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
+		ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
 	})
 	if err != nil {
 		return err
@@ -221,6 +227,15 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// replayCacheBytes maps --replay-cache-mb to RunnerConfig.ReplayCacheBytes
+// (0 MiB: off, which the config spells negative).
+func replayCacheBytes(mb int) int {
+	if mb == 0 {
+		return -1
+	}
+	return mb << 20
 }
 
 // shutdownBound is the longest any execution may run: the largest lease
