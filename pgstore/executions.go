@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -177,42 +178,74 @@ func insertEvents(ctx context.Context, tx pgx.Tx, org string, events []idem.Audi
 	return results.Close()
 }
 
-// queueEvents queues one INSERT per event, each inserting only if its
-// execution exists in org.
+// insertEventsSQL appends events from parallel arrays in one statement, in
+// their order, but only if every event's execution exists in org ($1); it
+// returns the first execution id that does not (NULL when all do) and how
+// many rows it inserted.
+const insertEventsSQL = `WITH e AS (
+		SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::int8[], $6::text[], $7::text[],
+			$8::int8[], $9::int8[], $10::text[])
+			WITH ORDINALITY AS e(execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data, n)),
+	missing AS (
+		SELECT execution_id FROM e
+		WHERE NOT EXISTS (SELECT 1 FROM idem_executions x WHERE x.org = $1 AND x.id = e.execution_id)
+		ORDER BY n LIMIT 1),
+	ins AS (
+		INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code, previous_error_code,
+			attempts, duration_ms, data)
+		SELECT $1, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data::jsonb
+		FROM e WHERE NOT EXISTS (SELECT FROM missing) ORDER BY n
+		RETURNING 1)
+	SELECT (SELECT execution_id FROM missing), (SELECT count(*) FROM ins)`
+
+// queueEvents queues the one statement that appends events (none when
+// there are none).
 func queueEvents(batch *pgx.Batch, org string, events []idem.AuditEvent, now time.Time) error {
-	for _, ev := range events {
-		at := ev.At
-		if at.IsZero() {
-			at = now
+	if len(events) == 0 {
+		return nil
+	}
+	n := len(events)
+	var (
+		ids, types              = make([]string, n), make([]string, n)
+		ats                     = make([]time.Time, n)
+		attempt, attempts, durs = make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		codes, prev, data       = make([]*string, n), make([]*string, n), make([]*string, n)
+	)
+	for i, ev := range events {
+		ids[i], types[i], ats[i] = ev.ExecutionID, ev.Type, ev.At
+		if ats[i].IsZero() {
+			ats[i] = now
 		}
-		var data []byte
+		attempt[i], attempts[i], durs[i] = nullable(int64(ev.Attempt)), nullable(int64(ev.Attempts)), nullable(ev.DurationMs)
+		codes[i], prev[i] = nullable(string(ev.Code)), nullable(string(ev.PreviousErrorCode))
 		if ev.Data != nil {
-			var err error
-			if data, err = json.Marshal(ev.Data); err != nil {
+			b, err := json.Marshal(ev.Data)
+			if err != nil {
 				return err
 			}
+			data[i] = nullable(string(b))
 		}
-		batch.Queue(`INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code,
-				previous_error_code, attempts, duration_ms, data)
-			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
-			WHERE EXISTS (SELECT 1 FROM idem_executions WHERE org = $1 AND id = $2)`,
-			org, ev.ExecutionID, ev.Type, at, nullable(ev.Attempt), nullable(string(ev.Code)),
-			nullable(string(ev.PreviousErrorCode)), nullable(ev.Attempts), nullable(ev.DurationMs), data)
 	}
+	batch.Queue(insertEventsSQL, org, ids, types, ats, attempt, codes, prev, attempts, durs, data)
 	return nil
 }
 
-// readEvents reads the results of queueEvents: NOT_FOUND for an event
-// whose execution does not exist.
+// readEvents reads the result of queueEvents: NOT_FOUND (and nothing
+// inserted) when an event's execution does not exist.
 func readEvents(results pgx.BatchResults, events []idem.AuditEvent) error {
-	for _, ev := range events {
-		tag, err := results.Exec()
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return idem.Errorf(idem.CodeNotFound, "no execution %q", ev.ExecutionID)
-		}
+	if len(events) == 0 {
+		return nil
+	}
+	var missing *string
+	var inserted int
+	if err := results.QueryRow().Scan(&missing, &inserted); err != nil {
+		return err
+	}
+	if missing != nil {
+		return idem.Errorf(idem.CodeNotFound, "no execution %q", *missing)
+	}
+	if inserted != len(events) {
+		return fmt.Errorf("pgstore: %d of %d events inserted", inserted, len(events))
 	}
 	return nil
 }
