@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,6 +12,43 @@ import (
 
 func init() {
 	register("ConcurrentWritesFailAlone", testConcurrentWritesFailAlone)
+	register("ManyEventsAppendInOrderOrNotAtAll", testManyEvents)
+}
+
+// testManyEvents appends many events in one call (the runner drains replay
+// events in batches): they keep their order; one naming an unknown
+// execution fails the call, and nothing of it is written.
+func testManyEvents(t *testing.T, e *env) {
+	s := e.s(t)
+	x, err := s.StartExecution(ctx(t), idem.StartParams{ExecutionID: newID("exe_"), Scope: scopeA, Operation: "order.refund", Fingerprint: fpOne})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []idem.AuditEvent
+	for i := range 50 {
+		events = append(events, idem.AuditEvent{ExecutionID: x.ID, Type: idem.EventReplayed, At: e.clock.Now(),
+			Data: map[string]string{"n": fmt.Sprint(i)}})
+	}
+	if err := s.AppendEvents(ctx(t), scopeA.Org, events...); err != nil {
+		t.Fatal(err)
+	}
+	bad := append(append([]idem.AuditEvent(nil), events[:20]...), idem.AuditEvent{ExecutionID: "exe_missing", Type: idem.EventReplayed, At: e.clock.Now()})
+	if err := s.AppendEvents(ctx(t), scopeA.Org, bad...); !errors.Is(err, idem.ErrNotFound) || !strings.Contains(err.Error(), "exe_missing") {
+		t.Fatalf("append with an unknown execution: err = %v, want NOT_FOUND naming exe_missing", err)
+	}
+	got, err := s.GetExecution(ctx(t), scopeA.Org, x.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replays := got.Events[1:] // after execution.started
+	if len(replays) != 50 {
+		t.Fatalf("%d events after execution.started, want 50 (a failed call must write none)", len(replays))
+	}
+	for i, ev := range replays {
+		if ev.Type != idem.EventReplayed || ev.Data["n"] != fmt.Sprint(i) {
+			t.Fatalf("event %d = %+v, want execution.replayed n=%d (order kept)", i, ev, i)
+		}
+	}
 }
 
 // testConcurrentWritesFailAlone sends many writes at once, a third of them
