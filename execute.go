@@ -361,8 +361,10 @@ func (x *execution) replay(ctx context.Context, a Attempt) Response {
 func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
 	wait := min(x.req.Wait, x.r.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
-	// A key this instance runs wakes its waiters when it finishes; one
-	// another instance runs is polled, backing off.
+	// A key this instance runs wakes its waiters when it finishes, and so
+	// does one another instance runs when the store has a CompletionFeed
+	// (PostgreSQL); the record is polled too, backing off, in case a
+	// signal is missed.
 	finished, stop := x.r.done.wait(x.req.Principal.Scope(), x.key)
 	defer stop()
 	for poll := 10 * time.Millisecond; a.State == AttemptInFlight && time.Now().Before(deadline); poll = min(poll*2, 250*time.Millisecond) {

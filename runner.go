@@ -127,7 +127,19 @@ func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
 	if err := cfg.validate(ops); err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, ops: ops, reg: reg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}, nil
+	r := &Runner{cfg: cfg, ops: ops, reg: reg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}
+	if feed, ok := cfg.Store.(CompletionFeed); ok {
+		if keys := feed.Completions(context.Background()); keys != nil {
+			// Completions by other instances wake this one's waiters; the
+			// feed ends when the store closes.
+			go func() {
+				for k := range keys {
+					r.done.finished(k.Scope, k.Key)
+				}
+			}()
+		}
+	}
+	return r, nil
 }
 
 // Flush waits until the audit events of replays answered so far are

@@ -98,6 +98,24 @@ type Store interface {
 	Close() error
 }
 
+// CompletionFeed is implemented by stores that can tell every instance
+// when a record is completed on any instance (pgstore: LISTEN/NOTIFY), so
+// that Prefer: wait waiters on another instance wake at once instead of at
+// their next poll.
+type CompletionFeed interface {
+	// Completions delivers the keys of records completed from now on, by
+	// any instance, until ctx ends or the store closes (then the channel is
+	// closed). Delivery is best effort: a slow reader misses keys, and
+	// waiters poll as well. A nil channel means the store has no feed.
+	Completions(ctx context.Context) <-chan ScopedKey
+}
+
+// ScopedKey names one attempt record.
+type ScopedKey struct {
+	Scope Scope
+	Key   string
+}
+
 // StartParams describes a new execution.
 type StartParams struct {
 	ExecutionID string

@@ -183,3 +183,11 @@ func (s *store) Close() error {
 	s.observe("close", start, err)
 	return err
 }
+
+// Completions passes on the inner store's completion feed, if it has one.
+func (s *store) Completions(ctx context.Context) <-chan idem.ScopedKey {
+	if f, ok := s.next.(idem.CompletionFeed); ok {
+		return f.Completions(ctx)
+	}
+	return nil
+}

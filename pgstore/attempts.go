@@ -135,7 +135,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 		// The record names its execution; finish that one.
 		fin := p.Finish
 		fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
-		return finishExecution(ctx, tx, fin, now)
+		return finishExecution(ctx, tx, fin, now, notifyPayload(p.Scope, p.Key))
 	})
 	if err != nil {
 		return idem.Attempt{}, err

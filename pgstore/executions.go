@@ -30,7 +30,7 @@ func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Ex
 // FinishExecution records the outcome and appends the final events.
 func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
 	return s.write(ctx, "finish execution", func(ctx context.Context, tx pgx.Tx) error {
-		return finishExecution(ctx, tx, p, s.now())
+		return finishExecution(ctx, tx, p, s.now(), "")
 	})
 }
 
@@ -129,8 +129,9 @@ func startExecution(ctx context.Context, tx pgx.Tx, p idem.StartParams, key stri
 }
 
 // finishExecution records an execution's outcome and appends its events;
-// events without an execution id get p's. One round trip.
-func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now time.Time) error {
+// events without an execution id get p's; a non-empty notify is signalled
+// on idem_completed when the transaction commits. One round trip.
+func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now time.Time, notify string) error {
 	events := make([]idem.AuditEvent, len(p.Events))
 	for i, ev := range p.Events {
 		if ev.ExecutionID == "" {
@@ -145,6 +146,9 @@ func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now ti
 	if err := queueEvents(batch, p.Org, events, now); err != nil {
 		return err
 	}
+	if notify != "" {
+		batch.Queue(`SELECT pg_notify('`+completedChannel+`', $1)`, notify)
+	}
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
 	tag, err := results.Exec()
@@ -156,6 +160,11 @@ func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now ti
 	}
 	if err := readEvents(results, events); err != nil {
 		return err
+	}
+	if notify != "" {
+		if _, err := results.Exec(); err != nil {
+			return err
+		}
 	}
 	return results.Close()
 }

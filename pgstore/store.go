@@ -38,6 +38,7 @@ type Store struct {
 	ownsPool  bool
 	closeOnce sync.Once
 	writes    *groupcommit.Committer[pgx.Tx]
+	feed      feed
 }
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns.
@@ -81,6 +82,7 @@ func New(pool *pgxpool.Pool, cfg idem.StoreConfig) *Store {
 // Close stops the writers and closes the pool if Open made it. It may be
 // called more than once.
 func (s *Store) Close() error {
+	s.feed.close()
 	s.writes.Close()
 	if s.ownsPool {
 		s.closeOnce.Do(s.pool.Close)

@@ -1,0 +1,65 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"idem"
+	"idem/internal/pgtest"
+	"idem/pgstore"
+)
+
+// A completion on one instance reaches the other instance's feed; the
+// feed's channel closes when its context ends and when the store closes.
+func TestCompletionFeedAcrossInstances(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	keys := b.Completions(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := b.Completions(ctx)
+
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	// The LISTEN starts in the background: complete keys until one arrives.
+	deadline := time.After(20 * time.Second)
+	completed := map[string]bool{}
+	for i := 0; ; i++ {
+		key := "feed-" + string(rune('a'+i%26)) + time.Now().Format("150405.000000")
+		res, err := a.Reserve(t.Context(), idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: "exe_" + key, Scope: scope, Operation: "order.refund", Fingerprint: "f"},
+			Key:         key, Lease: time.Minute, Retention: time.Hour,
+		})
+		if err != nil || !res.Reserved {
+			t.Fatalf("reserve: %v %v", res.Reserved, err)
+		}
+		if _, err := a.Complete(t.Context(), idem.CompleteParams{Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 201,
+			Body: []byte(`{}`), Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		completed[key] = true
+		select {
+		case got := <-keys:
+			if got.Scope != scope || !completed[got.Key] {
+				t.Fatalf("feed delivered %+v, want one of the keys completed for %+v", got, scope)
+			}
+			cancel()
+			for range gone { // drained, then closed on cancel
+			}
+			b.Close()
+			for range keys { // closed on Close
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no completion reached the other instance's feed in 20 s")
+		}
+	}
+}
