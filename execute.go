@@ -365,8 +365,11 @@ func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
 	// does one another instance runs when the store has a CompletionFeed
 	// (PostgreSQL); the record is polled too, backing off, in case a
 	// signal is missed.
-	finished, stop := x.r.done.wait(x.req.Principal.Scope(), x.key)
+	finished, stop, watch := x.r.done.wait(x.req.Principal.Scope(), x.key)
 	defer stop()
+	if feed, ok := x.r.cfg.Store.(CompletionFeed); ok && watch {
+		_ = feed.Watch(ctx, x.req.Principal.Scope(), x.key) // best effort: polling remains
+	}
 	for poll := 10 * time.Millisecond; a.State == AttemptInFlight && time.Now().Before(deadline); poll = min(poll*2, 250*time.Millisecond) {
 		if !wake(ctx, &finished, min(poll, time.Until(deadline))) {
 			break

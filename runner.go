@@ -338,6 +338,7 @@ func (x *execution) run(ctx context.Context) Response {
 			return x.answerExisting(ctx, res.Attempt)
 		}
 		fence = res.Attempt.FencingToken
+		r.done.started(req.Principal.Scope(), x.key)
 	} else if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {
 		x.executionID = ""
 		return x.startFailure(ctx, err, raw, reason)

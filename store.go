@@ -108,6 +108,10 @@ type CompletionFeed interface {
 	// closed). Delivery is best effort: a slow reader misses keys, and
 	// waiters poll as well. A nil channel means the store has no feed.
 	Completions(ctx context.Context) <-chan ScopedKey
+	// Watch asks that the completion of the in-flight record of (scope,
+	// key), on whichever instance, be delivered to the feeds. Only watched
+	// records are signalled.
+	Watch(ctx context.Context, scope Scope, key string) error
 }
 
 // ScopedKey names one attempt record.

@@ -191,3 +191,11 @@ func (s *store) Completions(ctx context.Context) <-chan idem.ScopedKey {
 	}
 	return nil
 }
+
+// Watch passes on to the inner store's completion feed, if it has one.
+func (s *store) Watch(ctx context.Context, scope idem.Scope, key string) error {
+	if f, ok := s.next.(idem.CompletionFeed); ok {
+		return f.Watch(ctx, scope, key)
+	}
+	return nil
+}

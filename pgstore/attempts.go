@@ -118,14 +118,15 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 			secretExpiresAt = &t
 		}
 		var err error
-		a, err = scanAttempt(tx.QueryRow(ctx, `UPDATE idem_attempts SET
+		var watched bool
+		a, err = scanAttempt(prefixed{tx.QueryRow(ctx, `UPDATE idem_attempts SET
 				state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,
 				completed_at = $10, secret_expires_at = $11
 			WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
 				AND state = 'in_flight' AND lease_expires_at > $10
-			RETURNING `+attemptColumns,
+			RETURNING watched, `+attemptColumns,
 			p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
-			string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt))
+			string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt), &watched})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idem.ErrFenced
 		}
@@ -135,7 +136,11 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 		// The record names its execution; finish that one.
 		fin := p.Finish
 		fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
-		return finishExecution(ctx, tx, fin, now, notifyPayload(p.Scope, p.Key))
+		notify := ""
+		if watched { // a waiter on another instance asked to be told (Watch)
+			notify = notifyPayload(p.Scope, p.Key)
+		}
+		return finishExecution(ctx, tx, fin, now, notify)
 	})
 	if err != nil {
 		return idem.Attempt{}, err

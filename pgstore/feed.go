@@ -10,7 +10,10 @@ import (
 )
 
 // completedChannel is the NOTIFY channel Complete signals on, in the
-// completion's own transaction (so delivered only once it commits).
+// completion's own transaction (so delivered only once it commits), for
+// watched records only: PostgreSQL serialises the commits of notifying
+// transactions on one cluster-wide lock, so a NOTIFY per completion would
+// cap the completion rate.
 const completedChannel = "idem_completed"
 
 // feed is the store's one LISTEN connection, fanned out to the
@@ -136,6 +139,17 @@ func (f *feed) close() {
 		stop()
 		<-done
 	}
+}
+
+// Watch implements idem.CompletionFeed: it marks the in-flight record of
+// (scope, key) so that its completion, on whichever instance, signals
+// NOTIFY idem_completed. One statement; nothing when the record is no
+// longer in flight (the caller polls it anyway).
+func (s *Store) Watch(ctx context.Context, scope idem.Scope, key string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE idem_attempts SET watched = true
+		WHERE org = $1 AND principal = $2 AND key = $3 AND state = 'in_flight' AND NOT watched`,
+		scope.Org, scope.Principal, key)
+	return interpretError(ctx, "watch attempt", err)
 }
 
 // notifyPayload is what Complete signals: the record's org, principal and

@@ -10,8 +10,9 @@ import (
 	"idem/pgstore"
 )
 
-// A completion on one instance reaches the other instance's feed; the
-// feed's channel closes when its context ends and when the store closes.
+// The completion of a watched record on one instance reaches the other
+// instance's feed, and an unwatched one signals nothing; the feed's channel
+// closes when its context ends and when the store closes.
 func TestCompletionFeedAcrossInstances(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	open := func() *pgstore.Store {
@@ -40,6 +41,12 @@ func TestCompletionFeedAcrossInstances(t *testing.T) {
 		if err != nil || !res.Reserved {
 			t.Fatalf("reserve: %v %v", res.Reserved, err)
 		}
+		// A record nobody watches completes silently first; then the
+		// watched one, watched from the other instance.
+		quiet := completeQuietly(t, a, scope, key+"-unwatched")
+		if err := b.Watch(t.Context(), scope, key); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := a.Complete(t.Context(), idem.CompleteParams{Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 201,
 			Body: []byte(`{}`), Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}); err != nil {
 			t.Fatal(err)
@@ -48,7 +55,7 @@ func TestCompletionFeedAcrossInstances(t *testing.T) {
 		select {
 		case got := <-keys:
 			if got.Scope != scope || !completed[got.Key] {
-				t.Fatalf("feed delivered %+v, want one of the keys completed for %+v", got, scope)
+				t.Fatalf("feed delivered %+v, want one of the watched keys completed for %+v (not %s)", got, scope, quiet)
 			}
 			cancel()
 			for range gone { // drained, then closed on cancel
@@ -62,4 +69,21 @@ func TestCompletionFeedAcrossInstances(t *testing.T) {
 			t.Fatal("no completion reached the other instance's feed in 20 s")
 		}
 	}
+}
+
+// completeQuietly reserves and completes key on s without watching it.
+func completeQuietly(t *testing.T, s *pgstore.Store, scope idem.Scope, key string) string {
+	t.Helper()
+	res, err := s.Reserve(t.Context(), idem.ReserveParams{
+		StartParams: idem.StartParams{ExecutionID: "exe_" + key, Scope: scope, Operation: "order.refund", Fingerprint: "f"},
+		Key:         key, Lease: time.Minute, Retention: time.Hour,
+	})
+	if err != nil || !res.Reserved {
+		t.Fatalf("reserve %s: %v %v", key, res.Reserved, err)
+	}
+	if _, err := s.Complete(t.Context(), idem.CompleteParams{Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 201,
+		Body: []byte(`{}`), Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	return key
 }
