@@ -152,9 +152,8 @@ func (a *App) createAgreement(ctx context.Context, call *idem.Call, in agreement
 
 func (a *App) listAgreements(ctx context.Context, call *idem.Call, in agreementListInput) (agreementList, error) {
 	org := call.Principal.Org
-	out := agreementList{}
+	var out agreementList
 	err := a.db.InTx(ctx, func(tx *Tx) error {
-		out.Agreements = []agreementView{} // fn may run again
 		if err := requireBusiness(ctx, tx, org, in.Slug); err != nil {
 			return err
 		}
@@ -163,18 +162,17 @@ func (a *App) listAgreements(ctx context.Context, call *idem.Call, in agreementL
 		if err != nil {
 			return fmt.Errorf("list agreements: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
+		out.Agreements, err = collect(rows, func(rows rowScanner) (agreementView, error) {
 			v := agreementView{Business: in.Slug}
 			var created int64
 			if err := rows.Scan(&v.ID, &v.Terms.Plan, &v.Terms.Seats, &v.Price.UnitAmount, &v.Price.TotalAmount, &v.CreatedBy, &created); err != nil {
-				return fmt.Errorf("list agreements: %w", err)
+				return v, fmt.Errorf("list agreements: %w", err)
 			}
 			v.Price.Currency, v.Price.Seats, v.Price.Interval = "usd", v.Terms.Seats, "month"
 			v.CreatedAt = fromMicros(created)
-			out.Agreements = append(out.Agreements, v)
-		}
-		return rows.Err()
+			return v, nil
+		})
+		return err
 	})
 	return out, err
 }

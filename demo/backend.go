@@ -122,9 +122,8 @@ func (a *App) backendList() idem.Operation {
 		Errors:     []idem.DeclaredError{errBusinessNotFound},
 	}, func(ctx context.Context, call *idem.Call, in businessSlugIn) (BackendList, error) {
 		org := call.Principal.Org
-		out := BackendList{}
+		var out BackendList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
-			out.Backends = []Backend{} // fn may run again
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}
@@ -133,17 +132,14 @@ func (a *App) backendList() idem.Operation {
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
+			out.Backends, err = collect(rows, func(rows rowScanner) (Backend, error) {
 				b := Backend{Business: in.Slug}
 				var created, updated int64
-				if err := rows.Scan(&b.Name, &b.Environment, &b.OriginURL, &created, &updated, &b.UpdatedBy); err != nil {
-					return err
-				}
+				err := rows.Scan(&b.Name, &b.Environment, &b.OriginURL, &created, &updated, &b.UpdatedBy)
 				b.CreatedAt, b.UpdatedAt = fromMicros(created), fromMicros(updated)
-				out.Backends = append(out.Backends, b)
-			}
-			return rows.Err()
+				return b, err
+			})
+			return err
 		})
 		return out, err
 	})

@@ -98,24 +98,20 @@ func (a *App) businessList() idem.Operation {
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
 	}, func(ctx context.Context, call *idem.Call, _ businessListIn) (BusinessList, error) {
-		out := BusinessList{}
+		var out BusinessList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
-			out.Businesses = []Business{} // fn may run again
 			rows, err := tx.Query(ctx, `SELECT slug, name, created_by, created_at FROM idem_demo_businesses WHERE org = ? ORDER BY slug`, call.Principal.Org)
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
+			out.Businesses, err = collect(rows, func(rows rowScanner) (Business, error) {
 				var b Business
 				var at int64
-				if err := rows.Scan(&b.Slug, &b.Name, &b.CreatedBy, &at); err != nil {
-					return err
-				}
+				err := rows.Scan(&b.Slug, &b.Name, &b.CreatedBy, &at)
 				b.CreatedAt = fromMicros(at)
-				out.Businesses = append(out.Businesses, b)
-			}
-			return rows.Err()
+				return b, err
+			})
+			return err
 		})
 		return out, err
 	})

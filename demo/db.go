@@ -221,6 +221,25 @@ func deadConnection(err error) bool {
 	return errors.Is(err, driver.ErrBadConn) || strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset")
 }
 
+// rowScanner is a *sql.Row or *sql.Rows.
+type rowScanner interface{ Scan(...any) error }
+
+// collect scans every row into a new slice (empty, never nil) and closes
+// rows. Assigning its result, rather than appending to a list outside the
+// transaction function, keeps that function right when it runs again.
+func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 // forUpdate is the row-lock suffix of a SELECT: FOR UPDATE on PostgreSQL,
 // nothing on SQLite (whose write transactions hold the database lock).
 func (d *DB) forUpdate() string {

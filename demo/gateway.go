@@ -97,7 +97,7 @@ func gatewayRefund(ctx context.Context, tx *Tx, now time.Time, p gatewayRefundPa
 	return e, false, nil
 }
 
-func scanGatewayEffect(row interface{ Scan(...any) error }) (gatewayEffect, error) {
+func scanGatewayEffect(row rowScanner) (gatewayEffect, error) {
 	var e gatewayEffect
 	var requestKey sql.NullString
 	var ids string
@@ -117,21 +117,13 @@ func scanGatewayEffect(row interface{ Scan(...any) error }) (gatewayEffect, erro
 func (a *App) gatewayLedger(ctx context.Context, org string) ([]gatewayEffect, error) {
 	var effects []gatewayEffect
 	err := a.db.InTx(ctx, func(tx *Tx) error {
-		effects = []gatewayEffect{} // fn may run again
 		rows, err := tx.Query(ctx, `SELECT `+gatewayColumns+` FROM idem_demo_gateway_effects
 			WHERE org = ? ORDER BY created_at, handler_key`, org)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			e, err := scanGatewayEffect(rows)
-			if err != nil {
-				return err
-			}
-			effects = append(effects, e)
-		}
-		return rows.Err()
+		effects, err = collect(rows, scanGatewayEffect)
+		return err
 	})
 	return effects, err
 }

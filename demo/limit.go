@@ -78,7 +78,7 @@ func (a *App) limitOperations() []idem.Operation {
 
 const limitColumns = `id, subscription_id, subject, quantity, version, created_at, updated_at`
 
-func scanLimit(row interface{ Scan(...any) error }) (limitView, error) {
+func scanLimit(row rowScanner) (limitView, error) {
 	var l limitView
 	var created, updated int64
 	if err := row.Scan(&l.ID, &l.Subscription, &l.Subject, &l.Quantity, &l.Version, &created, &updated); err != nil {
@@ -169,7 +169,7 @@ func (a *App) updateLimit(ctx context.Context, call *idem.Call, in limitUpdateIn
 
 func (a *App) listLimits(ctx context.Context, call *idem.Call, in limitListInput) (limitList, error) {
 	org := call.Principal.Org
-	out := limitList{Limits: []limitView{}}
+	var out limitList
 	err := a.db.InTx(ctx, func(tx *Tx) error {
 		if err := requireSubscription(ctx, tx, org, in.Sub); err != nil {
 			return err
@@ -179,15 +179,11 @@ func (a *App) listLimits(ctx context.Context, call *idem.Call, in limitListInput
 		if err != nil {
 			return fmt.Errorf("list limits: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			l, err := scanLimit(rows)
-			if err != nil {
-				return fmt.Errorf("list limits: %w", err)
-			}
-			out.Limits = append(out.Limits, l)
+		out.Limits, err = collect(rows, scanLimit)
+		if err != nil {
+			return fmt.Errorf("list limits: %w", err)
 		}
-		return rows.Err()
+		return nil
 	})
 	return out, err
 }

@@ -100,27 +100,26 @@ func (a *App) tokenList() idem.Operation {
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
 	}, func(ctx context.Context, call *idem.Call, _ tokenListIn) (TokenList, error) {
-		out := TokenList{Tokens: []Token{}}
+		var out TokenList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
 			rows, err := tx.Query(ctx, `SELECT id, name, scopes, created_by, created_at FROM idem_demo_tokens WHERE org = ? ORDER BY created_at, id`, call.Principal.Org)
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
+			out.Tokens, err = collect(rows, func(rows rowScanner) (Token, error) {
 				var t Token
 				var scopes string
 				var at int64
 				if err := rows.Scan(&t.ID, &t.Name, &scopes, &t.CreatedBy, &at); err != nil {
-					return err
+					return t, err
 				}
 				if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
-					return fmt.Errorf("token %s: scopes: %w", t.ID, err)
+					return t, fmt.Errorf("token %s: scopes: %w", t.ID, err)
 				}
 				t.CreatedAt = fromMicros(at)
-				out.Tokens = append(out.Tokens, t)
-			}
-			return rows.Err()
+				return t, nil
+			})
+			return err
 		})
 		return out, err
 	})

@@ -165,7 +165,7 @@ func (a *App) webhookList() idem.Operation {
 		Errors:     []idem.DeclaredError{errBusinessNotFound},
 	}, func(ctx context.Context, call *idem.Call, in businessSlugIn) (WebhookList, error) {
 		org := call.Principal.Org
-		out := WebhookList{Webhooks: []Webhook{}}
+		var out WebhookList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
@@ -175,21 +175,20 @@ func (a *App) webhookList() idem.Operation {
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
+			out.Webhooks, err = collect(rows, func(rows rowScanner) (Webhook, error) {
 				w := Webhook{Business: in.Slug}
 				var events string
 				var at int64
 				if err := rows.Scan(&w.ID, &w.URL, &events, &w.CreatedBy, &at); err != nil {
-					return err
+					return w, err
 				}
 				if err := json.Unmarshal([]byte(events), &w.Events); err != nil {
-					return fmt.Errorf("webhook %s: events: %w", w.ID, err)
+					return w, fmt.Errorf("webhook %s: events: %w", w.ID, err)
 				}
 				w.CreatedAt = fromMicros(at)
-				out.Webhooks = append(out.Webhooks, w)
-			}
-			return rows.Err()
+				return w, nil
+			})
+			return err
 		})
 		return out, err
 	})
@@ -355,7 +354,7 @@ func (a *App) webhookDeliveries() idem.Operation {
 		Errors:     []idem.DeclaredError{errWebhookNotFound},
 	}, func(ctx context.Context, call *idem.Call, in webhookIn) (DeliveryList, error) {
 		org := call.Principal.Org
-		out := DeliveryList{Deliveries: []Delivery{}}
+		var out DeliveryList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
@@ -372,15 +371,8 @@ func (a *App) webhookDeliveries() idem.Operation {
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
-				d, err := scanDelivery(rows)
-				if err != nil {
-					return err
-				}
-				out.Deliveries = append(out.Deliveries, d)
-			}
-			return rows.Err()
+			out.Deliveries, err = collect(rows, scanDelivery)
+			return err
 		})
 		return out, err
 	})
@@ -388,7 +380,7 @@ func (a *App) webhookDeliveries() idem.Operation {
 
 const deliveryColumns = `id, webhook, type, url, outcome, response_status, error, attempted_at, duration_ms, execution_id`
 
-func scanDelivery(row interface{ Scan(...any) error }) (Delivery, error) {
+func scanDelivery(row rowScanner) (Delivery, error) {
 	var d Delivery
 	var status sql.NullInt64
 	var errText sql.NullString
