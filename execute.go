@@ -169,14 +169,8 @@ func jitter(d time.Duration) time.Duration {
 
 // sleep waits d unless ctx ends first; it reports whether it waited.
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	var never <-chan struct{}
+	return wake(ctx, &never, d)
 }
 
 // wake waits d, or until *finished is closed (and then stops watching it),
