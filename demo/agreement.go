@@ -47,7 +47,9 @@ type agreementInput struct {
 }
 
 type agreementListInput struct {
-	Slug string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
+	Slug   string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
 }
 
 // agreementPreview is a fresh observation of what the terms would cost.
@@ -70,6 +72,8 @@ type agreementView struct {
 
 type agreementList struct {
 	Agreements []agreementView `json:"agreements"`
+	// NextCursor is the cursor of the next page, null on the last.
+	NextCursor *string `json:"nextCursor" jsonschema:"nullable,description=pass as cursor for the next page; null on the last page"`
 }
 
 func (a *App) agreementOperations() []idem.Operation {
@@ -96,7 +100,7 @@ func (a *App) agreementOperations() []idem.Operation {
 
 		idem.Define(idem.Metadata{
 			Name: "agreement.list", Method: "GET", Path: "/v1/businesses/{slug}/agreements",
-			Summary:    "List the agreements of a business",
+			Summary:    "List the agreements of a business oldest first, one page at a time",
 			SideEffect: idem.SideEffectRead,
 			Retry: idem.RetryContract{Kind: idem.RetryFreshRead,
 				Rationale: "A read of the business's current agreements: it always executes and is never served from a stored attempt."},
@@ -157,21 +161,20 @@ func (a *App) listAgreements(ctx context.Context, call *idem.Call, in agreementL
 		if err := requireBusiness(ctx, tx, org, in.Slug); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id, plan, seats, unit_amount, total_amount, created_by, created_at
-			FROM idem_demo_agreements WHERE org = ? AND business_slug = ? ORDER BY created_at, id`, org, in.Slug)
-		if err != nil {
-			return fmt.Errorf("list agreements: %w", err)
-		}
-		out.Agreements, err = collect(rows, func(rows rowScanner) (agreementView, error) {
-			v := agreementView{Business: in.Slug}
-			var created int64
-			if err := rows.Scan(&v.ID, &v.Terms.Plan, &v.Terms.Seats, &v.Price.UnitAmount, &v.Price.TotalAmount, &v.CreatedBy, &created); err != nil {
-				return v, fmt.Errorf("list agreements: %w", err)
-			}
-			v.Price.Currency, v.Price.Seats, v.Price.Interval = "usd", v.Terms.Seats, "month"
-			v.CreatedAt = fromMicros(created)
-			return v, nil
-		})
+		var err error
+		out.Agreements, out.NextCursor, err = readPage(ctx, tx, byCreated, in.Limit, in.Cursor,
+			`SELECT id, plan, seats, unit_amount, total_amount, created_by, created_at
+			FROM idem_demo_agreements WHERE org = ? AND business_slug = ?`, []any{org, in.Slug},
+			func(rows rowScanner) (agreementView, []any, error) {
+				v := agreementView{Business: in.Slug}
+				var created int64
+				if err := rows.Scan(&v.ID, &v.Terms.Plan, &v.Terms.Seats, &v.Price.UnitAmount, &v.Price.TotalAmount, &v.CreatedBy, &created); err != nil {
+					return v, nil, fmt.Errorf("list agreements: %w", err)
+				}
+				v.Price.Currency, v.Price.Seats, v.Price.Interval = "usd", v.Terms.Seats, "month"
+				v.CreatedAt = fromMicros(created)
+				return v, []any{created, v.ID}, nil
+			})
 		return err
 	})
 	return out, err

@@ -25,6 +25,8 @@ type Backend struct {
 // BackendList is the answer of backend.list.
 type BackendList struct {
 	Backends []Backend `json:"backends"`
+	// NextCursor is the cursor of the next page, null on the last.
+	NextCursor *string `json:"nextCursor" jsonschema:"nullable,description=pass as cursor for the next page; null on the last page"`
 }
 
 // BackendPreview is the answer of a backend.bind dry run: the binding as it
@@ -51,6 +53,12 @@ type backendBindIn struct {
 	Name        string `json:"name" in:"path" jsonschema:"minLength=1,maxLength=63,pattern=^[a-z0-9]+(-[a-z0-9]+)*$,description=the backend's name in the business (lower-case letters and digits in dash-separated words)"`
 	Environment string `json:"environment" in:"query" jsonschema:"enum=preview,enum=production,description=the environment the binding applies to"`
 	OriginURL   string `json:"originUrl" jsonschema:"format=uri,pattern=^https?://,maxLength=2048,description=absolute http or https URL of the origin"`
+}
+
+type backendListIn struct {
+	Slug   string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
 }
 
 func (a *App) backendBind() idem.Operation {
@@ -116,29 +124,28 @@ func (a *App) backendBind() idem.Operation {
 func (a *App) backendList() idem.Operation {
 	return idem.Define(idem.Metadata{
 		Name: "backend.list", Method: http.MethodGet, Path: "/v1/businesses/{slug}/backends",
-		Summary:    "List a business's backend bindings in every environment",
+		Summary:    "List a business's backend bindings in every environment by name, one page at a time",
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
 		Errors:     []idem.DeclaredError{errBusinessNotFound},
-	}, func(ctx context.Context, call *idem.Call, in businessSlugIn) (BackendList, error) {
+	}, func(ctx context.Context, call *idem.Call, in backendListIn) (BackendList, error) {
 		org := call.Principal.Org
 		var out BackendList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, `SELECT name, environment, origin_url, created_at, updated_at, updated_by
-				FROM idem_demo_backends WHERE org = ? AND business = ? ORDER BY name, environment`, org, in.Slug)
-			if err != nil {
-				return err
-			}
-			out.Backends, err = collect(rows, func(rows rowScanner) (Backend, error) {
-				b := Backend{Business: in.Slug}
-				var created, updated int64
-				err := rows.Scan(&b.Name, &b.Environment, &b.OriginURL, &created, &updated, &b.UpdatedBy)
-				b.CreatedAt, b.UpdatedAt = fromMicros(created), fromMicros(updated)
-				return b, err
-			})
+			var err error
+			out.Backends, out.NextCursor, err = readPage(ctx, tx, byBackend, in.Limit, in.Cursor,
+				`SELECT name, environment, origin_url, created_at, updated_at, updated_by
+				FROM idem_demo_backends WHERE org = ? AND business = ?`, []any{org, in.Slug},
+				func(rows rowScanner) (Backend, []any, error) {
+					b := Backend{Business: in.Slug}
+					var created, updated int64
+					err := rows.Scan(&b.Name, &b.Environment, &b.OriginURL, &created, &updated, &b.UpdatedBy)
+					b.CreatedAt, b.UpdatedAt = fromMicros(created), fromMicros(updated)
+					return b, []any{b.Name, b.Environment}, err
+				})
 			return err
 		})
 		return out, err

@@ -22,6 +22,8 @@ type Business struct {
 // BusinessList is the answer of business.list.
 type BusinessList struct {
 	Businesses []Business `json:"businesses"`
+	// NextCursor is the cursor of the next page, null on the last.
+	NextCursor *string `json:"nextCursor" jsonschema:"nullable,description=pass as cursor for the next page; null on the last page"`
 }
 
 type businessCreateIn struct {
@@ -33,7 +35,10 @@ type businessSlugIn struct {
 	Slug string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
 }
 
-type businessListIn struct{}
+type businessListIn struct {
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
+}
 
 func (a *App) businessCreate() idem.Operation {
 	return idem.Define(idem.Metadata{
@@ -94,23 +99,22 @@ func (a *App) businessShow() idem.Operation {
 func (a *App) businessList() idem.Operation {
 	return idem.Define(idem.Metadata{
 		Name: "business.list", Method: http.MethodGet, Path: "/v1/businesses",
-		Summary:    "List the org's businesses, by slug",
+		Summary:    "List the org's businesses by slug, one page at a time",
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
-	}, func(ctx context.Context, call *idem.Call, _ businessListIn) (BusinessList, error) {
+	}, func(ctx context.Context, call *idem.Call, in businessListIn) (BusinessList, error) {
 		var out BusinessList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
-			rows, err := tx.Query(ctx, `SELECT slug, name, created_by, created_at FROM idem_demo_businesses WHERE org = ? ORDER BY slug`, call.Principal.Org)
-			if err != nil {
-				return err
-			}
-			out.Businesses, err = collect(rows, func(rows rowScanner) (Business, error) {
-				var b Business
-				var at int64
-				err := rows.Scan(&b.Slug, &b.Name, &b.CreatedBy, &at)
-				b.CreatedAt = fromMicros(at)
-				return b, err
-			})
+			var err error
+			out.Businesses, out.NextCursor, err = readPage(ctx, tx, bySlug, in.Limit, in.Cursor,
+				`SELECT slug, name, created_by, created_at FROM idem_demo_businesses WHERE org = ?`, []any{call.Principal.Org},
+				func(rows rowScanner) (Business, []any, error) {
+					var b Business
+					var at int64
+					err := rows.Scan(&b.Slug, &b.Name, &b.CreatedBy, &at)
+					b.CreatedAt = fromMicros(at)
+					return b, []any{b.Slug}, err
+				})
 			return err
 		})
 		return out, err

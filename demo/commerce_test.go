@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -51,28 +52,53 @@ func (r result) retryable(t *testing.T) bool {
 	return *p.Retryable
 }
 
-// ledger reads GET /v1/demo/gateway/ledger as the holder of token.
+// ledger reads the whole of GET /v1/demo/gateway/ledger as the holder of
+// token, page after page.
 func (e *testEnv) ledger(t *testing.T, token string) []gatewayEffect {
 	t.Helper()
-	routes := e.app.Routes()
-	fn, ok := routes["GET /v1/demo/gateway/ledger"]
-	if !ok {
-		t.Fatal("no ledger route")
+	all := []gatewayEffect{}
+	for cursor := ""; ; {
+		q := "?limit=100"
+		if cursor != "" {
+			q += "&cursor=" + url.QueryEscape(cursor)
+		}
+		effects, next := e.ledgerPage(t, token, q)
+		all = append(all, effects...)
+		if next == nil {
+			return all
+		}
+		cursor = *next
 	}
-	w := httptest.NewRecorder()
-	fn(w, httptest.NewRequest("GET", "/v1/demo/gateway/ledger", nil), Tokens()[token])
+}
+
+// ledgerPage reads one page of the ledger with the given query string.
+func (e *testEnv) ledgerPage(t *testing.T, token, query string) ([]gatewayEffect, *string) {
+	t.Helper()
+	w := e.ledgerGet(t, token, query)
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("ledger: %d %s: %s", w.Code, w.Header().Get("Content-Type"), w.Body)
 	}
 	var body struct {
 		Data struct {
-			Effects []gatewayEffect `json:"effects"`
+			Effects    []gatewayEffect `json:"effects"`
+			NextCursor *string         `json:"nextCursor"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || body.Data.Effects == nil {
 		t.Fatalf("ledger %s: %v", w.Body, err)
 	}
-	return body.Data.Effects
+	return body.Data.Effects, body.Data.NextCursor
+}
+
+func (e *testEnv) ledgerGet(t *testing.T, token, query string) *httptest.ResponseRecorder {
+	t.Helper()
+	fn, ok := e.app.Routes()["GET /v1/demo/gateway/ledger"]
+	if !ok {
+		t.Fatal("no ledger route")
+	}
+	w := httptest.NewRecorder()
+	fn(w, httptest.NewRequest("GET", "/v1/demo/gateway/ledger"+query, nil), Tokens()[token])
+	return w
 }
 
 // effectsFor keeps the ledger rows of one order.

@@ -32,6 +32,9 @@ type DB struct {
 	close   func() // closes what sql runs on, if anything
 	// writer, if set, runs transactions instead of sql (Config.Writer).
 	writer func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+	// onQuery, if set, sees every query a transaction runs, as written
+	// (tests read their plans).
+	onQuery func(q string, args []any)
 }
 
 func openDB(ctx context.Context, storeURL string) (*DB, error) {
@@ -166,11 +169,17 @@ func (t *Tx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error
 
 // Query runs a query.
 func (t *Tx) Query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if t.d.onQuery != nil {
+		t.d.onQuery(q, args)
+	}
 	return t.tx.QueryContext(ctx, t.d.rebind(q), args...)
 }
 
 // QueryRow runs a query for one row.
 func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if t.d.onQuery != nil {
+		t.d.onQuery(q, args)
+	}
 	return t.tx.QueryRowContext(ctx, t.d.rebind(q), args...)
 }
 

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"time"
 
 	"idem"
@@ -97,11 +99,13 @@ func gatewayRefund(ctx context.Context, tx *Tx, now time.Time, p gatewayRefundPa
 	return e, false, nil
 }
 
-func scanGatewayEffect(row rowScanner) (gatewayEffect, error) {
+// scanGatewayEffect scans the gatewayColumns of a row, then any more
+// columns into extra.
+func scanGatewayEffect(row rowScanner, extra ...any) (gatewayEffect, error) {
 	var e gatewayEffect
 	var requestKey sql.NullString
 	var ids string
-	if err := row.Scan(&e.Key, &e.Principal, &requestKey, &e.OrderID, &e.Amount, &e.Calls, &e.Applied, &ids); err != nil {
+	if err := row.Scan(append([]any{&e.Key, &e.Principal, &requestKey, &e.OrderID, &e.Amount, &e.Calls, &e.Applied, &ids}, extra...)...); err != nil {
 		return gatewayEffect{}, err
 	}
 	if requestKey.Valid {
@@ -113,25 +117,30 @@ func scanGatewayEffect(row rowScanner) (gatewayEffect, error) {
 	return e, nil
 }
 
-// gatewayLedger lists an org's ledger in the order the keys first arrived.
-func (a *App) gatewayLedger(ctx context.Context, org string) ([]gatewayEffect, error) {
+// gatewayLedger reads one page of an org's ledger, in the order the keys
+// first arrived.
+func (a *App) gatewayLedger(ctx context.Context, org string, limit int, cursor string) ([]gatewayEffect, *string, error) {
 	var effects []gatewayEffect
+	var next *string
 	err := a.db.InTx(ctx, func(tx *Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+gatewayColumns+` FROM idem_demo_gateway_effects
-			WHERE org = ? ORDER BY created_at, handler_key`, org)
-		if err != nil {
-			return err
-		}
-		effects, err = collect(rows, scanGatewayEffect)
+		var err error
+		effects, next, err = readPage(ctx, tx, byArrival, limit, cursor,
+			`SELECT `+gatewayColumns+`, created_at FROM idem_demo_gateway_effects WHERE org = ?`, []any{org},
+			func(row rowScanner) (gatewayEffect, []any, error) {
+				var created int64
+				e, err := scanGatewayEffect(row, &created)
+				return e, []any{created, e.Key}, err
+			})
 		return err
 	})
-	return effects, err
+	return effects, next, err
 }
 
-// serveGatewayLedger answers GET /v1/demo/gateway/ledger with the caller's
-// org's ledger: {"data": {"effects": [...]}}.
+// serveGatewayLedger answers GET /v1/demo/gateway/ledger[?limit=&cursor=]
+// with one page of the caller's org's ledger:
+// {"data": {"effects": [...], "nextCursor": …}}, bounded like every list.
 func (a *App) serveGatewayLedger(w http.ResponseWriter, r *http.Request, p idem.Principal) {
-	resp, err := a.ledgerResponse(r.Context(), p.Org)
+	resp, err := a.ledgerResponse(r.Context(), p.Org, r.URL.Query())
 	if err != nil {
 		resp = idem.ErrorResponse(err, nil)
 	}
@@ -142,20 +151,52 @@ func (a *App) serveGatewayLedger(w http.ResponseWriter, r *http.Request, p idem.
 	_, _ = w.Write(resp.Body)
 }
 
-func (a *App) ledgerResponse(ctx context.Context, org string) (idem.Response, error) {
-	effects, err := a.gatewayLedger(ctx, org)
+func (a *App) ledgerResponse(ctx context.Context, org string, query url.Values) (idem.Response, error) {
+	limit, cursor, err := ledgerPage(query)
+	if err != nil {
+		return idem.Response{}, err
+	}
+	effects, next, err := a.gatewayLedger(ctx, org, limit, cursor)
 	if err != nil {
 		return idem.Response{}, err
 	}
 	var body struct {
 		Data struct {
-			Effects []gatewayEffect `json:"effects"`
+			Effects    []gatewayEffect `json:"effects"`
+			NextCursor *string         `json:"nextCursor"`
 		} `json:"data"`
 	}
-	body.Data.Effects = effects
+	body.Data.Effects, body.Data.NextCursor = effects, next
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return idem.Response{}, err
 	}
 	return idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: raw}, nil
+}
+
+// ledgerPage reads the ledger route's query: limit (1…listLimitMax) and
+// cursor, each at most once, and nothing else, as an operation's
+// parameters are checked.
+func ledgerPage(query url.Values) (int, string, error) {
+	limit := 0
+	for name, vs := range query {
+		if len(vs) != 1 {
+			return 0, "", errPageParam(name, "query parameter %s is given %d times; give it once", name, len(vs))
+		}
+		switch name {
+		case "limit":
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n < 1 || n > listLimitMax {
+				return 0, "", errPageParam(name, "limit must be an integer from 1 to %d, got %q", listLimitMax, vs[0])
+			}
+			limit = n
+		case "cursor":
+			if vs[0] == "" {
+				return 0, "", errPageParam(name, "%s", cursorHelp)
+			}
+		default:
+			return 0, "", errPageParam(name, "query parameter %q is not a parameter of the gateway ledger (limit, cursor)", name)
+		}
+	}
+	return limit, query.Get("cursor"), nil
 }

@@ -35,11 +35,15 @@ type limitUpdateInput struct {
 }
 
 type limitListInput struct {
-	Sub string `json:"sub" in:"path" jsonschema:"minLength=1,maxLength=200"`
+	Sub    string `json:"sub" in:"path" jsonschema:"minLength=1,maxLength=200"`
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
 }
 
 type limitList struct {
 	Limits []limitView `json:"limits"`
+	// NextCursor is the cursor of the next page, null on the last.
+	NextCursor *string `json:"nextCursor" jsonschema:"nullable,description=pass as cursor for the next page; null on the last page"`
 }
 
 func (a *App) limitOperations() []idem.Operation {
@@ -67,7 +71,7 @@ func (a *App) limitOperations() []idem.Operation {
 
 		idem.Define(idem.Metadata{
 			Name: "limit.list", Method: "GET", Path: "/v1/subscriptions/{sub}/limits",
-			Summary:    "List the usage limits of a subscription",
+			Summary:    "List the usage limits of a subscription oldest first, one page at a time",
 			SideEffect: idem.SideEffectRead,
 			Retry: idem.RetryContract{Kind: idem.RetryFreshRead,
 				Rationale: "A read of the subscription's current limits: it always executes and is never served from a stored attempt."},
@@ -174,16 +178,14 @@ func (a *App) listLimits(ctx context.Context, call *idem.Call, in limitListInput
 		if err := requireSubscription(ctx, tx, org, in.Sub); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+limitColumns+` FROM idem_demo_limits
-			WHERE org = ? AND subscription_id = ? ORDER BY created_at, id`, org, in.Sub)
-		if err != nil {
-			return fmt.Errorf("list limits: %w", err)
-		}
-		out.Limits, err = collect(rows, scanLimit)
-		if err != nil {
-			return fmt.Errorf("list limits: %w", err)
-		}
-		return nil
+		var err error
+		out.Limits, out.NextCursor, err = readPage(ctx, tx, byCreated, in.Limit, in.Cursor,
+			`SELECT `+limitColumns+` FROM idem_demo_limits WHERE org = ? AND subscription_id = ?`, []any{org, in.Sub},
+			func(rows rowScanner) (limitView, []any, error) {
+				l, err := scanLimit(rows)
+				return l, []any{micros(l.CreatedAt), l.ID}, err
+			})
+		return err
 	})
 	return out, err
 }

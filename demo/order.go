@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"idem"
@@ -14,7 +15,11 @@ import (
 // approval.
 const refundApprovalThreshold = 5000
 
-// orderView is an order with its refunds: what order.show answers.
+// orderRefundsShown is how many of an order's refunds an order view
+// lists: the newest ones.
+const orderRefundsShown = 20
+
+// orderView is an order with its newest refunds: what order.show answers.
 type orderView struct {
 	ID string `json:"id"`
 	// Amount is what was paid, in cents.
@@ -22,9 +27,13 @@ type orderView struct {
 	// Refunded is the total refunded so far, in cents.
 	Refunded int64 `json:"refunded"`
 	// Remaining is what can still be refunded, in cents.
-	Remaining int64        `json:"remaining"`
-	Refunds   []refundView `json:"refunds"`
-	CreatedAt time.Time    `json:"createdAt"`
+	Remaining int64 `json:"remaining"`
+	// RefundCount counts all the order's refunds; Refunds lists the newest
+	// orderRefundsShown of them, oldest first, so the list is complete when
+	// its length equals RefundCount.
+	RefundCount int64        `json:"refundCount" jsonschema:"description=how many refunds the order has; refunds lists the newest 20 of them"`
+	Refunds     []refundView `json:"refunds" jsonschema:"description=the order's newest refunds (at most 20) oldest first"`
+	CreatedAt   time.Time    `json:"createdAt"`
 }
 
 // refundView is one refund of an order.
@@ -76,7 +85,7 @@ func (a *App) orderOperations() []idem.Operation {
 	return []idem.Operation{
 		idem.Define(idem.Metadata{
 			Name: "order.show", Method: "GET", Path: "/v1/orders/{id}",
-			Summary:    "Show an order: its amount, the total refunded and every refund",
+			Summary:    "Show an order: its amount, the total refunded, its number of refunds and the newest 20",
 			SideEffect: idem.SideEffectRead,
 			Retry: idem.RetryContract{Kind: idem.RetryFreshRead,
 				Rationale: "A read of the order's current state: it always executes and is never served from a stored attempt."},
@@ -158,14 +167,14 @@ func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) 
 		// A runtime retry of an attempt whose effect committed: the gateway
 		// is called again with the same key (it deduplicates) and the
 		// refund already made is the answer.
-		for _, r := range order.Refunds {
-			if r.ExecutionID == call.ExecutionID {
-				if _, _, err := gatewayRefund(ctx, tx, a.now(), gw); err != nil {
-					return err
-				}
-				out = refundResult{Refund: r, Order: order}
-				return nil
+		if r, err := refundByKey(ctx, tx, org, in.ID, gw.Key); err != nil {
+			return err
+		} else if r != nil {
+			if _, _, err := gatewayRefund(ctx, tx, a.now(), gw); err != nil {
+				return err
 			}
+			out = refundResult{Refund: *r, Order: order}
+			return nil
 		}
 		if in.Amount > order.Remaining {
 			return idem.Errorf(idem.CodeAlreadyRefunded, "order %s has %d of %d cents left to refund; a refund of %d cents would exceed it", in.ID, order.Remaining, order.Amount, in.Amount).
@@ -182,7 +191,15 @@ func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) 
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, org, r.ID, r.OrderID, r.Amount, gw.Key, r.ExecutionID, gw.Principal, micros(r.CreatedAt)); err != nil {
 			return fmt.Errorf("record refund of %s: %w", in.ID, err)
 		}
+		if _, err := tx.Exec(ctx, `UPDATE idem_demo_orders SET refunded = refunded + ?, refund_count = refund_count + 1
+			WHERE org = ? AND id = ?`, r.Amount, org, in.ID); err != nil {
+			return fmt.Errorf("record refund of %s: %w", in.ID, err)
+		}
 		order.Refunds = append(order.Refunds, r)
+		if len(order.Refunds) > orderRefundsShown {
+			order.Refunds = order.Refunds[len(order.Refunds)-orderRefundsShown:]
+		}
+		order.RefundCount++
 		order.Refunded += r.Amount
 		order.Remaining -= r.Amount
 		out = refundResult{Refund: r, Order: order}
@@ -197,40 +214,57 @@ func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) 
 	return out, nil
 }
 
-// loadOrder reads an order with its refunds, locking the order row when
-// lock is set.
+// loadOrder reads an order with its newest refunds, locking the order row
+// when lock is set: two indexed reads, whatever the number of refunds.
 func loadOrder(ctx context.Context, tx *Tx, org, id string, lock bool) (orderView, error) {
-	q := `SELECT amount, created_at FROM idem_demo_orders WHERE org = ? AND id = ?`
+	q := `SELECT amount, refunded, refund_count, created_at FROM idem_demo_orders WHERE org = ? AND id = ?`
 	if lock {
 		q += tx.d.forUpdate()
 	}
-	o := orderView{ID: id, Refunds: []refundView{}}
+	o := orderView{ID: id}
 	var created int64
-	if err := tx.QueryRow(ctx, q, org, id).Scan(&o.Amount, &created); errors.Is(err, sql.ErrNoRows) {
+	if err := tx.QueryRow(ctx, q, org, id).Scan(&o.Amount, &o.Refunded, &o.RefundCount, &created); errors.Is(err, sql.ErrNoRows) {
 		return orderView{}, notFound("order", id)
 	} else if err != nil {
 		return orderView{}, fmt.Errorf("read order %s: %w", id, err)
 	}
 	o.CreatedAt = fromMicros(created)
+	o.Remaining = o.Amount - o.Refunded
 	rows, err := tx.Query(ctx, `SELECT id, amount, execution_id, created_at FROM idem_demo_refunds
-		WHERE org = ? AND order_id = ? ORDER BY created_at, id`, org, id)
+		WHERE org = ? AND order_id = ? ORDER BY created_at DESC, id DESC LIMIT ?`, org, id, orderRefundsShown)
 	if err != nil {
 		return orderView{}, fmt.Errorf("read refunds of %s: %w", id, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		r := refundView{OrderID: id}
-		var at int64
-		if err := rows.Scan(&r.ID, &r.Amount, &r.ExecutionID, &at); err != nil {
-			return orderView{}, fmt.Errorf("read refunds of %s: %w", id, err)
-		}
-		r.CreatedAt = fromMicros(at)
-		o.Refunds = append(o.Refunds, r)
-		o.Refunded += r.Amount
-	}
-	if err := rows.Err(); err != nil {
+	newest, err := collect(rows, func(row rowScanner) (refundView, error) { return scanRefund(row, id) })
+	if err != nil {
 		return orderView{}, fmt.Errorf("read refunds of %s: %w", id, err)
 	}
-	o.Remaining = o.Amount - o.Refunded
+	slices.Reverse(newest)
+	o.Refunds = newest
 	return o, nil
+}
+
+// refundByKey reads the refund of order id that carries a gateway key (a
+// runtime retry's own: the key is the execution's) by the unique
+// (org, gateway_key) index, nothing else; nil, nil when there is none.
+func refundByKey(ctx context.Context, tx *Tx, org, id, key string) (*refundView, error) {
+	var orderID string
+	r, err := scanRefund(tx.QueryRow(ctx, `SELECT id, amount, execution_id, created_at, order_id FROM idem_demo_refunds
+		WHERE org = ? AND gateway_key = ?`, org, key), id, &orderID)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && orderID != id) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("read refund of %s: %w", id, err)
+	}
+	return &r, nil
+}
+
+// scanRefund scans a refund of order orderID (id, amount, execution_id,
+// created_at), then any more columns into extra.
+func scanRefund(row rowScanner, orderID string, extra ...any) (refundView, error) {
+	r := refundView{OrderID: orderID}
+	var at int64
+	err := row.Scan(append([]any{&r.ID, &r.Amount, &r.ExecutionID, &at}, extra...)...)
+	r.CreatedAt = fromMicros(at)
+	return r, err
 }

@@ -37,6 +37,8 @@ type MintedToken struct {
 // TokenList is the answer of token.list.
 type TokenList struct {
 	Tokens []Token `json:"tokens"`
+	// NextCursor is the cursor of the next page, null on the last.
+	NextCursor *string `json:"nextCursor" jsonschema:"nullable,description=pass as cursor for the next page; null on the last page"`
 }
 
 // ContextToken is a short-lived credential, valid from IssuedAt to
@@ -57,7 +59,10 @@ type tokenMintIn struct {
 	Scopes []string `json:"scopes" jsonschema:"minItems=1,uniqueItems=true,enum=read,enum=write,enum=admin"`
 }
 
-type tokenListIn struct{}
+type tokenListIn struct {
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
+}
 
 type contextTokenIn struct{}
 
@@ -96,29 +101,28 @@ func (a *App) tokenMint() idem.Operation {
 func (a *App) tokenList() idem.Operation {
 	return idem.Define(idem.Metadata{
 		Name: "token.list", Method: http.MethodGet, Path: "/v1/tokens",
-		Summary:    "List the org's API tokens (never the tokens themselves)",
+		Summary:    "List the org's API tokens oldest first, one page at a time (never the tokens themselves)",
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
-	}, func(ctx context.Context, call *idem.Call, _ tokenListIn) (TokenList, error) {
+	}, func(ctx context.Context, call *idem.Call, in tokenListIn) (TokenList, error) {
 		var out TokenList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
-			rows, err := tx.Query(ctx, `SELECT id, name, scopes, created_by, created_at FROM idem_demo_tokens WHERE org = ? ORDER BY created_at, id`, call.Principal.Org)
-			if err != nil {
-				return err
-			}
-			out.Tokens, err = collect(rows, func(rows rowScanner) (Token, error) {
-				var t Token
-				var scopes string
-				var at int64
-				if err := rows.Scan(&t.ID, &t.Name, &scopes, &t.CreatedBy, &at); err != nil {
-					return t, err
-				}
-				if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
-					return t, fmt.Errorf("token %s: scopes: %w", t.ID, err)
-				}
-				t.CreatedAt = fromMicros(at)
-				return t, nil
-			})
+			var err error
+			out.Tokens, out.NextCursor, err = readPage(ctx, tx, byCreated, in.Limit, in.Cursor,
+				`SELECT id, name, scopes, created_by, created_at FROM idem_demo_tokens WHERE org = ?`, []any{call.Principal.Org},
+				func(rows rowScanner) (Token, []any, error) {
+					var t Token
+					var scopes string
+					var at int64
+					if err := rows.Scan(&t.ID, &t.Name, &scopes, &t.CreatedBy, &at); err != nil {
+						return t, nil, err
+					}
+					if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
+						return t, nil, fmt.Errorf("token %s: scopes: %w", t.ID, err)
+					}
+					t.CreatedAt = fromMicros(at)
+					return t, []any{at, t.ID}, nil
+				})
 			return err
 		})
 		return out, err

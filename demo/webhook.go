@@ -46,6 +46,8 @@ type CreatedWebhook struct {
 // WebhookList is the answer of webhook.list.
 type WebhookList struct {
 	Webhooks []Webhook `json:"webhooks"`
+	// NextCursor is the cursor of the next page, null on the last.
+	NextCursor *string `json:"nextCursor" jsonschema:"nullable,description=pass as cursor for the next page; null on the last page"`
 }
 
 // Delivery is one attempted delivery of an event to a webhook.
@@ -73,6 +75,8 @@ type Delivery struct {
 // DeliveryList is the answer of webhook.deliveries.
 type DeliveryList struct {
 	Deliveries []Delivery `json:"deliveries"`
+	// NextCursor is the cursor of the next page, null on the last.
+	NextCursor *string `json:"nextCursor" jsonschema:"nullable,description=pass as cursor for the next page; null on the last page"`
 }
 
 // Delivery outcomes.
@@ -104,9 +108,17 @@ type webhookCreateIn struct {
 	Events []string `json:"events" jsonschema:"minItems=1,uniqueItems=true,enum=payment.succeeded,enum=payment.failed,enum=refund.created,enum=business.updated"`
 }
 
-type webhookIn struct {
-	Slug string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
-	ID   string `json:"id" in:"path" jsonschema:"minLength=1,maxLength=64"`
+type webhookListIn struct {
+	Slug   string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
+}
+
+type deliveryListIn struct {
+	Slug   string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
+	ID     string `json:"id" in:"path" jsonschema:"minLength=1,maxLength=64"`
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
 }
 
 type webhookTriggerIn struct {
@@ -159,35 +171,33 @@ func (a *App) webhookCreate() idem.Operation {
 func (a *App) webhookList() idem.Operation {
 	return idem.Define(idem.Metadata{
 		Name: "webhook.list", Method: http.MethodGet, Path: "/v1/businesses/{slug}/webhooks",
-		Summary:    "List a business's webhooks (never their secrets)",
+		Summary:    "List a business's webhooks oldest first, one page at a time (never their secrets)",
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
 		Errors:     []idem.DeclaredError{errBusinessNotFound},
-	}, func(ctx context.Context, call *idem.Call, in businessSlugIn) (WebhookList, error) {
+	}, func(ctx context.Context, call *idem.Call, in webhookListIn) (WebhookList, error) {
 		org := call.Principal.Org
 		var out WebhookList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, `SELECT id, url, events, created_by, created_at FROM idem_demo_webhooks
-				WHERE org = ? AND business = ? ORDER BY created_at, id`, org, in.Slug)
-			if err != nil {
-				return err
-			}
-			out.Webhooks, err = collect(rows, func(rows rowScanner) (Webhook, error) {
-				w := Webhook{Business: in.Slug}
-				var events string
-				var at int64
-				if err := rows.Scan(&w.ID, &w.URL, &events, &w.CreatedBy, &at); err != nil {
-					return w, err
-				}
-				if err := json.Unmarshal([]byte(events), &w.Events); err != nil {
-					return w, fmt.Errorf("webhook %s: events: %w", w.ID, err)
-				}
-				w.CreatedAt = fromMicros(at)
-				return w, nil
-			})
+			var err error
+			out.Webhooks, out.NextCursor, err = readPage(ctx, tx, byCreated, in.Limit, in.Cursor,
+				`SELECT id, url, events, created_by, created_at FROM idem_demo_webhooks WHERE org = ? AND business = ?`, []any{org, in.Slug},
+				func(rows rowScanner) (Webhook, []any, error) {
+					w := Webhook{Business: in.Slug}
+					var events string
+					var at int64
+					if err := rows.Scan(&w.ID, &w.URL, &events, &w.CreatedBy, &at); err != nil {
+						return w, nil, err
+					}
+					if err := json.Unmarshal([]byte(events), &w.Events); err != nil {
+						return w, nil, fmt.Errorf("webhook %s: events: %w", w.ID, err)
+					}
+					w.CreatedAt = fromMicros(at)
+					return w, []any{at, w.ID}, nil
+				})
 			return err
 		})
 		return out, err
@@ -348,11 +358,11 @@ func (a *App) sendDelivery(ctx context.Context, d Delivery, secret string, body 
 func (a *App) webhookDeliveries() idem.Operation {
 	return idem.Define(idem.Metadata{
 		Name: "webhook.deliveries", Method: http.MethodGet, Path: "/v1/businesses/{slug}/webhooks/{id}/deliveries",
-		Summary:    "List the deliveries attempted to a webhook, oldest first",
+		Summary:    "List the deliveries attempted to a webhook oldest first, one page at a time",
 		SideEffect: idem.SideEffectRead,
 		Retry:      idem.RetryContract{Rationale: freshReadRationale},
 		Errors:     []idem.DeclaredError{errWebhookNotFound},
-	}, func(ctx context.Context, call *idem.Call, in webhookIn) (DeliveryList, error) {
+	}, func(ctx context.Context, call *idem.Call, in deliveryListIn) (DeliveryList, error) {
 		org := call.Principal.Org
 		var out DeliveryList
 		err := a.db.InTx(ctx, func(tx *Tx) error {
@@ -366,12 +376,13 @@ func (a *App) webhookDeliveries() idem.Operation {
 			if n == 0 {
 				return notFound("webhook", in.ID)
 			}
-			rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+` FROM idem_demo_webhook_deliveries
-				WHERE org = ? AND webhook = ? ORDER BY attempted_at, id`, org, in.ID)
-			if err != nil {
-				return err
-			}
-			out.Deliveries, err = collect(rows, scanDelivery)
+			var err error
+			out.Deliveries, out.NextCursor, err = readPage(ctx, tx, byAttempt, in.Limit, in.Cursor,
+				`SELECT `+deliveryColumns+` FROM idem_demo_webhook_deliveries WHERE org = ? AND webhook = ?`, []any{org, in.ID},
+				func(rows rowScanner) (Delivery, []any, error) {
+					d, err := scanDelivery(rows)
+					return d, []any{micros(d.AttemptedAt), d.ID}, err
+				})
 			return err
 		})
 		return out, err

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -199,15 +200,22 @@ func testPreviewRoute(t *testing.T, s *server) {
 	}
 }
 
-// ledgerEffects returns the gateway ledger's effects for the caller's org.
+// ledgerEffects returns the gateway ledger's effects for the caller's org,
+// reading it page after page (100 effects a page, the most it gives).
 func ledgerEffects(t *testing.T, s *server, token string) []map[string]any {
 	t.Helper()
-	l := s.do(t, "GET", "/v1/demo/gateway/ledger", token, "").want(t, 200, "")
 	var out []map[string]any
-	for _, e := range l.get("data.effects").([]any) {
-		out = append(out, e.(map[string]any))
+	for path := "/v1/demo/gateway/ledger?limit=100"; ; {
+		l := s.do(t, "GET", path, token, "").want(t, 200, "")
+		for _, e := range l.get("data.effects").([]any) {
+			out = append(out, e.(map[string]any))
+		}
+		next, _ := l.get("data.nextCursor").(string)
+		if next == "" {
+			return out
+		}
+		path = "/v1/demo/gateway/ledger?limit=100&cursor=" + url.QueryEscape(next)
 	}
-	return out
 }
 
 func testApproval(t *testing.T, s *server) {

@@ -235,10 +235,9 @@ func testMCPCancelledRefund(t *testing.T, s *server, cs *mcp.ClientSession) {
 	if len(finals) != 1 || finals[0]["code"] != "CANCELLED" || x.get("data.code") != "CANCELLED" {
 		t.Fatalf("execution of the cancelled refund: %s", x.raw)
 	}
-	ledger := s.do(t, "GET", "/v1/demo/gateway/ledger", "demo-agent", "").want(t, 200, "")
-	for _, e := range ledger.get("data.effects").([]any) {
-		if e.(map[string]any)["requestKey"] == key {
-			t.Fatalf("the cancelled refund reached the gateway: %s", ledger.raw)
+	for _, e := range ledgerEffects(t, s, "demo-agent") {
+		if e["requestKey"] == key {
+			t.Fatalf("the cancelled refund reached the gateway: %v", e)
 		}
 	}
 	problem, res := toolCall(t, cs, "order.refund", args)
