@@ -174,11 +174,12 @@ func (a *App) ledgerResponse(ctx context.Context, org string, query url.Values) 
 	return idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: raw}, nil
 }
 
-// ledgerPage reads the ledger route's query: limit (1…listLimitMax) and
+// ledgerPage reads the ledger route's query: limit (1…ledgerLimitMax,
+// ledgerLimitMax when absent) and
 // cursor, each at most once, and nothing else, as an operation's
 // parameters are checked.
 func ledgerPage(query url.Values) (int, string, error) {
-	limit := 0
+	limit := ledgerLimitMax
 	for name, vs := range query {
 		if len(vs) != 1 {
 			return 0, "", errPageParam(name, "query parameter %s is given %d times; give it once", name, len(vs))
@@ -186,8 +187,8 @@ func ledgerPage(query url.Values) (int, string, error) {
 		switch name {
 		case "limit":
 			n, err := strconv.Atoi(vs[0])
-			if err != nil || n < 1 || n > listLimitMax {
-				return 0, "", errPageParam(name, "limit must be an integer from 1 to %d, got %q", listLimitMax, vs[0])
+			if err != nil || n < 1 || n > ledgerLimitMax {
+				return 0, "", errPageParam(name, "limit must be an integer from 1 to %d, got %q", ledgerLimitMax, vs[0])
 			}
 			limit = n
 		case "cursor":

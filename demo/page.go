@@ -19,9 +19,12 @@ import (
 // Each list's input declares limit (1…listLimitMax) and cursor (at most
 // maxCursorLen characters) in its jsonschema tags.
 const (
-	listLimitDefault = 50
+	listLimitDefault = 100
 	listLimitMax     = 100
-	maxCursorLen     = 1024
+	// The gateway ledger is the demo's proof of effects, read whole by
+	// tests and scripts: its pages are larger.
+	ledgerLimitMax = 1000
+	maxCursorLen   = 1024
 )
 
 // cursorHelp is what a bad cursor's 400 tells the caller to do.
@@ -111,12 +114,13 @@ func (k sortKey) decodeCursor(cursor string) ([]any, error) {
 }
 
 // pageLimit is the limit a list reads: limit, or listLimitDefault for 0.
-// The operations' schemas bound limit to 1…listLimitMax.
+// The operations' schemas bound limit to 1…listLimitMax; the ledger passes
+// its own, up to ledgerLimitMax.
 func pageLimit(limit int) int {
 	if limit <= 0 {
 		return listLimitDefault
 	}
-	return min(limit, listLimitMax)
+	return min(limit, ledgerLimitMax)
 }
 
 // readPage reads one page of a list. q is the list's SELECT up to and

@@ -110,14 +110,14 @@ type webhookCreateIn struct {
 
 type webhookListIn struct {
 	Slug   string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
-	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=100,description=at most this many rows (default 100)"`
 	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
 }
 
 type deliveryListIn struct {
 	Slug   string `json:"slug" in:"path" jsonschema:"minLength=1,maxLength=63"`
 	ID     string `json:"id" in:"path" jsonschema:"minLength=1,maxLength=64"`
-	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=50,description=at most this many rows (default 50)"`
+	Limit  int    `json:"limit,omitempty" in:"query" jsonschema:"minimum=1,maximum=100,default=100,description=at most this many rows (default 100)"`
 	Cursor string `json:"cursor,omitempty" in:"query" jsonschema:"minLength=1,maxLength=1024,description=nextCursor of the previous page; leave it out for the first page"`
 }
 
