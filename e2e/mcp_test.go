@@ -305,3 +305,31 @@ func TestMCPStdioAnswersPipedRequests(t *testing.T) {
 		s.do(t, "GET", fmt.Sprintf("/v1/businesses/piped-%d", i), "demo-agent", "").want(t, 200, "")
 	}
 }
+
+// TestMCPOrigin: /mcp of the built server refuses a foreign Origin with
+// 403 FORBIDDEN and accepts its own, an --allowed-origins one and none.
+func TestMCPOrigin(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, "sqlite:"+filepath.Join(dir, "idem.db"), dir, "--allowed-origins", "https://app.example.com, http://localhost:3000")
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"o","version":"1"}}}`
+	for origin, want := range map[string]int{
+		"":                        200,
+		s.url:                     200,
+		"https://app.example.com": 200,
+		"http://localhost:3000":   200,
+		"http://evil.example":     403,
+		"https://app.example.org": 403,
+	} {
+		headers := []string{"Accept", "application/json, text/event-stream"}
+		if origin != "" {
+			headers = append(headers, "Origin", origin)
+		}
+		r := s.do(t, "POST", "/mcp", "demo-agent", initialize, headers...)
+		if r.status != want {
+			t.Errorf("Origin %q: %d %s, want %d", origin, r.status, r.raw, want)
+		}
+		if want == 403 && (r.body["code"] != "FORBIDDEN" || !strings.Contains(r.body["detail"].(string), "--allowed-origins")) {
+			t.Errorf("Origin %q: %s is not the FORBIDDEN problem naming --allowed-origins", origin, r.raw)
+		}
+	}
+}
