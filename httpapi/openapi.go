@@ -377,12 +377,16 @@ const unauthenticatedResponse = "Unauthenticated"
 // clientErrors are the idem codes an operation's route answers with a 4xx
 // before or instead of its handler, by status: the contract checks of SPEC
 // §6.4 that apply to its kind, input validation, and authentication. Each
-// entry is "CODE: what to do"; 401 is the shared Unauthenticated response.
+// entry is "CODE: when. What to do." (the code's action; when is left out
+// where the action says it); 401 is the shared Unauthenticated response.
 func clientErrors(d idem.Descriptor, keyed bool) map[int][]string {
 	out := map[int][]string{}
 	add := func(c idem.Code, when string) {
 		info := c.Info()
-		out[info.Status] = append(out[info.Status], string(c)+": "+when+" "+info.Action)
+		if when != "" {
+			when += " "
+		}
+		out[info.Status] = append(out[info.Status], string(c)+": "+when+info.Action)
 	}
 	add(idem.CodeInvalidInput, "the input breaks the operation's schema, or a control parameter (dryRun) is not exactly true or false; nothing ran.")
 	if d.Retry.Kind != idem.RetryFreshRead {
@@ -402,11 +406,11 @@ func clientErrors(d idem.Descriptor, keyed bool) map[int][]string {
 		add(idem.CodeRequestTooLarge, "the body is over the server's limit.")
 	}
 	if keyed {
-		add(idem.CodeIdempotencyKeyInFlight, "the attempt with this key is still running (header Retry-After).")
-		add(idem.CodeIdempotencyResultIndeterminate, "nobody can prove whether the attempt with this key took effect (details.reconcile: "+d.Retry.Reconcile+").")
-		add(idem.CodeIdempotencyKeyReused, "this key already names another request (method, path, query or body differ); it did not run.")
+		add(idem.CodeIdempotencyKeyInFlight, "")
+		add(idem.CodeIdempotencyResultIndeterminate, "details.reconcile is "+d.Retry.Reconcile+".")
+		add(idem.CodeIdempotencyKeyReused, "the request did not run (its method, path, query or body differ from the key's first request).")
 		if d.Retry.Enforcement == idem.EnforceTransactionalSecretReplay {
-			add(idem.CodeIdempotencyResultExpired, "the one-time result of this key is past its window (details.reconcile: "+d.Retry.Reconcile+").")
+			add(idem.CodeIdempotencyResultExpired, "details.reconcile is "+d.Retry.Reconcile+".")
 		}
 	}
 	out[http.StatusUnauthorized] = nil
