@@ -103,7 +103,7 @@ var codeTable = map[Code]CodeInfo{
 	CodeExecutionFailed: {500, false, "Execution failed", "The handler failed; for a keyed call the result is indeterminate: run the reconcile operation before retrying with a new key."},
 	CodeOutputInvalid:   {500, false, "Invalid output", "The operation produced output that breaks its own schema (a server bug); run the reconcile operation and report it."},
 
-	CodeStoreUnavailable: {503, true, "Store unavailable", "The server could not reach its store and ran nothing; retry the same request (with the same key) later."},
+	CodeStoreUnavailable: {503, true, "Store unavailable", "The server could not reach its store. Before the handler started (retryable: true) nothing ran and the key is not consumed: retry the same request, same key, later. After it started (a keyed call says so, with retryable: false and details.reconcile) the call may have executed: run the reconcile operation first."},
 	CodeInternal:         {500, false, "Internal error", "An unexpected server error; for a keyed call run the reconcile operation before retrying."},
 	CodeNetworkError:     {0, true, "Network error", "No HTTP answer was received; retry with the same key, or reconcile if retries are exhausted."},
 

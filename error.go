@@ -86,9 +86,12 @@ func AsError(err error) *Error {
 }
 
 // Unavailable wraps a store failure as STORE_UNAVAILABLE. Stores return it
-// for every failure they cannot interpret, so that the pipeline fails closed.
+// for every failure they cannot interpret, so that the pipeline fails closed;
+// handlers may return it for their own database. Its message says nothing
+// of what ran: the pipeline adds that where it knows (nothing, before the
+// handler started; maybe something, after).
 func Unavailable(op string, cause error) *Error {
-	e := Errorf(CodeStoreUnavailable, "the store is unavailable (%s); nothing was executed, retry later", op)
+	e := Errorf(CodeStoreUnavailable, "the store is unavailable (%s)", op)
 	e.Err = cause
 	return e
 }

@@ -228,6 +228,9 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Respon
 			// say so, so nothing about this answer is retryable.
 			e = e.WithDetail("reconcile", reconcileName(m))
 			e.Retryable = false
+			if e.Status >= 500 && x.attempts > 0 {
+				e.Message = mayHaveExecuted(m, e.Message)
+			}
 		}
 		resp = problemResponse(NewProblem(e, meta))
 		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, e.Code, OutcomeFailed, e.Code
@@ -288,6 +291,17 @@ func reconcileName(m Metadata) any {
 		return nil
 	}
 	return m.Retry.Reconcile
+}
+
+// mayHaveExecuted is the message of a keyed 5xx after the handler started:
+// the failure, then what it means for the caller.
+func mayHaveExecuted(m Metadata, failure string) string {
+	reconcile := "a read of the current state"
+	if m.Retry.Reconcile != "" {
+		reconcile = m.Retry.Reconcile
+	}
+	return fmt.Sprintf("%s; the handler of %s had started, so the call may have executed: run %s to see whether it took effect "+
+		"before deciding, and use a new key only if a new mutation is still needed (the same key never runs it again)", failure, m.Name, reconcile)
 }
 
 // answerExisting answers from an attempt record (stage 5, or stage 8 when a

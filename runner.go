@@ -416,17 +416,23 @@ func (x *execution) checkContract() *Error {
 // concretePath substitutes the route's parameters.
 func (x *execution) concretePath() string { return FillPath(x.op.meta.Path, x.req.PathParams) }
 
-// storeFailure maps a store error to the answer: a done context is the
-// caller's cancellation, anything else fails closed.
+// storeFailure maps a store error of the stages before the handler starts
+// to the answer: a done context is the caller's cancellation, anything else
+// fails closed, saying that nothing was executed.
 func storeFailure(ctx context.Context, err error) *Error {
 	if ctx.Err() != nil {
 		return Errorf(CodeCancelled, "the caller cancelled the request before it ran")
 	}
 	var e *Error
-	if errors.As(err, &e) {
-		return e
+	if !errors.As(err, &e) {
+		e = Unavailable("store", err)
 	}
-	return Unavailable("store", err)
+	if e.Code == CodeStoreUnavailable {
+		c := *e
+		c.Message += "; nothing was executed, retry later"
+		return &c
+	}
+	return e
 }
 
 func (x *execution) log(resp Response, took time.Duration) {

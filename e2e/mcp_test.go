@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -250,4 +251,84 @@ func jsonEqual(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
+}
+
+// TestMCPStdioAnswersPipedRequests pipes a whole session into `idem mcp`
+// with stdin closed behind it, as a shell pipe does: every request read
+// before the end of input is answered before the process exits.
+func TestMCPStdioAnswersPipedRequests(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, "sqlite:"+filepath.Join(dir, "idem.db"), dir)
+	const calls = 10
+	var in bytes.Buffer
+	in.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"pipe","version":"1"}}}` + "\n")
+	in.WriteString(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n")
+	for i := 1; i <= calls; i++ {
+		fmt.Fprintf(&in, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"business.create","arguments":{"slug":"piped-%d","name":"Piped %d","idempotencyKey":"piped-key-%d"}}}`+"\n", i, i, i, i)
+	}
+	cmd := exec.Command(binary, "mcp", "--server", s.url, "--token", "demo-agent")
+	cmd.Env = append(cmd.Environ(), "IDEM_SERVER=", "IDEM_TOKEN=")
+	cmd.Stdin = &in // exec closes the pipe once it is copied: EOF right after the last request
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("idem mcp: %v\n%s", err, stderr.String())
+	}
+	answered := map[int]bool{}
+	for line := range strings.Lines(stdout.String()) {
+		var msg struct {
+			ID     *int `json:"id"`
+			Result struct {
+				IsError bool `json:"isError"`
+			} `json:"result"`
+			Error any `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &msg); err != nil || msg.ID == nil {
+			t.Fatalf("stdout line %q is not an answer: %v", line, err)
+		}
+		if *msg.ID > 0 && (msg.Error != nil || msg.Result.IsError) {
+			t.Errorf("call %d failed: %s", *msg.ID, line)
+		}
+		answered[*msg.ID] = true
+	}
+	var missing []int
+	for i := 0; i <= calls; i++ {
+		if !answered[i] {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("requests %v were not answered; stdout:\n%s\nstderr:\n%s", missing, stdout.String(), stderr.String())
+	}
+	for i := 1; i <= calls; i++ {
+		s.do(t, "GET", fmt.Sprintf("/v1/businesses/piped-%d", i), "demo-agent", "").want(t, 200, "")
+	}
+}
+
+// TestMCPOrigin: /mcp of the built server refuses a foreign Origin with
+// 403 FORBIDDEN and accepts its own, an --allowed-origins one and none.
+func TestMCPOrigin(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, "sqlite:"+filepath.Join(dir, "idem.db"), dir, "--allowed-origins", "https://app.example.com, http://localhost:3000")
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"o","version":"1"}}}`
+	for origin, want := range map[string]int{
+		"":                        200,
+		s.url:                     200,
+		"https://app.example.com": 200,
+		"http://localhost:3000":   200,
+		"http://evil.example":     403,
+		"https://app.example.org": 403,
+	} {
+		headers := []string{"Accept", "application/json, text/event-stream"}
+		if origin != "" {
+			headers = append(headers, "Origin", origin)
+		}
+		r := s.do(t, "POST", "/mcp", "demo-agent", initialize, headers...)
+		if r.status != want {
+			t.Errorf("Origin %q: %d %s, want %d", origin, r.status, r.raw, want)
+		}
+		if want == 403 && (r.body["code"] != "FORBIDDEN" || !strings.Contains(r.body["detail"].(string), "--allowed-origins")) {
+			t.Errorf("Origin %q: %s is not the FORBIDDEN problem naming --allowed-origins", origin, r.raw)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -27,7 +28,20 @@ type OpenAPIInfo struct {
 	Title string
 	// Version is the API's version; "dev" when empty.
 	Version string
+	// License names the terms the API is offered under (info.license.name),
+	// LicenseIdentifier is their SPDX expression, or else LicenseURL links
+	// them.
+	// Without a License the document says that none is declared.
+	License, LicenseIdentifier, LicenseURL string
 }
+
+// The info.license of a document whose OpenAPIInfo names no license: a
+// placeholder that claims no terms (an SPDX LicenseRef names a license
+// outside the SPDX list).
+const (
+	noLicense           = "No license declared; ask the operator of this server"
+	noLicenseIdentifier = "LicenseRef-none-declared"
+)
 
 // OpenAPI renders the OpenAPI 3.1 document served at GET /openapi.json,
 // compact with a trailing newline, byte-identical for the same input.
@@ -36,9 +50,13 @@ type OpenAPIInfo struct {
 // with operationId = its name, its parameters (path, query, and the
 // Idempotency-Key and Prefer headers of same_key_replay operations, dryRun
 // on preview operations), a request body restricted to its body fields,
-// the success envelope with the output schema as data, its declared errors
-// and a default problem response, and the extension x-idem-agent-retry =
-// its retry object.
+// the success envelope with the output schema as data, a problem response
+// per client error status it can answer (the contract's key errors, input
+// errors, 401, its declared errors), a default problem response, and the
+// extension x-idem-agent-retry = its retry object.
+//
+// The one server is "/": the document describes the server it is fetched
+// from, whose public URL the server cannot know.
 //
 // The system routes (catalog, OpenAPI, approvals, executions, attempt
 // records, health, readiness, metrics) are documented too, under the tag
@@ -61,6 +79,7 @@ func OpenAPI(descs []idem.Descriptor, info OpenAPIInfo) []byte {
 	paths := openapiPaths{}
 	taken := map[string]bool{}
 	tags := []string{"system"}
+	tagged := map[string][]string{} // tag → its operations, sorted
 	for _, d := range sortedDescriptors(descs) {
 		if !slices.Contains(d.Surfaces, idem.SurfaceHTTP) {
 			continue
@@ -68,6 +87,7 @@ func OpenAPI(descs []idem.Descriptor, info OpenAPIInfo) []byte {
 		paths.add(d.Path, d.Method, openapiOperation(d))
 		taken[d.Name] = true
 		tags = append(tags, operationTag(d.Name))
+		tagged[operationTag(d.Name)] = append(tagged[operationTag(d.Name)], d.Name)
 	}
 	for _, r := range systemRoutes() {
 		paths.add(r.path, r.method, r.operation(taken))
@@ -76,15 +96,26 @@ func OpenAPI(descs []idem.Descriptor, info OpenAPIInfo) []byte {
 	tags = slices.Compact(tags)
 	tagList := make([]docObject, 0, len(tags))
 	for _, t := range tags {
-		tag := docObj("name", t)
-		if t == "system" {
-			tag = tag.with("description", "Routes of idem itself, not catalog operations: they carry no "+AgentRetryExtension+".")
+		desc := "Routes of idem itself, not catalog operations: they carry no " + AgentRetryExtension + "."
+		if t != "system" {
+			desc = "Catalog operations " + strings.Join(tagged[t], ", ") + "; each carries its retry contract in " + AgentRetryExtension + "."
 		}
-		tagList = append(tagList, tag)
+		tagList = append(tagList, docObj("name", t, "description", desc))
+	}
+	license := docObj("name", noLicense, "identifier", noLicenseIdentifier)
+	if info.License != "" {
+		license = docObj("name", info.License)
+		switch { // OpenAPI 3.1: identifier and url exclude each other
+		case info.LicenseIdentifier != "":
+			license = license.with("identifier", info.LicenseIdentifier)
+		case info.LicenseURL != "":
+			license = license.with("url", info.LicenseURL)
+		}
 	}
 	doc := docObj(
 		"openapi", OpenAPIVersion,
-		"info", docObj("title", info.Title, "version", info.Version),
+		"info", docObj("title", info.Title, "version", info.Version, "license", license),
+		"servers", []docObject{docObj("url", "/", "description", "The server this document is served by.")},
 		"jsonSchemaDialect", "https://json-schema.org/draft/2020-12/schema",
 		"security", []docObject{docObj("bearer", []string{})},
 		"tags", tagList,
@@ -93,6 +124,14 @@ func OpenAPI(descs []idem.Descriptor, info OpenAPIInfo) []byte {
 			"securitySchemes", docObj("bearer", docObj(
 				"type", "http", "scheme", "bearer",
 				"description", "An API token: Authorization: Bearer <token>.",
+			)),
+			"responses", docObj(unauthenticatedResponse, docObj(
+				"description", "UNAUTHENTICATED: no valid bearer token. "+idem.CodeUnauthenticated.Info().Action,
+				"headers", docObj("WWW-Authenticate", docObj(
+					"description", `The Bearer challenge (RFC 6750): Bearer realm="idem", with error="invalid_token" for an unknown token.`,
+					"schema", docObj("type", "string"),
+				)),
+				"content", docObj(idem.ContentTypeProblem, docObj("schema", schemaRef("Problem"))),
 			)),
 			"schemas", componentSchemas(),
 		),
@@ -235,16 +274,33 @@ func bodySchema(input, props docObject, required, bodyNames []string) (docObject
 	return out, len(bodyRequired) > 0
 }
 
+// idempotencyKeyParameter is the Idempotency-Key header of a same_key_replay
+// operation. It is not required in OpenAPI's sense, which would bind every
+// caller: the server refuses a call without it only from the principal
+// kinds that must send one (keyKinds), and the description says which.
 func idempotencyKeyParameter() docObject {
 	return docObj(
-		"name", "Idempotency-Key", "in", "header", "required", true,
-		"description", "This operation replays by key (same_key_replay). Generate an opaque key, record it in durable task state "+
+		"name", "Idempotency-Key", "in", "header", "required", false,
+		"description", "Required from principals of kind "+strings.Join(keyKinds(), ", ")+
+			" (without it they get 400 IDEMPOTENCY_KEY_REQUIRED and nothing runs); other kinds (browser) may omit it. "+
+			"This operation replays by key (same_key_replay). Generate an opaque key, record it in durable task state "+
 			"before the first send, and after an ambiguous outcome resend the byte-equivalent request with the same key; "+
 			"a replay is the original attempt's result, not current state. 1 to 255 characters from "+
-			"A-Z a-z 0-9 - _ . ~ : / + = @, bare or as an RFC 8941 string. Agents, CLI sessions and service accounts "+
-			"must send it (400 IDEMPOTENCY_KEY_REQUIRED). Never together with dryRun=true.",
+			"A-Z a-z 0-9 - _ . ~ : / + = @, bare or as an RFC 8941 string. Never together with dryRun=true.",
 		"schema", docObj("type", "string", "pattern", `^([A-Za-z0-9._~:/+=@-]{1,255}|"[A-Za-z0-9._~:/+=@-]{1,255}")$`),
 	)
+}
+
+// keyKinds are the principal kinds that must send Idempotency-Key
+// (Principal.MustSendKey).
+func keyKinds() []string {
+	var out []string
+	for _, k := range []idem.PrincipalKind{idem.KindAgent, idem.KindCLISession, idem.KindServiceAccount, idem.KindBrowser} {
+		if (idem.Principal{Kind: k}).MustSendKey() {
+			out = append(out, string(k))
+		}
+	}
+	return out
 }
 
 func preferParameter() docObject {
@@ -259,7 +315,7 @@ func preferParameter() docObject {
 }
 
 // operationResponses: the success envelope, one problem response per
-// status of the declared errors, and the default problem.
+// client error status (clientErrors), and the default problem.
 func operationResponses(d idem.Descriptor, keyed bool) docObject {
 	if d.SuccessStatus == 0 {
 		d.SuccessStatus = http.StatusOK
@@ -296,24 +352,69 @@ func operationResponses(d idem.Descriptor, keyed bool) docObject {
 	if dryRunResponse != nil {
 		responses = responses.with(strconv.Itoa(http.StatusOK), dryRunResponse)
 	}
-	byStatus := map[int][]string{}
-	var statuses []int
+	byStatus := clientErrors(d, keyed)
 	for _, e := range d.Errors {
 		if e.Status == d.SuccessStatus || (dryRunResponse != nil && e.Status == http.StatusOK) {
 			continue
 		}
-		if _, seen := byStatus[e.Status]; !seen {
-			statuses = append(statuses, e.Status)
-		}
-		byStatus[e.Status] = append(byStatus[e.Status], string(e.Code)+": "+e.Message)
+		byStatus[e.Status] = append(byStatus[e.Status], string(e.Code)+" (declared business outcome): "+e.Message)
 	}
-	slices.Sort(statuses)
+	statuses := slices.Sorted(maps.Keys(byStatus))
 	for _, status := range statuses {
-		responses = responses.with(strconv.Itoa(status), problemResponse(
-			"Declared business outcome: "+strings.Join(byStatus[status], "; ")))
+		if status == http.StatusUnauthorized {
+			responses = responses.with("401", docObj("$ref", "#/components/responses/"+unauthenticatedResponse))
+			continue
+		}
+		responses = responses.with(strconv.Itoa(status), problemResponse("- "+strings.Join(byStatus[status], "\n- ")))
 	}
 	return responses.with("default", problemResponse(
 		"A problem (RFC 9457) with a stable code; docs/errors.md lists the codes and what to do."))
+}
+
+// unauthenticatedResponse names the shared 401 response component.
+const unauthenticatedResponse = "Unauthenticated"
+
+// clientErrors are the idem codes an operation's route answers with a 4xx
+// before or instead of its handler, by status: the contract checks of SPEC
+// §6.4 that apply to its kind, input validation, and authentication. Each
+// entry is "CODE: when. What to do." (the code's action; when is left out
+// where the action says it); 401 is the shared Unauthenticated response.
+func clientErrors(d idem.Descriptor, keyed bool) map[int][]string {
+	out := map[int][]string{}
+	add := func(c idem.Code, when string) {
+		info := c.Info()
+		if when != "" {
+			when += " "
+		}
+		out[info.Status] = append(out[info.Status], string(c)+": "+when+info.Action)
+	}
+	add(idem.CodeInvalidInput, "the input breaks the operation's schema, or a control parameter (dryRun) is not exactly true or false; nothing ran.")
+	if d.Retry.Kind != idem.RetryFreshRead {
+		add(idem.CodeIdempotencyKeyInvalid, "a malformed or repeated Idempotency-Key header.")
+	}
+	switch {
+	case keyed:
+		add(idem.CodeIdempotencyKeyNotSupported, "an Idempotency-Key together with dryRun=true.")
+		add(idem.CodeIdempotencyKeyRequired, "no Idempotency-Key on a live call from a principal of kind "+strings.Join(keyKinds(), ", ")+"; nothing ran.")
+	case d.Retry.Kind != idem.RetryFreshRead:
+		add(idem.CodeIdempotencyKeyNotSupported, "an Idempotency-Key on an operation of kind "+string(d.Retry.Kind)+", which does not replay by key.")
+	}
+	if !d.Retry.Preview {
+		add(idem.CodeDryRunNotSupported, "dryRun=true on an operation without a preview.")
+	}
+	if slices.ContainsFunc(d.Params, func(p idem.Param) bool { return p.In == "body" }) {
+		add(idem.CodeRequestTooLarge, "the body is over the server's limit.")
+	}
+	if keyed {
+		add(idem.CodeIdempotencyKeyInFlight, "")
+		add(idem.CodeIdempotencyResultIndeterminate, "details.reconcile is "+d.Retry.Reconcile+".")
+		add(idem.CodeIdempotencyKeyReused, "the request did not run (its method, path, query or body differ from the key's first request).")
+		if d.Retry.Enforcement == idem.EnforceTransactionalSecretReplay {
+			add(idem.CodeIdempotencyResultExpired, "details.reconcile is "+d.Retry.Reconcile+".")
+		}
+	}
+	out[http.StatusUnauthorized] = nil
+	return out
 }
 
 // envelopeSchema is the success envelope with data described by data.
@@ -362,6 +463,9 @@ type systemRoute struct {
 	params   []docObject
 	body     docObject
 	statusOK docObject // the 200 response
+	// errors are its client errors by status, "CODE: when" each; a route
+	// that is not public answers 401 as well.
+	errors map[int][]string
 	// unready documents 503 STORE_UNAVAILABLE (readyz).
 	unready bool
 }
@@ -386,6 +490,26 @@ func (r systemRoute) operation(taken map[string]bool) docObject {
 		op = op.with("requestBody", docObj("content", docObj(idem.ContentTypeJSON, docObj("schema", r.body))))
 	}
 	responses := docObj("200", r.statusOK)
+	errs := maps.Clone(r.errors)
+	if !r.public {
+		if errs == nil {
+			errs = map[int][]string{}
+		}
+		errs[http.StatusUnauthorized] = nil
+	}
+	for _, status := range slices.Sorted(maps.Keys(errs)) {
+		if status == http.StatusUnauthorized {
+			responses = responses.with("401", docObj("$ref", "#/components/responses/"+unauthenticatedResponse))
+			continue
+		}
+		responses = responses.with(strconv.Itoa(status), problemResponse("- "+strings.Join(errs[status], "\n- ")))
+	}
+	if len(errs) == 0 {
+		// A public read refuses no well-formed request; what a client can
+		// still meet on its path is a problem object too.
+		responses = responses.with("4XX", problemResponse(
+			"A client error, as a problem object with a stable code: for example 405 METHOD_NOT_ALLOWED, with Allow, for a method this path does not serve."))
+	}
 	if r.unready {
 		responses = responses.with("503", problemResponse("STORE_UNAVAILABLE: the store is unreachable."))
 	}
@@ -402,6 +526,15 @@ func systemRoutes() []systemRoute {
 	status := func(value string) docObject {
 		return docObj("type", "object", "required", []string{"status"}, "properties", docObj("status", docObj("const", value)))
 	}
+	// errs groups "CODE: when" entries by the code's status.
+	errs := func(entries ...any) map[int][]string {
+		out := map[int][]string{}
+		for i := 0; i+1 < len(entries); i += 2 {
+			c := entries[i].(idem.Code)
+			out[c.Info().Status] = append(out[c.Info().Status], string(c)+": "+entries[i+1].(string))
+		}
+		return out
+	}
 	decision := func(verb, summary string) systemRoute {
 		return systemRoute{
 			method: "POST", path: "/v1/approvals/{id}/" + verb, id: "system.approvals." + verb,
@@ -412,6 +545,15 @@ func systemRoutes() []systemRoute {
 			body: docObj("type", "object", "properties", docObj("reason", docObj(
 				"type", "string", "description", "Why; shown to the requester."))),
 			statusOK: data("OK: the approval as decided.", schemaRef("Approval")),
+			errors: errs(
+				idem.CodeInvalidInput, "the body is not {\"reason\": \"…\"}.",
+				idem.CodeForbidden, "the caller lacks the approver role.",
+				idem.CodeSelfApprovalForbidden, "the caller requested this approval; another approver must decide it.",
+				idem.CodeApprovalNotFound, "no approval with this id is visible to the caller.",
+				idem.CodeApprovalAlreadyDecided, "the approval carries the other decision.",
+				idem.CodeApprovalExpired, "the approval passed its expiry undecided.",
+				idem.CodeRequestTooLarge, "the body is over the limit.",
+			),
 		}
 	}
 	return []systemRoute{
@@ -433,12 +575,14 @@ func systemRoutes() []systemRoute {
 			params: []docObject{docObj("name", "status", "in", "query", "required", false, "schema", docObj(
 				"type", "string", "enum", []string{"pending", "approved", "rejected", "consumed", "expired"}))},
 			statusOK: data("OK: the approvals, newest first.", docObj("type", "array", "items", schemaRef("Approval"))),
+			errors:   errs(idem.CodeInvalidInput, "status is not one of pending, approved, rejected, consumed, expired."),
 		},
 		{
 			method: "GET", path: "/v1/approvals/{id}", id: "system.approvals.show",
 			summary:  "Show an approval (its requester, or an approver of its org).",
 			params:   []docObject{pathID("id", "The approval id.")},
 			statusOK: data("OK: the approval.", schemaRef("Approval")),
+			errors:   errs(idem.CodeApprovalNotFound, "no approval with this id is visible to the caller."),
 		},
 		decision("approve", "Approve a pending approval (approver role; not its requester)."),
 		decision("reject", "Reject a pending approval (approver role; not its requester)."),
@@ -447,12 +591,14 @@ func systemRoutes() []systemRoute {
 			summary:  "Show an execution with its audit events (its principal, or an approver of its org).",
 			params:   []docObject{pathID("id", "The execution id (meta.executionId).")},
 			statusOK: data("OK: the execution.", schemaRef("Execution")),
+			errors:   errs(idem.CodeNotFound, "no execution with this id is visible to the caller."),
 		},
 		{
 			method: "GET", path: "/v1/attempts/{key}", id: "system.attempts.show",
 			summary:  "Show the caller's own attempt record for an idempotency key.",
 			params:   []docObject{pathID("key", "The idempotency key, percent-encoded (/ as %2F).")},
 			statusOK: data("OK: the attempt record.", schemaRef("AttemptRecord")),
+			errors:   errs(idem.CodeNotFound, "the caller has no attempt record for this key (never used, or forgotten after retention)."),
 		},
 		{
 			method: "GET", path: "/healthz", id: "system.healthz", public: true,
@@ -501,10 +647,6 @@ func componentSchemas() docObject {
 			"details", docObj("type", "object"),
 			"meta", schemaRef("Meta"),
 		).with("description", "RFC 9457 problem details with idem's extension members."),
-		"Envelope", object([]string{"data"},
-			"data", docObj(),
-			"meta", schemaRef("Meta"),
-		).with("description", "The success body; data never carries idempotency fields."),
 		"Meta", object(nil,
 			"operation", str,
 			"executionId", str,

@@ -2,8 +2,10 @@ package mcpserver
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -23,13 +25,17 @@ type HTTPOptions struct {
 	MaxBodyBytes int64
 	// Logger receives the SDK's logs; none when nil.
 	Logger *slog.Logger
+	// AllowedOrigins are the origins (NormalizeOrigin) besides the
+	// server's own whose browser pages may call /mcp.
+	AllowedOrigins []string
 }
 
 // HTTPHandler serves streamable HTTP MCP (at /mcp of idem serve) behind
 // the HTTP API's bearer-token auth.
 type HTTPHandler struct {
-	authn httpapi.Authenticator
-	next  http.Handler
+	authn   httpapi.Authenticator
+	next    http.Handler
+	origins map[string]bool // AllowedOrigins, normalized
 
 	// draining ends when the server drains (Drain).
 	draining context.Context
@@ -54,7 +60,10 @@ type callerKey struct{}
 // tokens do not expire, and every request is authenticated anew.
 const tokenLifetime = 24 * time.Hour
 
-// Handler returns the streamable HTTP handler of srv. Every request needs
+// Handler returns the streamable HTTP handler of srv. A request whose
+// Origin header is neither absent, nor the server's own origin, nor one of
+// opts.AllowedOrigins is refused first (403 FORBIDDEN), as the MCP
+// transport requires against DNS rebinding. Every other request needs
 // a bearer token that authn knows (else 401 with the UNAUTHENTICATED
 // problem object, as on the HTTP API); a session stays with the principal
 // that opened it. Tool handlers get the principal in their context
@@ -84,12 +93,24 @@ func Handler(srv *mcp.Server, authn httpapi.Authenticator, opts HTTPOptions) *HT
 			Extra:      map[string]any{callerExtra: c},
 		}, nil
 	}
+	origins := map[string]bool{}
+	for _, o := range opts.AllowedOrigins {
+		n, err := NormalizeOrigin(o)
+		if err != nil {
+			panic("mcpserver: " + err.Error())
+		}
+		origins[n] = true
+	}
 	draining, drain := context.WithCancel(context.Background())
-	return &HTTPHandler{authn: authn, next: auth.RequireBearerToken(verify, nil)(sdk), draining: draining, drain: drain}
+	return &HTTPHandler{authn: authn, next: auth.RequireBearerToken(verify, nil)(sdk), origins: origins, draining: draining, drain: drain}
 }
 
 // ServeHTTP implements http.Handler.
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h.checkOrigin(r); err != nil {
+		writeProblem(w, err)
+		return
+	}
 	p, ok := h.authenticate(w, r)
 	if !ok {
 		return
@@ -129,11 +150,60 @@ func (h *HTTPHandler) authenticate(w http.ResponseWriter, r *http.Request) (idem
 }
 
 func unauthorized(w http.ResponseWriter, err error, challenge string) {
+	w.Header().Set("WWW-Authenticate", challenge)
+	writeProblem(w, err)
+}
+
+// writeProblem answers err as the HTTP API's problem object.
+func writeProblem(w http.ResponseWriter, err error) {
 	resp := idem.ErrorResponse(err, nil)
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
-	w.Header().Set("WWW-Authenticate", challenge)
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
+}
+
+// checkOrigin refuses a request carrying an Origin header that is not the
+// server's own origin (the request's scheme and Host) nor an allowed one:
+// a browser page on another origin, possibly reaching a local server
+// through DNS rebinding. Requests without Origin (non-browser clients)
+// pass.
+func (h *HTTPHandler) checkOrigin(r *http.Request) error {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	own, _ := NormalizeOrigin(scheme + "://" + r.Host)
+	for _, origin := range r.Header.Values("Origin") {
+		if n, err := NormalizeOrigin(origin); err == nil && (n == own || h.origins[n]) {
+			continue
+		}
+		return idem.Errorf(idem.CodeForbidden, "/mcp refuses requests from Origin %q (only %s and the origins of --allowed-origins may call it); "+
+			"to let a browser page on that origin call it, start idem serve with --allowed-origins %s", origin, own, origin)
+	}
+	return nil
+}
+
+// NormalizeOrigin returns origin (scheme://host[:port], as a browser sends
+// it in the Origin header) in the form origins are compared in: lower-case
+// scheme and host, without the scheme's default port. It fails on anything
+// else, "null" included.
+func NormalizeOrigin(origin string) (string, error) {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", fmt.Errorf("origin %q is not scheme://host[:port] with scheme http or https", origin)
+	}
+	scheme, host, port := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+	if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		port = ""
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port != "" {
+		host += ":" + port
+	}
+	return scheme + "://" + host, nil
 }

@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,8 @@ const maxBatch = 128
 var _ idem.Store = (*Store)(nil)
 
 // Open opens the database file at path, creating it if absent (its
-// directory must exist), applies pending migrations and returns the store.
+// directory must exist) with mode 0600, applies pending migrations and
+// returns the store.
 func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
@@ -59,6 +61,9 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		return nil, fmt.Errorf("sqlitestore: open %s: directory %s: %w", path, dir, err)
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("sqlitestore: open %s: %s is not a directory", path, dir)
+	}
+	if err := createFile(path); err != nil {
+		return nil, err
 	}
 
 	w, err := openPool(ctx, path, 1, "_txlock=immediate")
@@ -77,6 +82,21 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r)}
 	s.writes = groupcommit.New(s.runWrite, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
 	return s, nil
+}
+
+// createFile creates the database file, empty and 0600 (SQLite's own
+// default is 0644 less the umask), unless it exists: an existing file keeps
+// its mode. SQLite gives the -wal and -shm files it creates the mode of the
+// database file, so they are 0600 too.
+func createFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sqlitestore: create %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // openPool opens a pool of at most n connections on path, each set up by the

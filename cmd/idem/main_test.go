@@ -90,3 +90,20 @@ func TestKeyNew(t *testing.T) {
 		seen[key] = true
 	}
 }
+
+func TestServeRefusesAMalformedAllowedOrigin(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		args []string
+	}{
+		"flag":        {nil, []string{"serve", "--allowed-origins", "https://ok.example,ftp://x"}},
+		"environment": {map[string]string{"IDEM_ALLOWED_ORIGINS": "app.example.com"}, []string{"serve"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, _, stderr := run(t, tc.env, tc.args...)
+			if code != exitUsage || !strings.Contains(stderr, "--allowed-origins") {
+				t.Fatalf("idem %v = exit %d, stderr %q; want exit 2 naming --allowed-origins", tc.args, code, stderr)
+			}
+		})
+	}
+}

@@ -40,7 +40,8 @@ func (m Main) mcpCommand() *cobra.Command {
 	return cmd
 }
 
-// mcpServe serves MCP on stdio until the client closes stdin or ctx ends.
+// mcpServe serves MCP on stdio until the client closes stdin (requests
+// already read are answered first) or ctx ends.
 func (m Main) mcpServe(ctx context.Context, o mcpOptions) error {
 	u, err := url.Parse(o.server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -52,7 +53,7 @@ func (m Main) mcpServe(ctx context.Context, o mcpOptions) error {
 	if err != nil {
 		return err
 	}
-	err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(m.Stdin), Writer: mcpStdout{m.Stdout}})
+	err = srv.Run(ctx, &mcpserver.StdioTransport{Reader: io.NopCloser(m.Stdin), Writer: mcpStdout{m.Stdout}, Logger: logger})
 	if err == nil || errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || ctx.Err() != nil {
 		return nil
 	}

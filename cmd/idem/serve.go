@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,7 @@ type serveOptions struct {
 	approvalExpiry time.Duration
 	sweepInterval  time.Duration
 	replayCacheMB  int
+	allowedOrigins string
 	demo           bool
 }
 
@@ -61,6 +63,9 @@ func (m Main) serveCommand() *cobra.Command {
 			if o.tokensFile == "" {
 				o.tokensFile = m.Getenv("IDEM_TOKENS_FILE")
 			}
+			if o.allowedOrigins == "" {
+				o.allowedOrigins = m.Getenv("IDEM_ALLOWED_ORIGINS")
+			}
 			return m.serve(cmd.Context(), o)
 		},
 	}
@@ -75,6 +80,7 @@ func (m Main) serveCommand() *cobra.Command {
 	f.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "grace added to an execution's bound before an in-flight record reads as indeterminate")
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
 	f.IntVar(&o.replayCacheMB, "replay-cache-mb", idem.DefaultReplayCacheBytes>>20, "MiB of memory for completed records that answer replays without a store read (0 turns the cache off)")
+	f.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated origins (https://app.example.com) besides the server's own whose browser pages may call /mcp; any other Origin is refused (env IDEM_ALLOWED_ORIGINS)")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired (jittered ± half)")
 	return cmd
 }
@@ -95,6 +101,10 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 		if d <= 0 {
 			return usagef("%s must be positive, got %s", name, d)
 		}
+	}
+	origins, err := allowedOrigins(o.allowedOrigins)
+	if err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(m.Stderr, nil))
 	reg := prometheus.NewRegistry()
@@ -168,7 +178,7 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	mcpHandler := mcpserver.Handler(mcpServer, tokens, mcpserver.HTTPOptions{})
+	mcpHandler := mcpserver.Handler(mcpServer, tokens, mcpserver.HTTPOptions{AllowedOrigins: origins})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpHandler)
 	mux.Handle("/mcp/", mcpHandler)
@@ -227,6 +237,22 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// allowedOrigins parses --allowed-origins.
+func allowedOrigins(list string) ([]string, error) {
+	var out []string
+	for o := range strings.SplitSeq(list, ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		n, err := mcpserver.NormalizeOrigin(o)
+		if err != nil {
+			return nil, usagef("--allowed-origins: %v", err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // replayCacheBytes maps --replay-cache-mb to RunnerConfig.ReplayCacheBytes

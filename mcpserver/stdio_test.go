@@ -1,0 +1,127 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"idem"
+	"idem/mcpserver"
+)
+
+// eofSignal is a reader that closes reached when it returns io.EOF.
+type eofSignal struct {
+	r       io.Reader
+	reached chan struct{}
+}
+
+func (e *eofSignal) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		select {
+		case <-e.reached:
+		default:
+			close(e.reached)
+		}
+	}
+	return n, err
+}
+
+// gatedBackend answers a call once gate is closed, or ends with the call's
+// context.
+type gatedBackend struct {
+	fakeBackend
+	gate <-chan struct{}
+}
+
+func (b gatedBackend) Call(ctx context.Context, name string, _ map[string]json.RawMessage, _ string, _ bool) (int, []byte, error) {
+	select {
+	case <-b.gate:
+		return 200, []byte(`{"data":{},"meta":{"operation":"` + name + `"}}`), nil
+	case <-ctx.Done():
+		return 0, nil, idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
+	}
+}
+
+// pipedSession is an initialize, its notification and n tools/call.
+func pipedSession(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"pipe","version":"1"}}}` + "\n")
+	b.WriteString(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n")
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"thing.do","arguments":{"idempotencyKey":"k-%d"}}}`+"\n", i, i)
+	}
+	return b.String()
+}
+
+// answerIDs are the ids of the JSON-RPC answers on out.
+func answerIDs(t *testing.T, out string) map[int]bool {
+	t.Helper()
+	ids := map[int]bool{}
+	for line := range strings.Lines(out) {
+		var msg struct {
+			ID *int `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(line), &msg); err != nil || msg.ID == nil {
+			t.Fatalf("line %q is not an answer: %v", line, err)
+		}
+		ids[*msg.ID] = true
+	}
+	return ids
+}
+
+// Calls still running when the input ends are answered before the session
+// ends: the backend answers only after the reader has reported EOF.
+func TestStdioAnswersRequestsReadBeforeEOF(t *testing.T) {
+	const n = 10
+	in := &eofSignal{r: strings.NewReader(pipedSession(n)), reached: make(chan struct{})}
+	b := gatedBackend{fakeBackend: fakeBackend{tool(idem.RetrySameKeyReplay, `{"type":"object"}`)}, gate: in.reached}
+	srv, err := mcpserver.New(t.Context(), b, mcpserver.Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = srv.Run(t.Context(), &mcpserver.StdioTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{&out}})
+	if err != nil && err != io.EOF {
+		t.Fatalf("run: %v", err)
+	}
+	ids := answerIDs(t, out.String())
+	for i := 0; i <= n; i++ {
+		if !ids[i] {
+			t.Fatalf("request %d unanswered; output:\n%s", i, out.String())
+		}
+	}
+}
+
+// The wait at the end of input is bounded: a call that never ends is
+// cancelled once Drain has passed, and the log says so.
+func TestStdioDrainIsBounded(t *testing.T) {
+	b := gatedBackend{fakeBackend: fakeBackend{tool(idem.RetrySameKeyReplay, `{"type":"object"}`)}, gate: make(chan struct{})}
+	srv, err := mcpserver.New(t.Context(), b, mcpserver.Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	err = srv.Run(t.Context(), &mcpserver.StdioTransport{
+		Reader: io.NopCloser(strings.NewReader(pipedSession(1))), Writer: nopWriteCloser{&out}, Drain: 1, Logger: logger,
+	})
+	if err != nil && err != io.EOF {
+		t.Fatalf("run: %v", err)
+	}
+	if ids := answerIDs(t, out.String()); ids[1] {
+		t.Fatalf("the call that never ended was answered:\n%s", out.String())
+	}
+	if !strings.Contains(log.String(), "unanswered=") {
+		t.Fatalf("log %q does not report the unanswered call", log.String())
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
