@@ -371,7 +371,7 @@ func (c *callRun) hints(e *client.Error) []string {
 	case e.Refused:
 		return []string{"Nothing was sent."}
 	case e.Code == idem.CodeIdempotencyResultIndeterminate, e.Code == idem.CodeIdempotencyResultExpired,
-		e.Status >= 500 && e.Status != http.StatusServiceUnavailable:
+		e.Status >= 500 && (e.Status != http.StatusServiceUnavailable || !e.Retryable):
 		out := []string{}
 		if rec != "" {
 			out = append(out, "Reconcile first: "+rec)

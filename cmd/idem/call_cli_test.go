@@ -102,6 +102,7 @@ func TestCallExitCodes(t *testing.T) {
 		{"expired", 410, "IDEMPOTENCY_RESULT_EXPIRED", false, `{"reconcile":"order.show"}`, 4, "Reconcile first: idem call order.show --param id=ord_1"},
 		{"first call 500", 500, "EXECUTION_FAILED", false, `{"reconcile":"order.show"}`, 4, "Reconcile first"},
 		{"first call 504", 504, "TIMEOUT", false, `{"reconcile":"order.show"}`, 4, "Reconcile first"},
+		{"first call 503 after start", 503, "STORE_UNAVAILABLE", false, `{"reconcile":"order.show"}`, 4, "Reconcile first"},
 		{"approval required", 403, "APPROVAL_REQUIRED", false, `{"approvalId":"apr_9"}`, 5, "idem approvals approve apr_9"},
 	}
 	for _, tt := range tests {

@@ -29,7 +29,7 @@ func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)
 //	no HTTP answer (NETWORK_ERROR, status 0)                            3
 //	IDEMPOTENCY_RESULT_INDETERMINATE, IDEMPOTENCY_RESULT_EXPIRED        4
 //	APPROVAL_REQUIRED                                                   5
-//	503 (STORE_UNAVAILABLE: nothing ran)                                3
+//	a retryable 503 (STORE_UNAVAILABLE before the handler: nothing ran) 3
 //	any other 5xx (the handler may have run: reconcile)                 4
 //	any other retryable answer (IN_FLIGHT after the retries, 429)       3
 //	any other 4xx (APPROVAL_REJECTED, POLICY_DENIED, KEY_REUSED, …)     1
@@ -43,7 +43,9 @@ func exitCode(e *client.Error) int {
 		return exitIndeterminate
 	case e.Code == idem.CodeApprovalRequired:
 		return exitApproval
-	case e.Status == http.StatusServiceUnavailable:
+	case e.Status == http.StatusServiceUnavailable && e.Retryable:
+		// A keyed 503 after the handler started is not retryable (its
+		// record is indeterminate): it falls through to reconcile.
 		return exitTransient
 	case e.Status >= 500:
 		return exitIndeterminate
