@@ -317,8 +317,11 @@ func (x *execution) run(ctx context.Context) Response {
 	// Stage 7: approval gate.
 	approvalID := ""
 	if approvalNeeded {
-		id, err := x.approvalGate(ctx, raw, reason)
-		if err != nil {
+		id, existing, err := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case err != nil:
 			return x.fail(err)
 		}
 		approvalID = id
@@ -370,10 +373,16 @@ func (r *Runner) getAttempt(ctx context.Context, scope Scope, key string) (Attem
 }
 
 // startFailure answers a failed reservation or start: an approval consumed
-// or expired since the gate means the gate answers again.
+// or expired since the gate means the gate answers again, and it reads the
+// key's record first: an execution of this key that consumed the approval
+// answers as stage 5 would.
 func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) Response {
 	if errors.Is(err, ErrApprovalNotConsumable) {
-		if _, gerr := x.approvalGate(ctx, raw, reason); gerr != nil {
+		_, existing, gerr := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case gerr != nil:
 			return x.fail(gerr)
 		}
 		return x.fail(Errorf(CodeApprovalRequired, "the approval for this request was used or expired meanwhile; ask again"))
