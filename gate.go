@@ -42,13 +42,14 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 // stage 5 (the execution this approval authorized, run by a concurrent
 // same-key request) comes back as existing, to be answered as stage 5
 // would.
-func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *Attempt, _ *Error) {
+func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *Attempt, stop *Error) {
 	p := x.req.Principal
 	a, _, err := x.r.cfg.Store.RequestApproval(ctx, RequestApprovalParams{
 		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Key: x.key, Operation: x.op.meta.Name,
 		Fingerprint: x.fingerprint, Input: raw, Reason: reason, Expiry: x.r.cfg.ApprovalExpiry,
 	})
-	if ae := (*AttemptExistsError)(nil); errors.As(err, &ae) {
+	var ae *AttemptExistsError
+	if errors.As(err, &ae) {
 		x.r.cache.put(ae.Attempt, x.r.cfg.Clock.Now())
 		return "", &ae.Attempt, nil
 	}
