@@ -110,4 +110,20 @@ var (
 	// start names an approval that is no longer approved and unexpired
 	// (consumed concurrently, expired, or never approved). Nothing is stored.
 	ErrApprovalNotConsumable = errors.New("idem: approval is not approved and unconsumed")
+	// ErrAttemptExists matches the *AttemptExistsError that
+	// Store.RequestApproval returns for a key that already has a record.
+	ErrAttemptExists = errors.New("idem: the idempotency key already has an attempt record")
 )
+
+// AttemptExistsError is Store.RequestApproval's answer to a keyed request
+// whose (scope, key) already has an attempt record within retention:
+// nothing was created, and the caller answers from Attempt as stage 5 does
+// (replay, in flight, indeterminate, expired or reuse).
+type AttemptExistsError struct{ Attempt Attempt }
+
+func (e *AttemptExistsError) Error() string {
+	return fmt.Sprintf("idem: idempotency key %q already has an attempt record", e.Attempt.Key)
+}
+
+// Unwrap makes errors.Is(err, ErrAttemptExists) match.
+func (e *AttemptExistsError) Unwrap() error { return ErrAttemptExists }

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -36,27 +37,36 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 
 // approvalGate runs stage 7: it returns the id of an approved approval of
 // this intent, or the answer that stops the call: the pending approval to
-// decide, or the rejection.
-func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (string, *Error) {
+// decide, or the rejection. For a keyed call the store first looks for the
+// key's record, in the same transaction: a record that appeared since
+// stage 5 (the execution this approval authorized, run by a concurrent
+// same-key request) comes back as existing, to be answered as stage 5
+// would.
+func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *Attempt, stop *Error) {
 	p := x.req.Principal
 	a, _, err := x.r.cfg.Store.RequestApproval(ctx, RequestApprovalParams{
-		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Operation: x.op.meta.Name,
+		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Key: x.key, Operation: x.op.meta.Name,
 		Fingerprint: x.fingerprint, Input: raw, Reason: reason, Expiry: x.r.cfg.ApprovalExpiry,
 	})
+	var ae *AttemptExistsError
+	if errors.As(err, &ae) {
+		x.r.cache.put(ae.Attempt, x.r.cfg.Clock.Now())
+		return "", &ae.Attempt, nil
+	}
 	if err != nil {
-		return "", storeFailure(ctx, err)
+		return "", nil, storeFailure(ctx, err)
 	}
 	switch a.Status {
 	case ApprovalApproved:
-		return a.ID, nil
+		return a.ID, nil, nil
 	case ApprovalRejected:
 		decided := ""
 		if a.DecisionReason != nil {
 			decided = *a.DecisionReason
 		}
-		return "", Errorf(CodeApprovalRejected, "approval %s for this exact request was rejected: %s", a.ID, decided).
+		return "", nil, Errorf(CodeApprovalRejected, "approval %s for this exact request was rejected: %s", a.ID, decided).
 			WithDetail("approvalId", a.ID).WithDetail("reason", decided)
 	}
-	return "", Errorf(CodeApprovalRequired, "this request needs approval: %s; ask an approver to approve %s, then send the same request again", reason, a.ID).
+	return "", nil, Errorf(CodeApprovalRequired, "this request needs approval: %s; ask an approver to approve %s, then send the same request again", reason, a.ID).
 		WithDetail("approvalId", a.ID).WithDetail("reason", reason)
 }

@@ -58,11 +58,12 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	}
 	// A query parameter the operation does not declare is refused like an
 	// unknown body field, not silently ignored (it is part of the
-	// fingerprint). At most maxUnknownQuery are listed.
+	// fingerprint; the control parameter dryRun is no longer in the query).
+	// At most maxUnknownQuery are listed.
 	const maxUnknownQuery = 10
 	unknown := 0
 	for _, name := range slices.Sorted(maps.Keys(x.req.Query)) {
-		if name == "dryRun" || slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "query" && p.Name == name }) {
+		if slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "query" && p.Name == name }) {
 			continue
 		}
 		if unknown++; unknown <= maxUnknownQuery {

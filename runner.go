@@ -178,7 +178,8 @@ type Request struct {
 	Principal Principal
 	// PathParams fill the route's {name} segments (decoded values).
 	PathParams map[string]string
-	// Query is the query string; dryRun=true in it asks for a preview.
+	// Query is the query string as received; the control parameter dryRun
+	// in it (ParseDryRun) asks for a preview.
 	Query url.Values
 	// Body is the raw JSON body; empty means none.
 	Body []byte
@@ -193,9 +194,6 @@ type Request struct {
 	// leaves it false: cancelling ctx cancels the execution.
 	Detachable bool
 }
-
-// dryRun reports whether the request asks for a preview.
-func (q Request) dryRun() bool { return q.Query.Get("dryRun") == "true" }
 
 // newID returns prefix + a time-ordered, random, URL-safe id (ULID-like:
 // 48 bits of milliseconds, 80 random bits, base32).
@@ -215,7 +213,7 @@ func (r *Runner) Call(ctx context.Context, req Request) Response {
 	took := r.cfg.Clock.Now().Sub(start)
 	x.log(resp, took)
 	if r.cfg.Observe != nil {
-		rep := Report{Operation: req.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: req.dryRun(), Duration: took}
+		rep := Report{Operation: req.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
 		if !resp.Replayed {
 			rep.Attempts = x.attempts
 		}
@@ -234,6 +232,7 @@ type execution struct {
 	op          *compiled
 	start       time.Time
 	key         string // the valid idempotency key, "" when unkeyed
+	dryRun      bool   // the request asks for a preview
 	fingerprint string
 	executionID string
 	attempts    int
@@ -265,7 +264,16 @@ func (x *execution) run(ctx context.Context) Response {
 		return x.fail(Errorf(CodeOperationNotFound, "no operation named %q on this surface", req.Operation))
 	}
 	x.op = op
-	// Stage 3: contract checks, in the order of SPEC §6.4.
+	// Stage 3: the control parameter dryRun, then the contract checks
+	// that read it, in the order of SPEC §6.4. From here on the query is
+	// the intent's: dryRun is left out of the fingerprint and the input
+	// only once it is known to be valid.
+	dry, derr := ParseDryRun(req.Query[DryRunParam])
+	if derr != nil {
+		return x.fail(AsError(derr))
+	}
+	x.dryRun, x.req.Query = dry, intentQuery(req.Query)
+	req = x.req
 	if err := x.checkContract(); err != nil {
 		return x.fail(err)
 	}
@@ -303,14 +311,17 @@ func (x *execution) run(ctx context.Context) Response {
 	if perr != nil {
 		return x.fail(perr)
 	}
-	if req.dryRun() {
+	if x.dryRun {
 		return x.preview(ctx, in)
 	}
 	// Stage 7: approval gate.
 	approvalID := ""
 	if approvalNeeded {
-		id, err := x.approvalGate(ctx, raw, reason)
-		if err != nil {
+		id, existing, err := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case err != nil:
 			return x.fail(err)
 		}
 		approvalID = id
@@ -362,10 +373,16 @@ func (r *Runner) getAttempt(ctx context.Context, scope Scope, key string) (Attem
 }
 
 // startFailure answers a failed reservation or start: an approval consumed
-// or expired since the gate means the gate answers again.
+// or expired since the gate means the gate answers again, and it reads the
+// key's record first: an execution of this key that consumed the approval
+// answers as stage 5 would.
 func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) Response {
 	if errors.Is(err, ErrApprovalNotConsumable) {
-		if _, gerr := x.approvalGate(ctx, raw, reason); gerr != nil {
+		_, existing, gerr := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case gerr != nil:
 			return x.fail(gerr)
 		}
 		return x.fail(Errorf(CodeApprovalRequired, "the approval for this request was used or expired meanwhile; ask again"))
@@ -387,8 +404,7 @@ func exposedOn(m Metadata, s Surface) bool {
 
 // checkContract applies the contract checks of SPEC §6.4 in order.
 func (x *execution) checkContract() *Error {
-	m, req := x.op.meta, x.req
-	dry := req.dryRun()
+	m, req, dry := x.op.meta, x.req, x.dryRun
 	if m.Retry.Kind != RetryFreshRead && req.KeyHeader != nil {
 		key, err := ParseKeyHeader(req.KeyHeader)
 		if err != nil {

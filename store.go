@@ -69,6 +69,14 @@ type Store interface {
 	// rejected, not past its expiry), and otherwise creates a pending one
 	// with p.ID; created tells which. Concurrent requests for one intent
 	// share one approval.
+	//
+	// When p.Key is set, the same transaction first reads the attempt
+	// record of (Org, RequestedBy, Key), serialised with Reserve of that
+	// key: if there is one within retention, nothing is read or created
+	// and err is an *AttemptExistsError carrying it (errors.Is(err,
+	// ErrAttemptExists)). So a same-key request that raced the execution
+	// its approval authorized is answered from that execution's record,
+	// never with a new approval request.
 	RequestApproval(ctx context.Context, p RequestApprovalParams) (a Approval, created bool, err error)
 
 	// GetApproval returns an approval of org; APPROVAL_NOT_FOUND for an
@@ -190,6 +198,8 @@ type RequestApprovalParams struct {
 	ID          string
 	Org         string
 	RequestedBy string
+	// Key is the request's idempotency key; empty for unkeyed calls.
+	Key         string
 	Operation   string
 	Fingerprint string
 	// Input is the exact input that will run, shown to approvers.

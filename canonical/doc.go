@@ -37,17 +37,19 @@
 //	N(path)                   the concrete path, byte for byte
 //	N(count)                  the number of query pairs that follow, in decimal
 //	N(name) N(value)          once per query pair: names in byte-wise ascending
-//	                          order, each name's values in the order given;
-//	                          the parameter named exactly "dryRun" is left out
+//	                          order, each name's values in the order given
 //	N("nobody")               when the body is empty or absent, otherwise
 //	N("json") N(body)         with body in canonical form (Transform)
 //
+// The query is the request's without the control parameter dryRun (SPEC
+// §6.2): the caller removes it once it has parsed it as exactly "true" or
+// "false", given once; Fingerprint hashes every parameter it is given.
 // Query names and values are the decoded strings of [net/url.Values], so
 // "a%20b" and "a+b" are the same value; a parameter given without "=" has the
 // empty value. A body of JSON null is a body, distinct from no body; a body of
 // only whitespace is invalid JSON.
 //
-// For example, POST /v1/orders/ord_1/refund?reason=duplicate&dryRun=true&amount=10.00&reason=late
+// For example, POST /v1/orders/ord_1/refund?reason=duplicate&amount=10.00&reason=late
 // with the body { "currency": "EUR", "amount": 10.0 } has the preimage
 //
 //	19:idem-fingerprint-v1,4:POST,23:/v1/orders/ord_1/refund,1:3,6:amount,5:10.00,6:reason,9:duplicate,6:reason,4:late,4:json,30:{"amount":10,"currency":"EUR"},

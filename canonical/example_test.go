@@ -23,7 +23,7 @@ func ExampleTransform() {
 }
 
 func ExampleFingerprint() {
-	query, _ := url.ParseQuery("reason=duplicate&dryRun=true&amount=10.00&reason=late")
+	query, _ := url.ParseQuery("reason=duplicate&amount=10.00&reason=late")
 	fp, err := canonical.Fingerprint(canonical.Request{
 		Method: "POST",
 		Path:   "/v1/orders/ord_1/refund",

@@ -13,12 +13,9 @@ import (
 type Request struct {
 	Method string     // e.g. "POST"; compared case-insensitively (ASCII)
 	Path   string     // concrete path after template substitution, e.g. "/v1/orders/ord_1/refund"
-	Query  url.Values // decoded query; the parameter "dryRun" is ignored
+	Query  url.Values // decoded query, without control parameters (see below)
 	Body   []byte     // raw JSON body; empty or nil means no body
 }
-
-// dryRunParam is the query parameter left out of fingerprints (SPEC §6.6).
-const dryRunParam = "dryRun"
 
 // fingerprintVersion opens every preimage, so that a future encoding can
 // never collide with this one.
@@ -27,7 +24,10 @@ const fingerprintVersion = "idem-fingerprint-v1"
 // Fingerprint returns the lower-case hex SHA-256 that identifies r's
 // semantic request; the package documentation gives the exact encoding.
 // Requests that differ only in method case, JSON formatting, member order,
-// number spelling, query parameter order or dryRun get the same fingerprint.
+// number spelling or query parameter order get the same fingerprint. Every
+// query parameter given is hashed: the caller leaves out the control
+// parameter dryRun once it has parsed it (SPEC §6.2), and nothing else, so
+// that a parameter nobody interpreted can never vanish from the intent.
 // It fails only when r.Body is not empty and not acceptable JSON (see
 // Transform); the error wraps a *SyntaxError.
 func Fingerprint(r Request) (string, error) {
@@ -53,7 +53,7 @@ func preimage(r Request) ([]byte, error) {
 	pairs := 0
 	size := 64 + len(r.Method) + len(r.Path) + len(body)
 	for name, values := range r.Query {
-		if name == dryRunParam || len(values) == 0 {
+		if len(values) == 0 {
 			continue
 		}
 		names = append(names, name)

@@ -42,9 +42,12 @@ func TestFingerprintCompares(t *testing.T) {
 		{"query names reordered", req(t, "POST", path+"?b=1&a=2", ""), req(t, "POST", path+"?a=2&b=1", ""), true},
 		{"repeated values reordered", req(t, "POST", path+"?a=1&a=2", ""), req(t, "POST", path+"?a=2&a=1", ""), false},
 		{"repeated values interleaved", req(t, "POST", path+"?a=1&b=3&a=2", ""), req(t, "POST", path+"?b=3&a=1&a=2", ""), true},
-		{"dryRun added", req(t, "POST", path+"?x=1", `{}`), req(t, "POST", path+"?x=1&dryRun=true", `{}`), true},
-		{"dryRun removed", req(t, "POST", path+"?dryRun=false", `{}`), req(t, "POST", path, `{}`), true},
-		{"dryRun repeated", req(t, "POST", path+"?dryRun=true&dryRun=1", ""), req(t, "POST", path, ""), true},
+		// dryRun is the caller's to remove once parsed (SPEC §6.2): a
+		// parameter nobody interpreted never vanishes from the intent.
+		{"dryRun is hashed like any parameter", req(t, "POST", path+"?x=1", `{}`), req(t, "POST", path+"?x=1&dryRun=true", `{}`), false},
+		{"dryRun false is hashed", req(t, "POST", path+"?dryRun=false", `{}`), req(t, "POST", path, `{}`), false},
+		{"dryRun of another spelling is hashed", req(t, "POST", path+"?dryRun=1", ""), req(t, "POST", path, ""), false},
+		{"dryRun repeated is hashed", req(t, "POST", path+"?dryRun=false&dryRun=true", ""), req(t, "POST", path, ""), false},
 		{"dryrun is another parameter", req(t, "POST", path+"?dryrun=true", ""), req(t, "POST", path, ""), false},
 		{"query percent-encoding", req(t, "POST", path+"?q=a%20b", ""), req(t, "POST", path+"?q=a+b", ""), true},
 		{"empty query value", req(t, "POST", path+"?a", ""), req(t, "POST", path+"?a=", ""), true},
@@ -87,7 +90,7 @@ func TestFingerprintCompares(t *testing.T) {
 // stored fingerprint disagree with new requests and break other languages'
 // implementations. The same request is the example in the package doc.
 func TestFingerprintGolden(t *testing.T) {
-	r := req(t, "post", "/v1/orders/ord_1/refund?reason=duplicate&dryRun=true&amount=10.00&reason=late",
+	r := req(t, "post", "/v1/orders/ord_1/refund?reason=duplicate&amount=10.00&reason=late",
 		`{ "currency": "EUR", "amount": 10.0 }`)
 	const wantPreimage = `19:idem-fingerprint-v1,4:POST,23:/v1/orders/ord_1/refund,1:3,` +
 		`6:amount,5:10.00,6:reason,9:duplicate,6:reason,4:late,` +

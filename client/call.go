@@ -179,7 +179,7 @@ func buildRequest(op Operation, args map[string]json.RawMessage, dryRun bool) (r
 	}
 	q := pl.Query
 	if dryRun {
-		q.Set("dryRun", "true")
+		q.Set(idem.DryRunParam, "true")
 	}
 	return request{
 		method: op.Method, path: idem.FillPath(op.Path, pl.PathParams), query: q,

@@ -6,6 +6,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -152,10 +153,16 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 				WithDetail("errors", []map[string]string{{"path": "", "message": "the query string must be name=value pairs joined by &, percent-encoded"}}), &idem.Meta{Operation: d.Name}))
 			return
 		}
+		wait, err := preferWait(r.Header.Values("Prefer"))
+		if err != nil {
+			write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "%v", err).
+				WithDetail("errors", []map[string]string{{"path": "", "message": err.Error()}}), &idem.Meta{Operation: d.Name}))
+			return
+		}
 		req := idem.Request{
 			Operation: d.Name, Surface: idem.SurfaceHTTP, Principal: p,
 			PathParams: map[string]string{}, Query: query, Body: body,
-			KeyHeader: r.Header.Values("Idempotency-Key"), Wait: preferWait(r.Header.Values("Prefer")),
+			KeyHeader: r.Header.Values("Idempotency-Key"), Wait: wait,
 			Detachable: true,
 		}
 		for _, name := range pathNames {
@@ -207,22 +214,66 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, meta *idem.Me
 	return body, true
 }
 
-// preferWait reads wait=N from Prefer headers (RFC 7240); 0 when absent
-// or malformed.
-func preferWait(values []string) time.Duration {
+// preferWait reads the wait preference of the Prefer headers (RFC 7240
+// §4.3): wait=N with N delta-seconds (digits, also as a quoted-string,
+// which §2 makes equivalent), given once; 0 when absent. The runner caps
+// it (RunnerConfig.MaxWait). Other preferences are ignored, as RFC 7240
+// asks of preferences a server does not apply, and so are the parameters
+// after ";". A malformed wait, or two, is an error in wire terms: the
+// caller asked for something the server cannot tell it honours.
+func preferWait(values []string) (time.Duration, error) {
+	var wait time.Duration
+	seen := false
 	for _, v := range values {
-		for _, pref := range strings.Split(v, ",") {
-			name, value, ok := strings.Cut(strings.TrimSpace(pref), "=")
-			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+		for _, pref := range splitUnquoted(v, ',') {
+			head := splitUnquoted(pref, ';')[0]
+			name, value, hasValue := strings.Cut(head, "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
 				continue
 			}
-			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(value), `"`))
-			if err == nil && n > 0 {
-				return time.Duration(min(n, 3600)) * time.Second
+			if seen {
+				return 0, errors.New("the Prefer header gives wait more than once; send one wait=N")
 			}
+			seen = true
+			value = strings.TrimSpace(value)
+			if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+				value = value[1 : len(value)-1]
+			}
+			if !hasValue || value == "" || strings.Trim(value, "0123456789") != "" {
+				return 0, fmt.Errorf("Prefer: wait must be a whole number of seconds (digits, e.g. wait=10), got %q", strings.TrimSpace(pref))
+			}
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil { // digits beyond int64: as long as the cap
+				n = maxPreferWait
+			}
+			wait = time.Duration(min(n, maxPreferWait)) * time.Second
 		}
 	}
-	return 0
+	return wait, nil
+}
+
+// maxPreferWait bounds the seconds preferWait returns, far above any
+// runner's cap, so that the conversion to a Duration cannot overflow.
+const maxPreferWait = 3600
+
+// splitUnquoted splits s at every sep outside an HTTP quoted-string (RFC
+// 9110 §5.6.4: '"' ... '"', with '\' escaping the next byte). An
+// unterminated quoted-string runs to the end of s.
+func splitUnquoted(s string, sep byte) []string {
+	var parts []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
 }
 
 // write sends a runner Response.

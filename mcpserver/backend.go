@@ -78,7 +78,7 @@ func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]js
 		req.KeyHeader = []string{key}
 	}
 	if dryRun {
-		req.Query.Set("dryRun", "true")
+		req.Query.Set(idem.DryRunParam, "true")
 	}
 	resp := b.Runner.Call(ctx, req)
 	return resp.Status, resp.Body, nil
@@ -182,7 +182,7 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 		return 0, nil, err
 	}
 	if dryRun {
-		place.Query.Set("dryRun", "true")
+		place.Query.Set(idem.DryRunParam, "true")
 	}
 	u := b.server + idem.FillPath(t.Path, place.PathParams)
 	if len(place.Query) > 0 {

@@ -209,6 +209,9 @@ func TestReservedArgumentsAndValidation(t *testing.T) {
 		{"key with dry run", "gadget.bind", bind(map[string]any{"idempotencyKey": "k", "dryRun": true}), idem.CodeIdempotencyKeyNotSupported, nil},
 		{"dry run without preview", "gadget.create", map[string]any{"shop": "s1", "name": "a", "dryRun": true}, idem.CodeDryRunNotSupported, nil},
 		{"dry run not a boolean", "gadget.bind", bind(map[string]any{"dryRun": "yes"}), idem.CodeInvalidInput, nil},
+		{"dry run null", "gadget.create", map[string]any{"shop": "s1", "name": "a", "idempotencyKey": "k-null", "dryRun": nil}, idem.CodeInvalidInput, nil},
+		{"dry run 1", "gadget.create", map[string]any{"shop": "s1", "name": "a", "idempotencyKey": "k-one", "dryRun": 1}, idem.CodeInvalidInput, nil},
+		{"dry run a string", "gadget.create", map[string]any{"shop": "s1", "name": "a", "idempotencyKey": "k-string", "dryRun": "false"}, idem.CodeInvalidInput, nil},
 		{"unknown argument", "gadget.bind", bind(map[string]any{"colour": "red"}), idem.CodeInvalidInput, nil},
 		{"invalid value", "gadget.bind", bind(map[string]any{"environment": "staging"}), idem.CodeInvalidInput, nil},
 		{"path argument not a scalar", "gadget.list", map[string]any{"shop": map[string]any{"a": 1}}, idem.CodeInvalidInput, nil},
@@ -237,6 +240,14 @@ func TestReservedArgumentsAndValidation(t *testing.T) {
 			}
 		})
 	}
+	// A repeated name would keep the last value: {"dryRun": true,
+	// "dryRun": false} must not run live.
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "gadget.create",
+		Arguments: json.RawMessage(`{"shop":"s1","name":"a","idempotencyKey":"k-repeat","dryRun":true,"dryRun":false}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, res, idem.CodeInvalidInput)
 	if n := f.creates.Load(); n != 0 {
 		t.Fatalf("gadget.create ran %d times, want 0", n)
 	}

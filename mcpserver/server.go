@@ -14,6 +14,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"idem"
+	"idem/canonical"
 )
 
 // The arguments the MCP surface adds to a tool's input schema. The registry
@@ -218,6 +220,11 @@ func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessag
 		if json.Unmarshal(raw, &args) != nil || args == nil {
 			return nil, "", false, invalid("", "the arguments must be a JSON object")
 		}
+		// A map keeps the last of repeated names: refuse them instead, so
+		// that {"dryRun": true, "dryRun": false} cannot run live.
+		if _, err := canonical.Transform(raw); err != nil {
+			return nil, "", false, invalid("", fmt.Sprintf("the arguments must be one JSON object, each name given once (%v)", err))
+		}
 	}
 	if v, ok := args[ArgIdempotencyKey]; ok {
 		delete(args, ArgIdempotencyKey)
@@ -233,8 +240,10 @@ func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessag
 	}
 	if v, ok := args[ArgDryRun]; ok {
 		delete(args, ArgDryRun)
-		if json.Unmarshal(v, &dryRun) != nil {
-			return nil, "", false, invalid("/"+ArgDryRun, "dryRun must be true or false")
+		// The JSON literal true or false is the query value the runner
+		// takes: one rule for every surface (null, "true" or 1 are refused).
+		if dryRun, err = idem.ParseDryRun([]string{string(bytes.TrimSpace(v))}); err != nil {
+			return nil, "", false, err
 		}
 	}
 	return args, key, dryRun, nil

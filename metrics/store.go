@@ -21,6 +21,7 @@ const (
 	ResultCancelled             = "cancelled"
 	ResultFenced                = "fenced"
 	ResultApprovalNotConsumable = "approval_not_consumable"
+	ResultAttemptExists         = "attempt_exists"
 	ResultOther                 = "other"
 )
 
@@ -60,6 +61,8 @@ func storeResult(err error) string {
 		return ResultFenced
 	case errors.Is(err, idem.ErrApprovalNotConsumable):
 		return ResultApprovalNotConsumable
+	case errors.Is(err, idem.ErrAttemptExists):
+		return ResultAttemptExists
 	}
 	var e *idem.Error
 	if errors.As(err, &e) {

@@ -293,6 +293,7 @@ func TestStore(t *testing.T) {
 		{"deadline exceeded", fmt.Errorf("reserve: %w", context.DeadlineExceeded), ResultCancelled},
 		{"fenced", idem.ErrFenced, ResultFenced},
 		{"approval not consumable", idem.ErrApprovalNotConsumable, ResultApprovalNotConsumable},
+		{"attempt exists", &idem.AttemptExistsError{}, ResultAttemptExists},
 		{"plain error", errPlain, ResultOther},
 	}
 	for _, r := range results {

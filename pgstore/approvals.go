@@ -17,7 +17,12 @@ const approvalColumns = `org, id, requested_by, operation, fingerprint, input, r
 // RequestApproval returns the intent's live approval or creates a pending
 // one. A transaction-scoped advisory lock on the intent makes concurrent
 // requests, from any instance, queue: each reads after the previous one
-// committed, so they share one approval.
+// committed, so they share one approval. A keyed request first takes the
+// key's lock, the one Reserve takes, and reads the key's record: a
+// reservation of the key is then either committed and seen, or not yet
+// begun and unable to consume the approval until this transaction ends.
+// Locks are taken in one order, key then intent, so requests cannot
+// deadlock on them.
 func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
 	now := s.now()
 	expiry := p.Expiry
@@ -25,11 +30,23 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 		expiry = idem.DefaultApprovalExpiry
 	}
 	var (
-		a       idem.Approval
-		created bool
+		a        idem.Approval
+		created  bool
+		existing *idem.Attempt
 	)
 	err := s.inTx(ctx, "request approval", func(tx pgx.Tx) error {
-		created = false
+		created, existing = false, nil
+		if p.Key != "" {
+			rec, found, err := lockKeyAndRead(ctx, tx, idem.Scope{Org: p.Org, Principal: p.RequestedBy}, p.Key)
+			if err != nil {
+				return err
+			}
+			if found && !rec.Forgotten(now) {
+				rec = rec.Observe(now)
+				existing = &rec
+				return nil
+			}
+		}
 		intent := p.Org + "/" + p.RequestedBy + "/" + p.Operation + "/" + p.Fingerprint
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", intent); err != nil {
 			return err
@@ -56,6 +73,9 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 	})
 	if err != nil {
 		return idem.Approval{}, false, err
+	}
+	if existing != nil {
+		return idem.Approval{}, false, &idem.AttemptExistsError{Attempt: *existing}
 	}
 	return a.Observe(now), created, nil
 }

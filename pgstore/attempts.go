@@ -18,6 +18,41 @@ const attemptColumns = `org, principal, key, operation, fingerprint, state, exec
 // the advisory lock Reserve takes ("idem_key" in ASCII).
 const keyLockSeed int64 = 0x6964656d5f6b6579
 
+// queueKeyLock queues the transaction-scoped advisory lock of (scope, key)
+// in b. Reserve and a keyed RequestApproval take it, so that they queue
+// from any instance and each reads what the previous holder committed.
+func queueKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $4))`,
+		scope.Org, scope.Principal, key, keyLockSeed)
+}
+
+// newestAttemptSQL reads the newest record of a key ($1 org, $2 principal,
+// $3 key), forgotten or not: the caller checks retention.
+const newestAttemptSQL = `SELECT ` + attemptColumns + ` FROM idem_attempts
+		WHERE org = $1 AND principal = $2 AND key = $3
+		ORDER BY created_at DESC LIMIT 1`
+
+// lockKeyAndRead takes the key's lock in tx and reads its newest record, in
+// one round trip; found is false when there is none.
+func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string) (a idem.Attempt, found bool, err error) {
+	var b pgx.Batch
+	queueKeyLock(&b, scope, key)
+	b.Queue(newestAttemptSQL, scope.Org, scope.Principal, key)
+	br := tx.SendBatch(ctx, &b)
+	_, err = br.Exec()
+	if err == nil {
+		a, err = scanAttempt(br.QueryRow())
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return a, found && err == nil, err
+}
+
 // reserveSQL runs under the key's advisory lock. It returns the newest
 // record of the key if it is within retention (reserved = false);
 // otherwise it deletes the key's forgotten rows and inserts the new record
@@ -60,8 +95,7 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 		now := s.now() // when it runs, which may be late in a batch
 		res = idem.ReserveResult{}
 		var b pgx.Batch
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $4))`,
-			p.Scope.Org, p.Scope.Principal, p.Key, keyLockSeed)
+		queueKeyLock(&b, p.Scope, p.Key)
 		b.Queue(reserveSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
 			now.Add(p.Lease), now, now.Add(p.Retention))
 		br := tx.SendBatch(ctx, &b)
@@ -153,9 +187,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 // one round trip.
 func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
 	now := s.now()
-	a, err := scanAttempt(s.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM idem_attempts
-		WHERE org = $1 AND principal = $2 AND key = $3
-		ORDER BY created_at DESC LIMIT 1`, scope.Org, scope.Principal, key))
+	a, err := scanAttempt(s.pool.QueryRow(ctx, newestAttemptSQL, scope.Org, scope.Principal, key))
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && a.Forgotten(now) {
 		return idem.Attempt{}, idem.Errorf(idem.CodeNotFound, "no attempt record for key %q", key)
 	}

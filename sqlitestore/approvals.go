@@ -13,13 +13,28 @@ import (
 const approvalColumns = `org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
 	decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id`
 
-// RequestApproval implements idem.Store.
+// RequestApproval implements idem.Store. The single writer serialises it
+// with Reserve, so the key's record it reads first is the one a
+// reservation of the key would see.
 func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
 	var (
-		out     idem.Approval
-		created bool
+		out      idem.Approval
+		created  bool
+		existing *idem.Attempt
 	)
 	err := s.write(ctx, "request approval", func(ctx context.Context, tx txn, now time.Time) error {
+		out, created, existing = idem.Approval{}, false, nil
+		if p.Key != "" {
+			a, found, err := getAttempt(ctx, tx, idem.Scope{Org: p.Org, Principal: p.RequestedBy}, p.Key)
+			if err != nil {
+				return err
+			}
+			if found && !a.Forgotten(now) {
+				a = a.Observe(now)
+				existing = &a
+				return nil
+			}
+		}
 		// The newest approval of the intent that is Live at now.
 		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
 			WHERE org = ? AND requested_by = ? AND operation = ? AND fingerprint = ?
@@ -54,6 +69,9 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 	})
 	if err != nil {
 		return idem.Approval{}, false, err
+	}
+	if existing != nil {
+		return idem.Approval{}, false, &idem.AttemptExistsError{Attempt: *existing}
 	}
 	return out, created, nil
 }

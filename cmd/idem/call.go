@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ type callOptions struct {
 	data         string
 	key          string
 	task         string
-	dryRun       bool
+	dryRun       dryRunFlag
 	wait         time.Duration
 	retries      int
 	retryTimeout time.Duration
@@ -73,12 +74,32 @@ Exit codes: 0 success; 1 a 4xx answer; 2 usage error or locally refused intent; 
 	f.StringVarP(&o.data, "data", "d", "", "arguments as a JSON object, or @FILE, or @- for stdin")
 	f.StringVar(&o.key, "idempotency-key", "", "send this Idempotency-Key (record it durably first)")
 	f.StringVar(&o.task, "task", "", "durable task name: journal a new key on the first run, re-send it on later runs")
-	f.BoolVar(&o.dryRun, "dry-run", false, "preview the operation (dryRun=true); never with a key")
+	f.VarPF(&o.dryRun, "dry-run", "", "preview the operation (dryRun=true); never with a key").NoOptDefVal = "true"
 	f.DurationVar(&o.wait, "wait", 0, "send Prefer: wait=N: let the server wait up to this long (at most 30s) for a running original with the same key")
 	f.IntVar(&o.retries, "retries", client.DefaultRetries, "automatic retries after the first request, where the retry contract allows them")
 	f.DurationVar(&o.retryTimeout, "retry-timeout", client.DefaultRetryTimeout, "no automatic retry starts after this long")
 	return cmd
 }
+
+// dryRunFlag is --dry-run: given alone it means true; a value is parsed as
+// the server parses the dryRun parameter (exactly true or false), and the
+// flag is given at most once.
+type dryRunFlag struct{ on, set bool }
+
+func (d *dryRunFlag) Set(s string) error {
+	if d.set {
+		return errors.New("give --dry-run once")
+	}
+	on, err := idem.ParseDryRun([]string{s})
+	if err != nil {
+		return fmt.Errorf("want true or false, got %q", s)
+	}
+	d.on, d.set = on, true
+	return nil
+}
+
+func (d *dryRunFlag) String() string { return strconv.FormatBool(d.on) }
+func (d *dryRunFlag) Type() string   { return "bool" }
 
 // param is one --param as given.
 type param struct{ name, text string }
@@ -119,7 +140,7 @@ func (m Main) call(ctx context.Context, operation string, o callOptions) error {
 	c := &callRun{session: s, operation: operation, args: args, opts: o}
 
 	// Intents refused before anything is sent.
-	if o.dryRun && (o.key != "" || o.task != "") {
+	if o.dryRun.on && (o.key != "" || o.task != "") {
 		flag := "--idempotency-key"
 		if o.task != "" {
 			flag = "--task"
@@ -188,7 +209,7 @@ func (m Main) call(ctx context.Context, operation string, o callOptions) error {
 	c.key = key
 
 	res, err := s.client.Call(ctx, operation, args, client.CallOptions{
-		IdempotencyKey: key, DryRun: o.dryRun, Wait: o.wait, Retries: retriesOption(o.retries), RetryTimeout: o.retryTimeout,
+		IdempotencyKey: key, DryRun: o.dryRun.on, Wait: o.wait, Retries: retriesOption(o.retries), RetryTimeout: o.retryTimeout,
 	})
 	if err != nil {
 		return s.fail(err, c.hints)
