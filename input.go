@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"idem/canonical"
 )
@@ -225,8 +224,8 @@ func scalarJSON(kind reflect.Kind, s string) (json.RawMessage, error) {
 	var v json.RawMessage
 	switch kind {
 	case reflect.String:
-		if !utf8.ValidString(s) {
-			return nil, errors.New("strings must be valid UTF-8")
+		if err := canonical.CheckString(s); err != nil {
+			return nil, err
 		}
 		v = jsonValue(s)
 	case reflect.Bool:

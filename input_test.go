@@ -7,9 +7,12 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"idem"
+	"idem/internal/fakeclock"
 )
 
 // valuesIn has a field of every kind the input rules treat apart.
@@ -183,4 +186,33 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The runner's system calls never hand PostgreSQL text it cannot hold: a
+// NUL in an id finds nothing, in a filter matches nothing, in a decision's
+// reason is INVALID_INPUT (SPEC §6.2); none is STORE_UNAVAILABLE or
+// INTERNAL.
+func TestSystemCallsRefuseTextNoStoreHolds(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	var runs atomic.Int64
+	f := newFixtureOn(t, clock, newPGStores(t, clock, 1)[0], []idem.Operation{createOp(&runs), showOp()})
+	ctx := t.Context()
+	if _, err := f.runner.GetApproval(ctx, approver, "apr_\x00"); idem.ErrorCode(err) != idem.CodeApprovalNotFound {
+		t.Errorf("GetApproval with a NUL: %v, want APPROVAL_NOT_FOUND", err)
+	}
+	if _, err := f.runner.DecideApproval(ctx, approver, "apr_\x00", true, "ok"); idem.ErrorCode(err) != idem.CodeApprovalNotFound {
+		t.Errorf("DecideApproval of an id with a NUL: %v, want APPROVAL_NOT_FOUND", err)
+	}
+	_, err := f.runner.DecideApproval(ctx, approver, "apr_x", true, "fine\x00")
+	if e := idem.AsError(err); e.Code != idem.CodeInvalidInput || !strings.Contains(e.Message, "/reason: strings must not contain the NUL character") {
+		t.Errorf("DecideApproval with a NUL in the reason: %v, want INVALID_INPUT at /reason", err)
+	}
+	if _, err := f.runner.GetExecution(ctx, agent, "exe_\x00"); idem.ErrorCode(err) != idem.CodeNotFound {
+		t.Errorf("GetExecution with a NUL: %v, want NOT_FOUND", err)
+	}
+	for _, p := range []idem.ListExecutionsParams{{Operation: "thing.create\x00"}, {Principal: "agent-1\x00"}} {
+		if list, err := f.runner.ListExecutions(ctx, approver, p); err != nil || len(list) != 0 {
+			t.Errorf("ListExecutions(%+v) = %v, %v; want none", p, list, err)
+		}
+	}
 }

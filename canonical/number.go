@@ -90,9 +90,6 @@ func rangeMessage(lit []byte) string {
 	return fmt.Sprintf("%s %s is outside the exactly representable range ±%d (I-JSON); send it as a string if the schema declares a string", what, shown(lit), MaxExactInteger)
 }
 
-// nulMessage says why TransformStrict refuses a string.
-const nulMessage = "strings must not contain the NUL character (U+0000)"
-
 // shown is a number literal as an error message quotes it, at most 40
 // bytes.
 func shown(lit []byte) string {
