@@ -118,7 +118,7 @@ func decodeProblem(raw []byte, err error) (path, message string) {
 		if !isNumber && got == "bool" {
 			got = "boolean"
 		}
-		return pointerAt(raw, int(te.Offset)), fmt.Sprintf("must be %s, got %s", schemaWords(te.Type), got)
+		return canonical.PointerAt(raw, int(te.Offset)), fmt.Sprintf("must be %s, got %s", schemaWords(te.Type), got)
 	case errors.As(err, &pe):
 		return "", fmt.Sprintf("%q must be a valid date-time (RFC 3339, e.g. 2006-01-02T15:04:05Z)", pe.Value)
 	}
@@ -148,61 +148,6 @@ func schemaWords(t reflect.Type) string {
 		return "an object"
 	}
 	return "another value"
-}
-
-// pointerAt returns the JSON Pointer of the value of doc (valid JSON) whose
-// token ends at or after byte offset: where encoding/json reports a value it
-// could not decode.
-func pointerAt(doc []byte, offset int) string {
-	type frame struct {
-		array bool
-		index int
-		key   string
-		named bool // an object member's name has been read
-	}
-	var stack []frame
-	pointer := func() string {
-		var b strings.Builder
-		for _, f := range stack {
-			switch {
-			case f.array:
-				b.WriteString("/" + strconv.Itoa(f.index-1))
-			case f.named:
-				b.WriteString("/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(f.key))
-			}
-		}
-		return b.String()
-	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		if n := len(stack); n > 0 {
-			top := &stack[n-1]
-			switch {
-			case top.array:
-				top.index++
-			case !top.named:
-				top.key, top.named = tok.(string), true
-				continue
-			}
-		}
-		if int(dec.InputOffset()) >= offset {
-			return pointer()
-		}
-		if d, ok := tok.(json.Delim); ok {
-			stack = append(stack, frame{array: d == '['})
-		} else if n := len(stack); n > 0 && !stack[n-1].array {
-			stack[n-1].named = false
-		}
-	}
 }
 
 func invalidInput(problems []map[string]string) *Error {

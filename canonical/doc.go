@@ -37,7 +37,9 @@
 // beyond ±MaxExactInteger (1e400 included) and every string or member name
 // with U+0000, which PostgreSQL cannot store; what it accepts, it writes as
 // Transform does, so the fingerprint and a reader of the canonical form see
-// one value.
+// one value. [CheckString] is the same rule for text outside a JSON document,
+// and [PointerAt] names the value at a byte offset (where encoding/json
+// reports a value it could not decode).
 //
 // # Request fingerprint
 //

@@ -2,6 +2,7 @@ package canonical
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -116,6 +117,7 @@ type parser struct {
 	depth  int
 	out    []byte
 	strict bool // TransformStrict
+	stopAt int  // PointerAt's offset, 0 otherwise
 	*work
 }
 
@@ -189,32 +191,63 @@ func (p *parser) value() error {
 	if p.pos >= len(p.data) {
 		return p.unexpected("where a value was expected")
 	}
+	var err error
 	switch c := p.data[p.pos]; {
 	case c == '{':
 		return p.object()
 	case c == '[':
 		return p.array()
 	case c == '"':
-		start := p.pos
-		s, err := p.string()
-		if err != nil {
-			return err
-		}
-		if p.strict && bytes.IndexByte(s, 0) >= 0 {
-			return p.errorAt(start, "%s", nulMessage)
-		}
-		p.out = appendString(p.out, s)
-		return nil
+		err = p.stringValue()
 	case c == 't':
-		return p.literal("true")
+		err = p.literal("true")
 	case c == 'f':
-		return p.literal("false")
+		err = p.literal("false")
 	case c == 'n':
-		return p.literal("null")
+		err = p.literal("null")
 	case c == '-' || isDigit(c):
-		return p.number()
+		err = p.number()
+	default:
+		return p.unexpected("where a value was expected")
 	}
-	return p.unexpected("where a value was expected")
+	if err == nil && p.stopAt > 0 && p.pos >= p.stopAt {
+		return stopped{p.pointer()}
+	}
+	return err
+}
+
+func (p *parser) stringValue() error {
+	start := p.pos
+	s, err := p.string()
+	if err != nil {
+		return err
+	}
+	if p.strict && bytes.IndexByte(s, 0) >= 0 {
+		return p.errorAt(start, "%s", nulMessage)
+	}
+	p.out = appendString(p.out, s)
+	return nil
+}
+
+// stopped ends the parse of PointerAt at the value it looks for.
+type stopped struct{ pointer string }
+
+func (stopped) Error() string { return "canonical: stopped" }
+
+// PointerAt returns the JSON Pointer of the first value in data whose first
+// token ends at or after byte offset — an object or array at its opening
+// bracket, any other value at its end, the offset encoding/json gives in an
+// UnmarshalTypeError — or "" when data ends or is refused before.
+func PointerAt(data []byte, offset int) string {
+	w := workPool.Get().(*work)
+	defer w.release()
+	p := parser{data: data, stopAt: max(offset, 1), work: w}
+	p.skipSpace()
+	var s stopped
+	if errors.As(p.value(), &s) {
+		return s.pointer
+	}
+	return ""
 }
 
 func (p *parser) enter() error {
@@ -230,6 +263,9 @@ func (p *parser) object() error {
 		return err
 	}
 	p.pos++ // '{'
+	if p.stopAt > 0 && p.pos >= p.stopAt {
+		return stopped{p.pointer()}
+	}
 	p.out = append(p.out, '{')
 	region := len(p.out)
 	base, keysBase := len(p.members), len(p.keys)
@@ -375,6 +411,9 @@ func (p *parser) array() error {
 		return err
 	}
 	p.pos++ // '['
+	if p.stopAt > 0 && p.pos >= p.stopAt {
+		return stopped{p.pointer()}
+	}
 	p.out = append(p.out, '[')
 	p.path = append(p.path, step{array: true})
 	p.skipSpace()

@@ -226,6 +226,33 @@ func TestErrorPointer(t *testing.T) {
 	}
 }
 
+// TestPointerAt finds the value encoding/json names by the offset of an
+// UnmarshalTypeError.
+func TestPointerAt(t *testing.T) {
+	doc := `{"a":[1,{"b":300}],"c~/d":"x","e":{"f":true}}`
+	tests := []struct {
+		name    string
+		offset  int
+		pointer string
+	}{
+		{"the root object at its bracket", 1, ""},
+		{"an array at its bracket", strings.Index(doc, "[") + 1, "/a"},
+		{"a number at its end", strings.Index(doc, "300") + 3, "/a/1/b"},
+		{"an element", strings.Index(doc, "1,") + 1, "/a/0"},
+		{"an escaped name", strings.Index(doc, `"x"`) + 3, "/c~0~1d"},
+		{"an object at its bracket", strings.Index(doc, `{"f"`) + 1, "/e"},
+		{"a literal", strings.Index(doc, "true") + 4, "/e/f"},
+		{"past the end", len(doc) + 1, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := PointerAt([]byte(doc), tt.offset); got != tt.pointer {
+				t.Errorf("PointerAt(%d) = %q, want %q", tt.offset, got, tt.pointer)
+			}
+		})
+	}
+}
+
 // TestTransformStrict checks the strict profile: numbers within
 // ±MaxExactInteger and no NUL, with the pointer of the value refused; what
 // it accepts it writes as Transform does.
