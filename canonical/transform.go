@@ -52,7 +52,7 @@ func Transform(data []byte) ([]byte, error) { return transform(data, false) }
 //     beyond it distinct integers round to one double, and so to one
 //     canonical form;
 //   - a string or member name containing U+0000, which PostgreSQL text and
-//     JSON cannot hold.
+//     jsonb cannot hold.
 //
 // Where it accepts data, its output is Transform's.
 func TransformStrict(data []byte) ([]byte, error) { return transform(data, true) }
