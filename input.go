@@ -35,7 +35,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 		case errors.As(err, &se) && se.Pointer != "":
 			bad(se.Pointer, "%s", se.Reason())
 		case errors.As(err, &se):
-			bad("", "the body must be one JSON object: %s (at byte %d)", se.Reason(), se.Offset)
+			bad("", "the body is not one acceptable JSON object (RFC 8259, I-JSON): %s (at byte %d)", se.Reason(), se.Offset)
 		case err != nil || canon[0] != '{':
 			bad("", "the body must be one JSON object")
 		default:
