@@ -75,6 +75,8 @@ func TestInputValueRules(t *testing.T) {
 		{name: "NUL in a nested string", body: `{"extra":{"k":["x","\u0000"]}}`, at: "/extra/k/1", msg: nul},
 		{name: "NUL in a member name", body: `{"extra":{"k\u0000":1}}`, at: "/extra/k\x00", msg: nul},
 		{name: "invalid UTF-8 in a string", body: "{\"text\":\"\xff\"}", at: "/text", msg: "invalid UTF-8"},
+		{name: "duplicate member name", body: `{"extra":{"k":1,"k":2}}`, at: "/extra/k", msg: `duplicate key "k"`},
+		{name: "data after the body", body: `{"n":1} x`, at: "", msg: "unexpected data after the JSON value (at byte 8)"},
 		{name: "NUL in a path parameter", path: map[string]string{"id": "a\x00"}, at: "/id", msg: nul},
 		{name: "invalid UTF-8 in a path parameter", path: map[string]string{"id": "a\xff"}, at: "/id", msg: "valid UTF-8"},
 		{name: "NUL in a query value", query: url.Values{"filter": {"x\x00"}}, at: "/filter", msg: nul},
