@@ -3,11 +3,16 @@ package idem
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
+
+	"idem/canonical"
 )
 
 // decodeInput builds the flat argument object from the path, the query and
@@ -20,11 +25,21 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	bad := func(path, format string, a ...any) {
 		problems = append(problems, map[string]string{"path": path, "message": fmt.Sprintf(format, a...)})
 	}
+	// The body is read in its strict canonical form (SPEC §6.2): what is
+	// validated and decoded is what the fingerprint hashes, and every value
+	// is one that a store can hold.
 	if body := bytes.TrimSpace(x.req.Body); len(body) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.UseNumber()
-		if err := dec.Decode(&args); err != nil || dec.More() {
+		canon, err := canonical.TransformStrict(body)
+		var se *canonical.SyntaxError
+		switch {
+		case errors.As(err, &se) && se.Pointer != "":
+			bad(se.Pointer, "%s", se.Reason())
+		case errors.As(err, &se):
+			bad("", "the body is not one acceptable JSON object (RFC 8259, I-JSON): %s (at byte %d)", se.Reason(), se.Offset)
+		case err != nil || canon[0] != '{':
 			bad("", "the body must be one JSON object")
+		default:
+			_ = json.Unmarshal(canon, &args) // canonical JSON: no duplicate names
 		}
 	}
 	for _, p := range x.op.params {
@@ -85,10 +100,55 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	}
 	in, err := x.op.decode(raw)
 	if err != nil {
-		bad("", "%v", err)
+		path, msg := decodeProblem(raw, err)
+		bad(path, "%s", msg)
 		return nil, nil, invalidInput(problems)
 	}
 	return raw, in, nil
+}
+
+// decodeProblem words an error of the typed decode, which the schema did not
+// foresee (an int8 field given 300), in JSON paths and schema terms: the
+// path of the value and what the field takes.
+func decodeProblem(raw []byte, err error) (path, message string) {
+	var te *json.UnmarshalTypeError
+	var pe *time.ParseError
+	switch {
+	case errors.As(err, &te):
+		got, isNumber := strings.CutPrefix(te.Value, "number ")
+		if !isNumber && got == "bool" {
+			got = "boolean"
+		}
+		return canonical.PointerAt(raw, int(te.Offset)), fmt.Sprintf("must be %s, got %s", schemaWords(te.Type), got)
+	case errors.As(err, &pe):
+		return "", fmt.Sprintf("%q must be a valid date-time (RFC 3339, e.g. 2006-01-02T15:04:05Z)", pe.Value)
+	}
+	return "", fmt.Sprintf("a value is not accepted: %v", err)
+}
+
+// schemaWords says what values of a Go type are, as a JSON Schema would.
+func schemaWords(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch k := t.Kind(); {
+	case k >= reflect.Int && k <= reflect.Int64:
+		bits := t.Bits()
+		return fmt.Sprintf("an integer from %d to %d", max(-int64(1)<<(bits-1), -canonical.MaxExactInteger), min(int64(1)<<(bits-1)-1, canonical.MaxExactInteger))
+	case k >= reflect.Uint && k <= reflect.Uintptr:
+		return fmt.Sprintf("an integer from 0 to %d", min(uint64(1)<<t.Bits()-1, canonical.MaxExactInteger))
+	case k == reflect.Float32 || k == reflect.Float64:
+		return "a number"
+	case k == reflect.String:
+		return "a string"
+	case k == reflect.Bool:
+		return "a boolean"
+	case k == reflect.Slice || k == reflect.Array:
+		return "an array"
+	case k == reflect.Map || k == reflect.Struct:
+		return "an object"
+	}
+	return "another value"
 }
 
 func invalidInput(problems []map[string]string) *Error {
@@ -103,28 +163,48 @@ func invalidInput(problems []map[string]string) *Error {
 }
 
 // scalarJSON converts a path or query string to the JSON value of its
-// field's kind.
+// field's kind, in strict canonical form (SPEC §6.2) as the body is. A
+// number is written as a JSON number; every spelling of an integer (5, 5.0,
+// 5e0) is one where an integer is declared.
 func scalarJSON(kind reflect.Kind, s string) (json.RawMessage, error) {
+	var v json.RawMessage
 	switch kind {
 	case reflect.String:
-		return jsonValue(s), nil
+		if err := canonical.CheckString(s); err != nil {
+			return nil, err
+		}
+		v = jsonValue(s)
 	case reflect.Bool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {
 			return nil, fmt.Errorf("want true or false, got %q", s)
 		}
 		return jsonValue(b), nil
-	case reflect.Float32, reflect.Float64:
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("want a number, got %q", s)
-		}
-		return jsonValue(f), nil
 	default:
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("want an integer, got %q", s)
+		if s == "" || !(s[0] == '-' || isDigit(s[0])) || !isDigit(s[len(s)-1]) || !json.Valid([]byte(s)) {
+			return nil, fmt.Errorf("want %s, got %q", numberWords(kind), s)
 		}
-		return jsonValue(n), nil
+		v = json.RawMessage(s)
 	}
+	canon, err := canonical.TransformStrict(v)
+	var se *canonical.SyntaxError
+	if errors.As(err, &se) {
+		return nil, errors.New(se.Reason())
+	}
+	// Within ±MaxExactInteger the canonical form of an integer has neither
+	// a fraction nor an exponent.
+	if kind != reflect.String && numberWords(kind) == "an integer" && bytes.ContainsAny(canon, ".e") {
+		return nil, fmt.Errorf("want an integer, got %q", s)
+	}
+	return canon, err
 }
+
+// numberWords names a numeric kind as JSON Schema does.
+func numberWords(kind reflect.Kind) string {
+	if kind == reflect.Float32 || kind == reflect.Float64 {
+		return "a number"
+	}
+	return "an integer"
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }

@@ -17,7 +17,9 @@ import (
 // transaction (group commit) without callers noticing.
 //
 // Errors: rows that do not exist are NOT_FOUND (errors.Is(err,
-// ErrNotFound)) or the code a method names; a failure the store cannot
+// ErrNotFound)) or the code a method names; a statement the database
+// refused for its data (a NUL in text, a constraint no statement handles)
+// is INTERNAL, a bug and not an outage; any other failure the store cannot
 // interpret is STORE_UNAVAILABLE (errors.Is(err, ErrStoreUnavailable)), so
 // callers fail closed; a cancelled or expired ctx comes back as ctx.Err().
 // Stores read time only from their Clock, and return attempts and approvals

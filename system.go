@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"idem/canonical"
 )
 
 // The runner's system calls: approvals (SPEC §8), executions and attempt
@@ -26,6 +28,9 @@ func (r *Runner) ListApprovals(ctx context.Context, p Principal, status Approval
 // GetApproval returns an approval its requester or an approver of its org
 // may see; APPROVAL_NOT_FOUND for anyone else.
 func (r *Runner) GetApproval(ctx context.Context, p Principal, id string) (Approval, error) {
+	if canonical.CheckString(id) != nil {
+		return Approval{}, approvalNotFound(id) // no store holds such an id
+	}
 	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
 	if ErrorCode(err) == CodeApprovalNotFound {
 		return Approval{}, approvalNotFound(id) // worded as one not visible
@@ -50,6 +55,12 @@ func approvalNotFound(id string) *Error {
 // → FORBIDDEN; the requester → SELF_APPROVAL_FORBIDDEN; then the state
 // rules of Approval.Decide.
 func (r *Runner) DecideApproval(ctx context.Context, p Principal, id string, approve bool, reason string) (Approval, error) {
+	if err := canonical.CheckString(reason); err != nil {
+		return Approval{}, invalidInput([]map[string]string{{"path": "/reason", "message": err.Error()}})
+	}
+	if canonical.CheckString(id) != nil {
+		return Approval{}, approvalNotFound(id)
+	}
 	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
 	if ErrorCode(err) == CodeApprovalNotFound {
 		return Approval{}, approvalNotFound(id)
@@ -84,6 +95,9 @@ func (r *Runner) GetExecution(ctx context.Context, p Principal, id string) (Exec
 	fctx, cancel := context.WithTimeout(ctx, flushWait)
 	_ = r.Flush(fctx)
 	cancel()
+	if canonical.CheckString(id) != nil {
+		return Execution{}, notFound // no store holds such an id
+	}
 	x, err := r.cfg.Store.GetExecution(ctx, p.Org, id)
 	if ErrorCode(err) == CodeNotFound {
 		return Execution{}, notFound
@@ -138,6 +152,9 @@ func (r *Runner) GetAttempt(ctx context.Context, p Principal, key string) (Attem
 // anyone else (the rule of GetExecution).
 func (r *Runner) ListExecutions(ctx context.Context, p Principal, params ListExecutionsParams) ([]Execution, error) {
 	params.Org = p.Org
+	if canonical.CheckString(params.Principal) != nil || canonical.CheckString(params.Operation) != nil {
+		return []Execution{}, nil // no stored execution matches such a filter
+	}
 	if !p.HasRole(RoleApprover) {
 		if params.Principal != "" && params.Principal != p.ID {
 			return []Execution{}, nil

@@ -21,9 +21,25 @@
 // Input is refused, never repaired: invalid UTF-8, escapes that leave a lone
 // surrogate, duplicate member names (compared after unescaping), numbers too
 // large for a double, data after the value and nesting deeper than
-// [MaxDepth] are errors of type [*SyntaxError], which give the byte offset.
-// Numbers too small for a double become 0, as in ECMAScript. Unicode
-// noncharacters are kept, and no Unicode normalization is applied.
+// [MaxDepth] are errors of type [*SyntaxError], which give the byte offset
+// and the JSON Pointer of the value. Numbers too small for a double become 0,
+// as in ECMAScript. Unicode noncharacters are kept, and no Unicode
+// normalization is applied.
+//
+// # What the canonical form holds
+//
+// A number is its nearest IEEE-754 double: 5, 5.0, 5e0 and 50e-1 are one
+// value, written 5, and so are 0.1 and 0.10000000000000000001. Up to
+// [MaxExactInteger] (2^53−1) in magnitude every integer is a double, so a
+// number that JSON Schema calls an integer keeps its value; beyond it
+// 9007199254740993 and 9007199254740992 have one form. [TransformStrict],
+// which idem applies to every input (SPEC §6.2), refuses every number
+// beyond ±MaxExactInteger (1e400 included) and every string or member name
+// with U+0000, which PostgreSQL cannot store; what it accepts, it writes as
+// Transform does, so the fingerprint and a reader of the canonical form see
+// one value. [CheckString] is the same rule for text outside a JSON document,
+// and [PointerAt] names the value at a byte offset (where encoding/json
+// reports a value it could not decode).
 //
 // # Request fingerprint
 //

@@ -21,6 +21,15 @@ import (
 func FuzzTransform(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, err := Transform(data)
+		strict, serr := TransformStrict(data)
+		switch {
+		case serr == nil && !bytes.Equal(strict, out):
+			t.Fatalf("TransformStrict(%q) = %q, Transform %q", data, strict, out)
+		case err != nil && serr == nil:
+			t.Fatalf("TransformStrict accepts %q, which Transform refuses: %v", data, err)
+		case err == nil && serr != nil && !strings.Contains(serr.Error(), "exactly representable") && !strings.Contains(serr.Error(), "NUL"):
+			t.Fatalf("TransformStrict refuses %q for another reason than the strict profile: %v", data, serr)
+		}
 		if err != nil {
 			var se *SyntaxError
 			if !errors.As(err, &se) {

@@ -1,6 +1,10 @@
 package canonical
 
-import "strconv"
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+)
 
 // appendNumber appends the finite double f as ECMAScript's
 // Number.prototype.toString writes it (ECMA-262 Number::toString, radix 10),
@@ -64,4 +68,33 @@ func appendNumber(dst []byte, f float64) []byte {
 		dst = strconv.AppendInt(dst, int64(n-1), 10)
 	}
 	return dst
+}
+
+// MaxExactInteger is 2^53−1, the largest magnitude up to which every integer
+// is a double (I-JSON, RFC 7493 §2.2). Beyond it distinct integers round to
+// one double, so to one canonical form and one fingerprint: TransformStrict
+// refuses every number there (every double beyond it is an integer).
+const MaxExactInteger = 1<<53 - 1
+
+// exact reports whether the double f read from a number is within
+// ±MaxExactInteger (false for an infinity).
+func exact(f float64) bool { return -MaxExactInteger <= f && f <= MaxExactInteger }
+
+// rangeMessage says why TransformStrict refuses the number lit, in the words
+// of a JSON Schema: an integer unless it has a fraction or an exponent.
+func rangeMessage(lit []byte) string {
+	what := "integer"
+	if bytes.ContainsAny(lit, ".eE") {
+		what = "number"
+	}
+	return fmt.Sprintf("%s %s is outside the exactly representable range ±%d (I-JSON); send it as a string if the schema declares a string", what, shown(lit), MaxExactInteger)
+}
+
+// shown is a number literal as an error message quotes it, at most 40
+// bytes.
+func shown(lit []byte) string {
+	if len(lit) > 40 {
+		return string(lit[:37]) + "..."
+	}
+	return string(lit)
 }

@@ -2,10 +2,12 @@ package canonical
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -19,22 +21,46 @@ const MaxDepth = 512
 // SyntaxError describes input that Transform refuses: JSON that is malformed
 // or outside I-JSON (RFC 7493), such as a duplicate member name, invalid UTF-8,
 // a lone surrogate, a number beyond the range of a double, trailing data or
-// nesting deeper than MaxDepth.
+// nesting deeper than MaxDepth; and, from TransformStrict, a value outside
+// the strict profile.
 type SyntaxError struct {
 	Offset int // byte offset in the input where the problem was found
-	msg    string
+	// Pointer is the RFC 6901 JSON Pointer of the value (or member) where
+	// the problem was found: "" for the root, or when the problem is in an
+	// object's syntax, that object.
+	Pointer string
+	msg     string
 }
 
 func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("canonical: %s at offset %d", e.msg, e.Offset)
 }
 
+// Reason is the problem alone, without offset or pointer: "duplicate key
+// \"a\"", "invalid UTF-8 in string".
+func (e *SyntaxError) Reason() string { return e.msg }
+
 // Transform returns the RFC 8785 canonical form of the single JSON value in
 // data. It never modifies data. Errors are of type *SyntaxError.
-func Transform(data []byte) ([]byte, error) {
+func Transform(data []byte) ([]byte, error) { return transform(data, false) }
+
+// TransformStrict is Transform restricted to what every reader and every
+// store reads back as the same value, the profile of idem's input (SPEC
+// §6.2). In addition to what Transform refuses, it refuses
+//
+//   - a number whose magnitude exceeds [MaxExactInteger] (1e400 included):
+//     beyond it distinct integers round to one double, and so to one
+//     canonical form;
+//   - a string or member name containing U+0000, which PostgreSQL text and
+//     jsonb cannot hold.
+//
+// Where it accepts data, its output is Transform's.
+func TransformStrict(data []byte) ([]byte, error) { return transform(data, true) }
+
+func transform(data []byte, strict bool) ([]byte, error) {
 	w := workPool.Get().(*work)
 	defer w.release()
-	p := parser{data: data, out: make([]byte, 0, len(data)+len(data)/8), work: w}
+	p := parser{data: data, out: make([]byte, 0, len(data)+len(data)/8), strict: strict, work: w}
 	p.skipSpace()
 	if err := p.value(); err != nil {
 		return nil, err
@@ -52,6 +78,16 @@ type work struct {
 	keys    []byte   // unescaped names of those members
 	scratch []byte   // copy of an object's members while they are reordered
 	str     []byte   // unescaped content of the last string with escapes
+	path    []step   // where the parser is, outermost first, for errors
+}
+
+// step is one level of the parser's position: a member of an object or an
+// element of an array.
+type step struct {
+	array            bool
+	index            int // the element's index, in an array
+	named            bool
+	keyStart, keyEnd int // the member's unescaped name in work.keys, once named
 }
 
 var workPool = sync.Pool{New: func() any { return new(work) }}
@@ -65,10 +101,10 @@ const (
 
 func (w *work) release() {
 	if cap(w.keys) > maxPooledBytes || cap(w.scratch) > maxPooledBytes || cap(w.str) > maxPooledBytes ||
-		cap(w.members) > maxPooledMembers {
+		cap(w.members) > maxPooledMembers || cap(w.path) > MaxDepth {
 		return
 	}
-	w.members, w.keys, w.scratch, w.str = w.members[:0], w.keys[:0], w.scratch[:0], w.str[:0]
+	w.members, w.keys, w.scratch, w.str, w.path = w.members[:0], w.keys[:0], w.scratch[:0], w.str[:0], w.path[:0]
 	workPool.Put(w)
 }
 
@@ -76,10 +112,12 @@ func (w *work) release() {
 // it goes. Objects are written in input order and reordered in place once
 // their last member has been read.
 type parser struct {
-	data  []byte
-	pos   int
-	depth int
-	out   []byte
+	data   []byte
+	pos    int
+	depth  int
+	out    []byte
+	strict bool // TransformStrict
+	stopAt int  // PointerAt's offset, 0 otherwise
 	*work
 }
 
@@ -95,7 +133,27 @@ func (p *parser) errorf(format string, args ...any) error {
 }
 
 func (p *parser) errorAt(offset int, format string, args ...any) error {
-	return &SyntaxError{Offset: offset, msg: fmt.Sprintf(format, args...)}
+	return &SyntaxError{Offset: offset, Pointer: p.pointer(), msg: fmt.Sprintf(format, args...)}
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// pointer is the JSON Pointer of the parser's position.
+func (p *parser) pointer() string {
+	var b strings.Builder
+	for _, s := range p.path {
+		switch {
+		case s.array:
+			b.WriteByte('/')
+			b.WriteString(strconv.Itoa(s.index))
+		case s.named:
+			b.WriteByte('/')
+			b.WriteString(pointerEscaper.Replace(string(p.keys[s.keyStart:s.keyEnd])))
+		default:
+			return b.String() // at a member name: the object is the place
+		}
+	}
+	return b.String()
 }
 
 // unexpected reports the byte at p.pos (or the end of input) as out of place.
@@ -133,28 +191,63 @@ func (p *parser) value() error {
 	if p.pos >= len(p.data) {
 		return p.unexpected("where a value was expected")
 	}
+	var err error
 	switch c := p.data[p.pos]; {
 	case c == '{':
 		return p.object()
 	case c == '[':
 		return p.array()
 	case c == '"':
-		s, err := p.string()
-		if err != nil {
-			return err
-		}
-		p.out = appendString(p.out, s)
-		return nil
+		err = p.stringValue()
 	case c == 't':
-		return p.literal("true")
+		err = p.literal("true")
 	case c == 'f':
-		return p.literal("false")
+		err = p.literal("false")
 	case c == 'n':
-		return p.literal("null")
+		err = p.literal("null")
 	case c == '-' || isDigit(c):
-		return p.number()
+		err = p.number()
+	default:
+		return p.unexpected("where a value was expected")
 	}
-	return p.unexpected("where a value was expected")
+	if err == nil && p.stopAt > 0 && p.pos >= p.stopAt {
+		return stopped{p.pointer()}
+	}
+	return err
+}
+
+func (p *parser) stringValue() error {
+	start := p.pos
+	s, err := p.string()
+	if err != nil {
+		return err
+	}
+	if p.strict && bytes.IndexByte(s, 0) >= 0 {
+		return p.errorAt(start, "%s", nulMessage)
+	}
+	p.out = appendString(p.out, s)
+	return nil
+}
+
+// stopped ends the parse of PointerAt at the value it looks for.
+type stopped struct{ pointer string }
+
+func (stopped) Error() string { return "canonical: stopped" }
+
+// PointerAt returns the JSON Pointer of the first value in data whose first
+// token ends at or after byte offset — an object or array at its opening
+// bracket, any other value at its end, the offset encoding/json gives in an
+// UnmarshalTypeError — or "" when data ends or is refused before.
+func PointerAt(data []byte, offset int) string {
+	w := workPool.Get().(*work)
+	defer w.release()
+	p := parser{data: data, stopAt: max(offset, 1), work: w}
+	p.skipSpace()
+	var s stopped
+	if errors.As(p.value(), &s) {
+		return s.pointer
+	}
+	return ""
 }
 
 func (p *parser) enter() error {
@@ -170,12 +263,19 @@ func (p *parser) object() error {
 		return err
 	}
 	p.pos++ // '{'
+	if p.stopAt > 0 && p.pos >= p.stopAt {
+		return stopped{p.pointer()}
+	}
 	p.out = append(p.out, '{')
 	region := len(p.out)
 	base, keysBase := len(p.members), len(p.keys)
+	p.path = append(p.path, step{})
 	p.skipSpace()
 	if !p.consume('}') {
 		for {
+			// Taken again for each member: a nested value may move p.path.
+			at := &p.path[len(p.path)-1]
+			at.named = false
 			if p.pos >= len(p.data) || p.data[p.pos] != '"' {
 				return p.unexpected("where an object member name was expected")
 			}
@@ -190,6 +290,10 @@ func (p *parser) object() error {
 			m.keyStart = len(p.keys)
 			p.keys = append(p.keys, name...)
 			m.keyEnd = len(p.keys)
+			at.named, at.keyStart, at.keyEnd = true, m.keyStart, m.keyEnd
+			if p.strict && bytes.IndexByte(name, 0) >= 0 {
+				return p.errorAt(m.offset, "%s", nulMessage)
+			}
 			m.start = len(p.out)
 			p.out = appendString(p.out, name)
 			p.out = append(p.out, ':')
@@ -218,6 +322,7 @@ func (p *parser) object() error {
 		}
 	}
 	p.members, p.keys = p.members[:base], p.keys[:keysBase]
+	p.path = p.path[:len(p.path)-1]
 	p.out = append(p.out, '}')
 	p.depth--
 	return nil
@@ -242,6 +347,8 @@ func (p *parser) sortMembers(region int, ms []member) error {
 	for i := 1; i < len(ms); i++ {
 		if bytes.Equal(key(ms[i-1]), key(ms[i])) {
 			// The sort is stable, so ms[i] is the later occurrence.
+			at := &p.path[len(p.path)-1]
+			at.named, at.keyStart, at.keyEnd = true, ms[i].keyStart, ms[i].keyEnd
 			return p.errorAt(ms[i].offset, "duplicate key %q", key(ms[i]))
 		}
 	}
@@ -304,10 +411,15 @@ func (p *parser) array() error {
 		return err
 	}
 	p.pos++ // '['
+	if p.stopAt > 0 && p.pos >= p.stopAt {
+		return stopped{p.pointer()}
+	}
 	p.out = append(p.out, '[')
+	p.path = append(p.path, step{array: true})
 	p.skipSpace()
 	if !p.consume(']') {
-		for {
+		for i := 0; ; i++ {
+			p.path[len(p.path)-1].index = i
 			if err := p.value(); err != nil {
 				return err
 			}
@@ -323,6 +435,7 @@ func (p *parser) array() error {
 			return p.unexpected("where ',' or ']' was expected in an array")
 		}
 	}
+	p.path = p.path[:len(p.path)-1]
 	p.out = append(p.out, ']')
 	p.depth--
 	return nil
@@ -387,14 +500,13 @@ func (p *parser) number() error {
 		return nil
 	}
 	f, err := strconv.ParseFloat(string(lit), 64)
+	if p.strict && (err != nil || !exact(f)) {
+		return p.errorAt(start, "%s", rangeMessage(lit))
+	}
 	if err != nil || math.IsInf(f, 0) {
 		// Only overflow gets here: the syntax was checked above, and
 		// underflow rounds to zero without error, as in ECMAScript.
-		shown := string(lit)
-		if len(shown) > 40 {
-			shown = shown[:37] + "..."
-		}
-		return p.errorAt(start, "number %s out of range for an IEEE-754 double", shown)
+		return p.errorAt(start, "number %s out of range for an IEEE-754 double", shown(lit))
 	}
 	p.out = appendNumber(p.out, f)
 	return nil

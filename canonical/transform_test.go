@@ -197,6 +197,114 @@ func TestTransformRejects(t *testing.T) {
 	}
 }
 
+// TestErrorPointer checks that errors name the JSON Pointer of the value
+// (or member) where the problem is.
+func TestErrorPointer(t *testing.T) {
+	tests := []struct{ name, in, pointer string }{
+		{"root", `{} x`, ""},
+		{"value in an object", "{\"a\":{\"b\":\"\xff\"}}", "/a/b"},
+		{"duplicate key", `{"a":1,"a":2}`, "/a"},
+		{"duplicate key nested", `[{"x":{"k":1,"j":2,"k":3}}]`, "/0/x/k"},
+		{"invalid UTF-8 in a nested string", "{\"a\":[1,{\"b\":\"\xff\"}]}", "/a/1/b"},
+		{"invalid UTF-8 in a member name", "{\"a\":{\"\xff\":1}}", "/a"},
+		{"lone surrogate", `{"a":["x","\ud800"]}`, "/a/1"},
+		{"overflow", `{"a~b/c":1e400}`, "/a~0b~1c"},
+		{"syntax in an array", `{"a":[1,}`, "/a/1"},
+		{"too deep", `{"a":` + strings.Repeat("[", 1000), "/a" + strings.Repeat("/0", MaxDepth-1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Transform([]byte(tt.in))
+			var se *SyntaxError
+			if !errors.As(err, &se) {
+				t.Fatalf("Transform(%q) = %v, want a *SyntaxError", tt.in, err)
+			}
+			if se.Pointer != tt.pointer {
+				t.Errorf("pointer = %q, want %q (%v)", se.Pointer, tt.pointer, err)
+			}
+		})
+	}
+}
+
+// TestPointerAt finds the value encoding/json names by the offset of an
+// UnmarshalTypeError.
+func TestPointerAt(t *testing.T) {
+	doc := `{"a":[1,{"b":300}],"c~/d":"x","e":{"f":true}}`
+	tests := []struct {
+		name    string
+		offset  int
+		pointer string
+	}{
+		{"the root object at its bracket", 1, ""},
+		{"an array at its bracket", strings.Index(doc, "[") + 1, "/a"},
+		{"a number at its end", strings.Index(doc, "300") + 3, "/a/1/b"},
+		{"an element", strings.Index(doc, "1,") + 1, "/a/0"},
+		{"an escaped name", strings.Index(doc, `"x"`) + 3, "/c~0~1d"},
+		{"an object at its bracket", strings.Index(doc, `{"f"`) + 1, "/e"},
+		{"a literal", strings.Index(doc, "true") + 4, "/e/f"},
+		{"past the end", len(doc) + 1, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := PointerAt([]byte(doc), tt.offset); got != tt.pointer {
+				t.Errorf("PointerAt(%d) = %q, want %q", tt.offset, got, tt.pointer)
+			}
+		})
+	}
+}
+
+// TestTransformStrict checks the strict profile: numbers within
+// ±MaxExactInteger and no NUL, with the pointer of the value refused; what
+// it accepts it writes as Transform does.
+func TestTransformStrict(t *testing.T) {
+	const outside = "outside the exactly representable range ±9007199254740991 (I-JSON); send it as a string if the schema declares a string"
+	refused := []struct{ name, in, pointer, msg string }{
+		{"2^53+1", `{"amount":9007199254740993}`, "/amount", "integer 9007199254740993 is " + outside},
+		{"2^53", `{"amount":9007199254740992}`, "/amount", "integer 9007199254740992 is " + outside},
+		{"-(2^53)", `[-9007199254740992]`, "/0", "integer -9007199254740992 is " + outside},
+		{"2^53+1 with a fraction", `{"a":9007199254740993.0}`, "/a", "number 9007199254740993.0 is " + outside},
+		{"2^53+1 with an exponent", `{"a":9.007199254740993e15}`, "/a", "number 9.007199254740993e15 is " + outside},
+		{"1e20", `{"a":[1,1e20]}`, "/a/1", "number 1e20 is " + outside},
+		{"beyond a double", `{"a":{"b":1e400}}`, "/a/b", "number 1e400 is " + outside},
+		{"beyond a double, negative", `-1e400`, "", "number -1e400 is " + outside},
+		{"long integer shortened", `{"a":` + strings.Repeat("9", 400) + `}`, "/a", "integer 9999999999999999999999999999999999999... is"},
+		{"NUL in a string", `{"name":"a\u0000b"}`, "/name", "strings must not contain the NUL character (U+0000)"},
+		{"NUL in a nested string", `{"a":[{"b":["x","\u0000"]}]}`, "/a/0/b/1", "NUL character"},
+		{"NUL in a member name", `{"a":{"x\u0000":1}}`, "/a/x\x00", "NUL character"},
+		{"NUL as the root", `"\u0000"`, "", "NUL character"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := TransformStrict([]byte(tt.in))
+			var se *SyntaxError
+			if !errors.As(err, &se) {
+				t.Fatalf("TransformStrict(%q) = %s, %v; want a *SyntaxError", tt.in, got, err)
+			}
+			if se.Pointer != tt.pointer || !strings.Contains(se.Reason(), tt.msg) {
+				t.Errorf("error at %q: %q; want at %q: %q", se.Pointer, se.Reason(), tt.pointer, tt.msg)
+			}
+		})
+	}
+	accepted := []struct{ name, in, want string }{
+		{"2^53-1", `[9007199254740991,-9007199254740991]`, `[9007199254740991,-9007199254740991]`},
+		{"integer spellings", `[5,5.0,5e0,50e-1,0.5e1,-0,1e6,9007199254740991.0]`, `[5,5,5,5,5,0,1000000,9007199254740991]`},
+		{"fractions", `[0.1,1.5,-2.25,1e-7,9007199254740990.5]`, `[0.1,1.5,-2.25,1e-7,9007199254740990]`},
+		{"underflow is zero", `[1e-400]`, `[0]`},
+		{"U+0001 and the text \\u0000", `["\u0001","\\u0000"]`, `["\u0001","\\u0000"]`},
+	}
+	for _, tt := range accepted {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := TransformStrict([]byte(tt.in))
+			if err != nil || string(got) != tt.want {
+				t.Fatalf("TransformStrict(%s) = %s, %v; want %s", tt.in, got, err, tt.want)
+			}
+			if plain, _ := Transform([]byte(tt.in)); string(plain) != string(got) {
+				t.Errorf("Transform writes %s, TransformStrict %s", plain, got)
+			}
+		})
+	}
+}
+
 func TestTransformDepthLimit(t *testing.T) {
 	nested := func(depth int) string {
 		return strings.Repeat("[", depth) + strings.Repeat("]", depth)

@@ -351,7 +351,7 @@ func (h *handler) decide(approve bool) func(http.ResponseWriter, *http.Request, 
 		}
 		if len(strings.TrimSpace(string(body))) > 0 {
 			if err := json.Unmarshal(body, &in); err != nil {
-				writeData(w, nil, idem.Errorf(idem.CodeInvalidInput, "the body must be {\"reason\": \"…\"}: %v", err).
+				writeData(w, nil, idem.Errorf(idem.CodeInvalidInput, "the body must be {\"reason\": \"…\"}, a JSON object with an optional string reason").
 					WithDetail("errors", []map[string]string{{"path": "", "message": "must be a JSON object with an optional string reason"}}))
 				return
 			}

@@ -423,6 +423,12 @@ func TestApprovalRoutes(t *testing.T) {
 	s.send(t, "GET", "/v1/approvals/"+id, tokenAgent2, nil, "").expect(t, 404, idem.CodeApprovalNotFound)
 	s.send(t, "POST", "/v1/approvals/"+id+"/approve", tokenBrowser, nil, "").expect(t, 403, idem.CodeForbidden)
 	s.send(t, "POST", "/v1/approvals/nope/approve", tokenApprover, nil, "").expect(t, 404, idem.CodeApprovalNotFound)
+	for _, body := range []string{`{"reason":1}`, `{"reason":"fine\u0000"}`} {
+		bad := s.send(t, "POST", "/v1/approvals/"+id+"/approve", tokenApprover, nil, body).expect(t, 400, idem.CodeInvalidInput)
+		if raw := string(bad.raw); strings.Contains(raw, "Go struct") || strings.Contains(raw, "json:") || strings.Contains(raw, "unmarshal") {
+			t.Fatalf("decision %s: the message shows Go words: %s", body, raw)
+		}
+	}
 	ok := s.send(t, "POST", "/v1/approvals/"+id+"/approve", tokenApprover, nil, `{"reason":"fine"}`).expect(t, 200, "")
 	if !strings.Contains(string(ok.body.Data), `"status":"approved"`) || !strings.Contains(string(ok.body.Data), `"decisionReason":"fine"`) {
 		t.Fatalf("approve = %s", ok.raw)

@@ -6,3 +6,6 @@ const (
 	PartitionSpan   = partitionSpan
 	PartitionsAhead = partitionsAhead
 )
+
+// InterpretError is the store's error translation, for table tests.
+var InterpretError = interpretError

@@ -168,7 +168,8 @@ func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Contex
 // fsyncs instead of contending with them for the file's lock. fn must use
 // the ctx it is given and may run more than once (alone, when its batch
 // failed); it returns once fn's writes are committed. Errors that are not
-// idem errors come back as STORE_UNAVAILABLE.
+// idem errors come back as the store's own do: a statement refused for its
+// data as INTERNAL, any other failure as STORE_UNAVAILABLE.
 func (s *Store) Write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.write(ctx, "application write", func(ctx context.Context, tx txn, _ time.Time) error {
 		return fn(ctx, tx.Tx)

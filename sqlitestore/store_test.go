@@ -125,6 +125,19 @@ func TestMigrateTwice(t *testing.T) {
 func TestInterpretError(t *testing.T) {
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
+	// Real driver errors of statements refused for their data.
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE t (a TEXT PRIMARY KEY, b TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	_, notNull := db.Exec(`INSERT INTO t (a, b) VALUES ('x', NULL)`)
+	_, _ = db.Exec(`INSERT INTO t (a, b) VALUES ('y', 'b')`)
+	_, unique := db.Exec(`INSERT INTO t (a, b) VALUES ('y', 'b')`)
+	internal := &idem.Error{Code: idem.CodeInternal}
 	for _, tc := range []struct {
 		name string
 		ctx  context.Context
@@ -140,6 +153,8 @@ func TestInterpretError(t *testing.T) {
 		{"domain error", t.Context(), idem.Errorf(idem.CodeApprovalNotFound, "x"), &idem.Error{Code: idem.CodeApprovalNotFound}},
 		{"connection gone", t.Context(), sql.ErrConnDone, idem.ErrStoreUnavailable},
 		{"unknown", t.Context(), errors.New("disk I/O error"), idem.ErrStoreUnavailable},
+		{"NOT NULL constraint", t.Context(), notNull, internal},
+		{"UNIQUE constraint", t.Context(), unique, internal},
 	} {
 		if got := interpretError(tc.ctx, "op", tc.err); !errors.Is(got, tc.want) {
 			t.Errorf("%s: interpretError = %v, want %v", tc.name, got, tc.want)
