@@ -18,6 +18,7 @@ import (
 	"idem"
 	"idem/internal/migrate"
 	"idem/pgstore"
+	"idem/sqlitestore"
 )
 
 //go:embed schema
@@ -193,13 +194,13 @@ func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // its batch failed; so fn must start from scratch every time it runs.
 func (d *DB) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if d.writer != nil {
-		return dbError(d.writer(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(&Tx{tx: tx, d: d}) }))
+		return d.dbError(d.writer(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(&Tx{tx: tx, d: d}) }))
 	}
 	err := d.inTx(ctx, fn)
 	if deadConnection(err) && ctx.Err() == nil {
 		err = d.inTx(ctx, fn)
 	}
-	return dbError(err)
+	return d.dbError(err)
 }
 
 // errBeforeCommit marks errors raised before COMMIT was sent.
@@ -258,11 +259,25 @@ func (d *DB) forUpdate() string {
 	return ""
 }
 
-func dbError(err error) error {
+// dbError maps what a transaction returned: idem errors and context ends
+// pass, a statement refused for its data is INTERNAL, anything else
+// STORE_UNAVAILABLE (the handler fails closed).
+func (d *DB) dbError(err error) error {
 	var e *idem.Error
 	switch {
 	case err == nil, errors.As(err, &e), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
+	}
+	// A statement refused for its data is a bug, not an outage (SPEC §11):
+	// INTERNAL, by the same rule as the stores'.
+	refused := pgstore.RefusedStatement
+	if d.dialect == "sqlite" {
+		refused = sqlitestore.RefusedStatement
+	}
+	if what, ok := refused(err); ok {
+		ie := idem.Errorf(idem.CodeInternal, "demo: the database refused a statement for its data (%s): this is a server bug, not an outage; report it with this message", what)
+		ie.Err = err
+		return ie
 	}
 	return idem.Unavailable("demo", err)
 }

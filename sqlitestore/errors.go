@@ -12,19 +12,19 @@ import (
 
 // interpretError is the one place where driver errors become what the store
 // returns: domain errors pass through, a done context comes back as its
-// error, a statement refused for its data (refusedStatement) is INTERNAL,
+// error, a statement refused for its data (RefusedStatement) is INTERNAL,
 // and everything else (SQLITE_BUSY once the busy timeout passed, a closed
 // database, I/O errors, a read-only or full disk, a corrupt file, …) is
 // STORE_UNAVAILABLE, so that callers fail closed.
 func interpretError(ctx context.Context, op string, err error) error {
-	return storeerr.Interpret(ctx, "sqlitestore", op, err, refusedStatement)
+	return storeerr.Interpret(ctx, "sqlitestore", op, err, RefusedStatement)
 }
 
-// refusedStatement reports a statement SQLite refused for the data it was
+// RefusedStatement reports a statement SQLite refused for the data it was
 // given: a constraint violation the statement did not handle (ON
 // CONFLICT), a datatype mismatch, a value too big, a parameter out of
 // range.
-func refusedStatement(err error) (string, bool) {
+func RefusedStatement(err error) (string, bool) {
 	var e *sqlite.Error
 	if !errors.As(err, &e) {
 		return "", false
