@@ -44,6 +44,12 @@ type Store interface {
 	// is none or it is forgotten.
 	GetAttempt(ctx context.Context, scope Scope, key string) (Attempt, error)
 
+	// LeaseLeft returns how long the lease of reservation f has left, by
+	// the store's clock (0 once it has passed); ErrFenced when the record
+	// is no longer in flight under f.FencingToken. The runner asks it
+	// before every runtime retry.
+	LeaseLeft(ctx context.Context, f Fence) (time.Duration, error)
+
 	// StartExecution creates an unkeyed execution and its execution.started
 	// event, consuming ApprovalID in the same transaction if set.
 	StartExecution(ctx context.Context, p StartParams) (Execution, error)

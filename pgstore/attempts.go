@@ -197,3 +197,19 @@ func scanAttempt(row scanner) (idem.Attempt, error) {
 	a.ExpiresAt, a.SecretExpiresAt = utc(expires), utc(secret)
 	return a, nil
 }
+
+// LeaseLeft implements idem.Store: one statement, judged by the store's
+// clock.
+func (s *Store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, error) {
+	var lease time.Time
+	err := s.pool.QueryRow(ctx, `SELECT lease_expires_at FROM idem_attempts
+		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'`,
+		f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken).Scan(&lease)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, idem.ErrFenced
+	}
+	if err != nil {
+		return 0, interpretError(ctx, "lease left", err)
+	}
+	return max(lease.Sub(s.now()), 0), nil
+}

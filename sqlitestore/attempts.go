@@ -150,3 +150,23 @@ func scanAttempt(row *sql.Row) (idem.Attempt, error) {
 	a.SecretExpiresAt = timeOrZero(secretExp)
 	return a, nil
 }
+
+// LeaseLeft implements idem.Store.
+func (s *Store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, error) {
+	var left time.Duration
+	err := s.read(ctx, "lease left", func(tx txn, now time.Time) error {
+		var lease int64
+		err := tx.QueryRowContext(ctx, `SELECT lease_expires_at FROM idem_attempts
+			WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight'`,
+			f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken).Scan(&lease)
+		if errors.Is(err, sql.ErrNoRows) {
+			return idem.ErrFenced
+		}
+		if err != nil {
+			return err
+		}
+		left = max(fromMicros(lease).Sub(now), 0)
+		return nil
+	})
+	return left, err
+}
