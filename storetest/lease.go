@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"idem"
+	"idem/internal/fakeclock"
 )
 
 func init() {
 	register("LeaseLeftByStoreClock", testLeaseLeft)
+	register("PassedLeaseIsDurableBeforeItIsAnswered", testPassedLeaseDurable)
 }
 
 func fenceOf(a idem.Attempt) idem.Fence {
@@ -50,5 +52,50 @@ func testLeaseLeft(t *testing.T, e *env) {
 	}
 	if _, err := s.LeaseLeft(ctx(t), fenceOf(done.Attempt)); !errors.Is(err, idem.ErrFenced) {
 		t.Errorf("LeaseLeft of a completed record: err = %v, want ErrFenced", err)
+	}
+}
+
+// A record found in flight past its lease is made indeterminate durably
+// before it is answered, by GetAttempt and by the existing record Reserve
+// returns: its fence no longer holds (LeaseLeft, and the fence checks of
+// effects, see FenceCheck), and the sweeper finds nothing left to mark.
+// A record nobody read is marked by the sweeper.
+func testPassedLeaseDurable(t *testing.T, e *env) {
+	s := e.s(t)
+	read := mustReserve(t, s, reserveParams(scopeA, "key-read", fpOne)).Attempt
+	reserved := mustReserve(t, s, reserveParams(scopeA, "key-reserved", fpOne)).Attempt
+	unread := mustReserve(t, s, reserveParams(scopeA, "key-unread", fpOne)).Attempt
+	e.clock.Advance(lease)
+
+	if got := mustGet(t, s, scopeA, "key-read"); got.State != idem.AttemptIndeterminate || got.Status != 0 || got.FencingToken != read.FencingToken {
+		t.Fatalf("GetAttempt past the lease = %+v, want indeterminate", got)
+	}
+	res, err := s.Reserve(ctx(t), reserveParams(scopeA, "key-reserved", fpOne))
+	if err != nil || res.Reserved || res.Attempt.State != idem.AttemptIndeterminate || res.Attempt.FencingToken != reserved.FencingToken {
+		t.Fatalf("Reserve past the lease = %+v, %v; want the record, indeterminate", res, err)
+	}
+	// A second store instance, with a clock that lags behind the lease,
+	// still reads what the first wrote down: indeterminate.
+	lagging := e.Open(t, fakeclock.New(e.clock.Now().Add(-time.Minute)))
+	for _, a := range []idem.Attempt{read, reserved} {
+		if _, err := s.LeaseLeft(ctx(t), fenceOf(a)); !errors.Is(err, idem.ErrFenced) {
+			t.Errorf("%s: LeaseLeft after it was answered indeterminate: err = %v, want ErrFenced", a.Key, err)
+		}
+		if got := mustGet(t, lagging, scopeA, a.Key); got.State != idem.AttemptIndeterminate {
+			t.Errorf("%s through an instance whose clock lags: %s, want indeterminate (written down)", a.Key, got.State)
+		}
+	}
+	if left, err := s.LeaseLeft(ctx(t), fenceOf(unread)); err != nil || left != 0 {
+		t.Errorf("unread record: LeaseLeft = %s, %v; want 0 (passed, not yet written down)", left, err)
+	}
+	sw, err := s.Sweep(ctx(t), idem.SweepParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw.LeasesExpired != 1 {
+		t.Errorf("Sweep marked %d leases, want 1 (only the unread record)", sw.LeasesExpired)
+	}
+	if _, err := s.LeaseLeft(ctx(t), fenceOf(unread)); !errors.Is(err, idem.ErrFenced) {
+		t.Errorf("unread record after Sweep: err = %v, want ErrFenced", err)
 	}
 }
