@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -395,6 +396,22 @@ func TestStoreConformance(t *testing.T) {
 				return s
 			},
 			Break: func(t *testing.T) { sqlitetest.Destroy(t, path) },
+			CheckFence: func(t *testing.T, f idem.Fence, margin time.Duration) error {
+				db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				tx, err := db.BeginTx(t.Context(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := sqlitestore.CheckFence(t.Context(), tx, f, margin); err != nil {
+					tx.Rollback()
+					return err
+				}
+				return tx.Commit()
+			},
 		}
 	})
 }

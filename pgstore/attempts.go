@@ -179,7 +179,7 @@ func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (i
 
 // settleLockTimeout bounds how long settleLease waits for the row lock of
 // a fenced effect in progress (CheckFence) before it answers the record as
-// still in flight.
+// still in flight (Store.settleWait, which tests may change).
 const settleLockTimeout = 2 * time.Second
 
 // settleLease makes the passed lease of a, read in flight, durable before
@@ -198,7 +198,7 @@ func (s *Store) settleLease(ctx context.Context, a idem.Attempt) (idem.Attempt, 
 	err := s.inTx(ctx, "mark indeterminate", func(tx pgx.Tx) error {
 		busy = false
 		now := s.now()
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, settleLockTimeout.Milliseconds())); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, s.settleWait.Milliseconds())); err != nil {
 			return err
 		}
 		var err error

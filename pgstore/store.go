@@ -39,6 +39,8 @@ type Store struct {
 	closeOnce sync.Once
 	writes    *groupcommit.Committer[pgx.Tx]
 	feed      feed
+	// settleWait bounds settleLease's wait for a fenced effect.
+	settleWait time.Duration
 }
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns.
@@ -74,7 +76,7 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 // New returns a store on a pool the caller owns and has migrated (see
 // Migrate); Close leaves the pool open.
 func New(pool *pgxpool.Pool, cfg idem.StoreConfig) *Store {
-	s := &Store{pool: pool, clock: cfg.WithDefaults().Clock}
+	s := &Store{pool: pool, clock: cfg.WithDefaults().Clock, settleWait: settleLockTimeout}
 	s.writes = groupcommit.New(s.runTx, groupcommit.Config{Workers: writeWorkers, MaxBatch: maxBatch})
 	return s
 }

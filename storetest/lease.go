@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 func init() {
 	register("LeaseLeftByStoreClock", testLeaseLeft)
 	register("PassedLeaseIsDurableBeforeItIsAnswered", testPassedLeaseDurable)
+	register("FenceCheck", testFenceCheck)
 }
 
 func fenceOf(a idem.Attempt) idem.Fence {
@@ -98,4 +100,53 @@ func testPassedLeaseDurable(t *testing.T, e *env) {
 	if _, err := s.LeaseLeft(ctx(t), fenceOf(unread)); !errors.Is(err, idem.ErrFenced) {
 		t.Errorf("unread record after Sweep: err = %v, want ErrFenced", err)
 	}
+}
+
+// The fence check of an effect passes only while the record is in flight
+// under its token with more than the margin of its lease left, judged by
+// the database's clock (so this case's store clock follows the real one),
+// and for unkeyed calls.
+func testFenceCheck(t *testing.T, e *env) {
+	clock := fakeclock.New(time.Now())
+	s := e.Open(t, clock)
+	a := mustReserve(t, s, reserveParams(scopeA, "key-1", fpOne)).Attempt
+	f := fenceOf(a)
+	for _, margin := range []time.Duration{0, time.Second} {
+		if err := e.CheckFence(t, f, margin); err != nil {
+			t.Fatalf("fence check of a fresh reservation (margin %s): %v", margin, err)
+		}
+	}
+	if err := e.CheckFence(t, idem.Fence{Scope: scopeA, Key: "never-reserved"}, 0); err != nil {
+		t.Errorf("fence check of an unkeyed call (token 0): %v", err)
+	}
+	fenced := func(what string, f idem.Fence, margin time.Duration) {
+		t.Helper()
+		err := e.CheckFence(t, f, margin)
+		if !errors.Is(err, idem.ErrFenced) || idem.ErrorCode(err) != idem.CodeTimeout || !strings.Contains(err.Error(), "lease") {
+			t.Errorf("fence check of %s: err = %v, want a TIMEOUT that wraps ErrFenced and says the lease was lost", what, err)
+		}
+	}
+	fenced("a margin longer than the lease left", f, lease+time.Minute)
+	fenced("another token", idem.Fence{Scope: f.Scope, Key: f.Key, FencingToken: f.FencingToken + 1}, 0)
+	fenced("another principal's record", idem.Fence{Scope: scopeB, Key: f.Key, FencingToken: f.FencingToken}, 0)
+
+	if _, err := s.Complete(ctx(t), completeParams(a, 200, `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	fenced("a completed record", f, 0)
+
+	// Marked indeterminate by a reader whose store clock says the lease
+	// passed: fenced, though the database's clock is still inside it.
+	b := mustReserve(t, s, reserveParams(scopeA, "key-2", fpOne)).Attempt
+	clock.Advance(lease)
+	if got := mustGet(t, s, scopeA, "key-2"); got.State != idem.AttemptIndeterminate {
+		t.Fatalf("record past its lease by the store clock = %s", got.State)
+	}
+	fenced("a record read as indeterminate", fenceOf(b), 0)
+
+	// Reserved by an instance whose lease has passed by the database's
+	// clock, and read by nobody: fenced all the same.
+	past := e.Open(t, fakeclock.New(time.Now().Add(-lease-time.Second)))
+	c := mustReserve(t, past, reserveParams(scopeA, "key-3", fpOne)).Attempt
+	fenced("a record past its lease by the database's clock", fenceOf(c), 0)
 }
