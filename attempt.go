@@ -85,8 +85,12 @@ func (a Attempt) LeasePassed(now time.Time) bool {
 }
 
 // Forgotten reports whether retention has passed: the record no longer
-// exists for readers and its key may start a new attempt.
-func (a Attempt) Forgotten(now time.Time) bool { return !now.Before(a.ExpiresAt) }
+// exists for readers and its key may start a new attempt. A record in
+// flight within its lease is never forgotten, whatever its retention: its
+// executor may still be running (SPEC §6.8).
+func (a Attempt) Forgotten(now time.Time) bool {
+	return !now.Before(a.ExpiresAt) && !(a.State == AttemptInFlight && now.Before(a.LeaseExpiresAt))
+}
 
 // FinalState is the state a completion with this HTTP status leaves: any
 // 5xx after the handler started, and a cancellation (499) after it started,

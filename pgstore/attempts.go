@@ -21,7 +21,8 @@ const attemptColumns = `org, principal, key, operation, fingerprint, state, exec
 const keyLockSeed int64 = 0x6964656d5f6b6579
 
 // reserveSQL runs under the key's advisory lock. It returns the newest
-// record of the key if it is within retention (reserved = false);
+// record of the key if it is within retention, or in flight within its
+// lease (reserved = false);
 // otherwise it deletes the key's forgotten rows and inserts the new record
 // (reserved = true). made reads gone so that the delete runs first: a new
 // row may then reuse the primary key of the one it replaces.
@@ -30,10 +31,11 @@ const reserveSQL = `WITH live AS (
 			SELECT ` + attemptColumns + ` FROM idem_attempts
 			WHERE org = $1 AND principal = $2 AND key = $3
 			ORDER BY created_at DESC LIMIT 1) newest
-		WHERE expires_at > $8),
+		WHERE expires_at > $8 OR (state = 'in_flight' AND lease_expires_at > $8)),
 	gone AS (
 		DELETE FROM idem_attempts
 		WHERE org = $1 AND principal = $2 AND key = $3 AND expires_at <= $8
+			AND NOT (state = 'in_flight' AND lease_expires_at > $8)
 			AND NOT EXISTS (SELECT FROM live)
 		RETURNING 1),
 	made AS (

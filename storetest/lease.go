@@ -14,6 +14,7 @@ func init() {
 	register("LeaseLeftByStoreClock", testLeaseLeft)
 	register("PassedLeaseIsDurableBeforeItIsAnswered", testPassedLeaseDurable)
 	register("FenceCheck", testFenceCheck)
+	register("InFlightWithinLeaseIsNeverForgotten", testInFlightNeverForgotten)
 }
 
 func fenceOf(a idem.Attempt) idem.Fence {
@@ -149,4 +150,46 @@ func testFenceCheck(t *testing.T, e *env) {
 	past := e.Open(t, fakeclock.New(time.Now().Add(-lease-time.Second)))
 	c := mustReserve(t, past, reserveParams(scopeA, "key-3", fpOne)).Attempt
 	fenced("a record past its lease by the database's clock", fenceOf(c), 0)
+}
+
+// A record in flight within its lease is never forgotten, whatever its
+// retention: not by GetAttempt, not by Reserve (which would start a second
+// execution of the key), not by Sweep. Once its lease has passed too, it is.
+func testInFlightNeverForgotten(t *testing.T, e *env) {
+	s := e.s(t)
+	p := reserveParams(scopeA, "key-1", fpOne)
+	p.Retention = 10 * time.Second // shorter than the lease
+	first := mustReserve(t, s, p).Attempt
+	e.clock.Advance(20 * time.Second) // past its retention, within its lease
+
+	if got := mustGet(t, s, scopeA, "key-1"); got.State != idem.AttemptInFlight || got.FencingToken != first.FencingToken {
+		t.Fatalf("GetAttempt past retention, within the lease = %+v, want the record in flight", got)
+	}
+	res, err := s.Reserve(ctx(t), reserveParams(scopeA, "key-1", fpOne))
+	if err != nil || res.Reserved || res.Attempt.FencingToken != first.FencingToken || res.Attempt.State != idem.AttemptInFlight {
+		t.Fatalf("Reserve past retention, within the lease = %+v, %v; want the record in flight, not a new execution", res, err)
+	}
+	sw, err := s.Sweep(ctx(t), idem.SweepParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw.Forgotten != 0 {
+		t.Errorf("Sweep forgot %d records, want 0", sw.Forgotten)
+	}
+	if left, err := s.LeaseLeft(ctx(t), fenceOf(first)); err != nil || left != lease-20*time.Second {
+		t.Fatalf("after Sweep: LeaseLeft = %s, %v; want the record still held", left, err)
+	}
+	if _, err := s.Complete(ctx(t), completeParams(first, 200, `{}`)); err != nil {
+		t.Fatalf("Complete within the lease, past retention: %v", err)
+	}
+
+	// Past both: forgotten, and the key may start again.
+	q := reserveParams(scopeA, "key-2", fpOne)
+	q.Retention = 10 * time.Second
+	mustReserve(t, s, q)
+	e.clock.Advance(lease)
+	if _, err := s.GetAttempt(ctx(t), scopeA, "key-2"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("GetAttempt past retention and lease: err = %v, want NOT_FOUND", err)
+	}
+	mustReserve(t, s, reserveParams(scopeA, "key-2", fpOne))
 }
