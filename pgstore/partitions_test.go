@@ -426,7 +426,10 @@ func TestMigrationKeepsExistingRows(t *testing.T) {
 
 	// Records written by the store onto the 001 schema, over several hours.
 	clock := fakeclock.New(time.Date(2026, 11, 30, 9, 15, 0, 0, time.UTC))
-	old := pgstore.New(pool, idem.StoreConfig{Clock: clock})
+	old, err := pgstore.New(ctx, pool, idem.StoreConfig{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var before []idem.Attempt
 	for i := range 6 {
 		if i > 0 {

@@ -171,7 +171,10 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 
 	// The store works on the migrated pool, and Close leaves a pool it does
 	// not own open.
-	s := pgstore.New(pools[1], idem.StoreConfig{})
+	s, err := pgstore.New(t.Context(), pools[1], idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.StartExecution(t.Context(), idem.StartParams{ExecutionID: "exe_1", Scope: idem.Scope{Org: "acme", Principal: "p"}, Operation: "op", Fingerprint: "fp"}); err != nil {
 		t.Fatal(err)
 	}
