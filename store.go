@@ -20,8 +20,10 @@ import (
 // ErrNotFound)) or the code a method names; a failure the store cannot
 // interpret is STORE_UNAVAILABLE (errors.Is(err, ErrStoreUnavailable)), so
 // callers fail closed; a cancelled or expired ctx comes back as ctx.Err().
-// Stores read time only from their Clock, and return attempts and approvals
-// as Observed at that time.
+// Stores read time only from their clock (StoreConfig.Clock), and return
+// attempts and approvals as Observed at that time; an attempt read in
+// flight past its lease is first made indeterminate durably
+// (Attempt.LeasePassed).
 type Store interface {
 	// Reserve takes the attempt record for (scope, key) if there is none
 	// (or only a forgotten one), and in the same transaction consumes
@@ -262,7 +264,10 @@ func (r SweepResult) Done(batch int) bool {
 
 // StoreConfig is what both stores take besides their connection.
 type StoreConfig struct {
-	// Clock tells the store the time; SystemClock when nil.
+	// Clock tells the store the time (tests set a fake one). When nil it
+	// is the store's own: the database's clock on PostgreSQL (sampled, so
+	// that every instance judges leases by one clock), the system clock on
+	// SQLite (SystemClock, one machine).
 	Clock Clock
 }
 

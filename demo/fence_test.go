@@ -43,6 +43,16 @@ func TestRefundIsFenced(t *testing.T) {
 		if _, err := e.app.refundOrder(t.Context(), &late, refundInput{ID: "ord_2", Amount: 100}); !errors.Is(err, idem.ErrFenced) {
 			t.Fatalf("refund after the record completed: err = %v, want ErrFenced", err)
 		}
+		// The gateway checks the fence it receives where its effect commits,
+		// whatever its caller checked.
+		err = e.app.db.InTx(t.Context(), func(tx *Tx) error {
+			_, _, err := gatewayRefund(t.Context(), tx, e.app.now(), gatewayRefundParams{Org: agent.Org, Key: "ik_fence_gw", Fence: stale.Fence(),
+				Principal: agent.ID, RequestKey: "fence-1", ExecutionID: "exe_fence1", OrderID: "ord_2", Amount: 100})
+			return err
+		})
+		if !errors.Is(err, idem.ErrFenced) {
+			t.Fatalf("gateway call under a stale fence: err = %v, want ErrFenced", err)
+		}
 		effects, err := e.app.gatewayLedger(t.Context(), agent.Org)
 		if err != nil {
 			t.Fatal(err)
