@@ -32,7 +32,7 @@ type Attempt struct {
 	// FencingToken identifies the reservation; only its holder completes.
 	FencingToken int64
 	// LeaseExpiresAt bounds the in-flight state: past it, a record still in
-	// flight reads as indeterminate.
+	// flight is indeterminate (LeasePassed).
 	LeaseExpiresAt time.Time
 	// Status is the stored HTTP status; 0 while in flight or when
 	// indeterminate by lease.
@@ -53,15 +53,14 @@ type Attempt struct {
 }
 
 // Observe returns the record as a reader at now must see it, applying the
-// transitions that time alone makes: an in-flight record past its lease is
-// indeterminate (status 0), a secret past its window is an expired tombstone
-// with no body. Stores return every record through Observe, so both stores
-// and every instance read time-driven states the same way.
+// transitions that time alone makes and that need no write: a secret past
+// its window is an expired tombstone with no body. Stores return every
+// record through Observe, so both stores and every instance read
+// time-driven states the same way.
+//
+// A lease that passed is not among them: it must be made durable before
+// anyone is told (LeasePassed).
 func (a Attempt) Observe(now time.Time) Attempt {
-	if a.State == AttemptInFlight && !now.Before(a.LeaseExpiresAt) {
-		a.State = AttemptIndeterminate
-		a.Status = 0
-	}
 	if a.State == AttemptCompleted && a.SealedKeyID != "" && !a.SecretExpiresAt.IsZero() && !now.Before(a.SecretExpiresAt) {
 		a.State = AttemptExpired
 		a.Body = nil
@@ -72,9 +71,26 @@ func (a Attempt) Observe(now time.Time) Attempt {
 	return a
 }
 
+// LeasePassed reports whether the record is in flight past its lease at
+// now: its executor died or is cut off, and the record is indeterminate.
+// A store that reads such a record first marks it indeterminate with a
+// write conditional on its fencing token and lease, which waits for any
+// fenced effect in progress (pgstore.CheckFence holds the record's row
+// lock until its transaction ends), and answers what that write leaves:
+// so an effect either committed before the record reads indeterminate, or
+// its fence check fails. Until the write can be made, the record answers
+// as still in flight.
+func (a Attempt) LeasePassed(now time.Time) bool {
+	return a.State == AttemptInFlight && !now.Before(a.LeaseExpiresAt)
+}
+
 // Forgotten reports whether retention has passed: the record no longer
-// exists for readers and its key may start a new attempt.
-func (a Attempt) Forgotten(now time.Time) bool { return !now.Before(a.ExpiresAt) }
+// exists for readers and its key may start a new attempt. A record in
+// flight within its lease is never forgotten, whatever its retention: its
+// executor may still be running (SPEC §6.8).
+func (a Attempt) Forgotten(now time.Time) bool {
+	return !now.Before(a.ExpiresAt) && !(a.State == AttemptInFlight && now.Before(a.LeaseExpiresAt))
+}
 
 // FinalState is the state a completion with this HTTP status leaves: any
 // 5xx after the handler started, and a cancellation (499) after it started,

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"net/http"
+	"time"
 )
 
 // Call is what a handler knows about the execution it runs in. The same
@@ -23,6 +24,21 @@ type Call struct {
 	RequestKey string
 	// DryRun is set when the preview handler runs.
 	DryRun bool
+	// FencingToken identifies the reservation this execution holds (SPEC
+	// §6.8); 0 for unkeyed calls and dry runs. Make an effect in the
+	// store's database conditional on it in the effect's own transaction
+	// (pgstore.CheckFence, sqlitestore.CheckFence, with Fence), and forward
+	// it downstream with IdempotencyKey so that a service that can check it
+	// refuses a late effect.
+	FencingToken int64
+	// LeaseDeadline is when the lease of the reservation ends at the
+	// latest, by this instance's monotonic clock (conservative: taken
+	// before the reservation was sent); zero for unkeyed calls and dry
+	// runs. The handler's ctx ends RunnerConfig.LeaseMargin before it, or
+	// at the attempt's timeout if that comes first. Forward it (or the time
+	// left until it) downstream: past it, another caller may already have
+	// been told that the result is indeterminate.
+	LeaseDeadline time.Time
 
 	status int
 	header http.Header
@@ -40,6 +56,31 @@ func (c *Call) Header() http.Header {
 		c.header = http.Header{}
 	}
 	return c.header
+}
+
+// Fence returns the reservation this call holds, for fence checks.
+func (c *Call) Fence() Fence {
+	return Fence{Scope: c.Principal.Scope(), Key: c.RequestKey, FencingToken: c.FencingToken}
+}
+
+// Fence names a reservation: the attempt record of (Scope, Key) while it
+// is in flight under FencingToken. A zero FencingToken names none (an
+// unkeyed call), and every fence check passes for it.
+type Fence struct {
+	Scope        Scope
+	Key          string
+	FencingToken int64
+}
+
+// LeaseLost is the error of an effect refused by a fence check: the
+// reservation f is no longer in flight under its token with its lease
+// held. It wraps ErrFenced. The effect was not applied by this attempt;
+// the record is (or becomes) indeterminate.
+func LeaseLost(f Fence) *Error {
+	e := Errorf(CodeTimeout, "the lease of idempotency key %q passed before this attempt's effect could commit (fencing token %d); the effect was not applied by it", f.Key, f.FencingToken)
+	e.Retryable = false
+	e.Err = ErrFenced
+	return e
 }
 
 type callKey struct{}

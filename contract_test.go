@@ -134,7 +134,7 @@ func TestAttemptObserve(t *testing.T) {
 		bodyKept bool
 	}{
 		{"in flight inside lease", inFlight, t0, AttemptInFlight, false},
-		{"in flight at lease end", inFlight, t0.Add(time.Minute), AttemptIndeterminate, false},
+		{"in flight at lease end (made indeterminate by a write, not by Observe)", inFlight, t0.Add(time.Minute), AttemptInFlight, false},
 		{"secret inside window", secret, t0, AttemptCompleted, true},
 		{"secret at window end", secret, t0.Add(15 * time.Minute), AttemptExpired, false},
 		{"plain result never expires", Attempt{State: AttemptCompleted, Body: []byte("b")}, t0.Add(48 * time.Hour), AttemptCompleted, true},
@@ -146,6 +146,12 @@ func TestAttemptObserve(t *testing.T) {
 				t.Fatalf("Observe = state %s body %q", got.State, got.Body)
 			}
 		})
+	}
+	if inFlight.LeasePassed(t0.Add(time.Minute-time.Microsecond)) || !inFlight.LeasePassed(t0.Add(time.Minute)) {
+		t.Error("LeasePassed splits at the wrong time")
+	}
+	if done := (Attempt{State: AttemptCompleted, LeaseExpiresAt: t0}); done.LeasePassed(t0.Add(time.Hour)) {
+		t.Error("LeasePassed holds for a completed record")
 	}
 	if FinalState(422) != AttemptCompleted || FinalState(499) != AttemptIndeterminate || FinalState(500) != AttemptIndeterminate {
 		t.Error("FinalState splits at the wrong status")

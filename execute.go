@@ -38,16 +38,28 @@ func (x *execution) execute(ctx context.Context, in any, fence int64) Response {
 		// starts, and the execution is finalized as CANCELLED.
 		return x.finalize(ctx, outcome{err: cancelled()}, fence)
 	}
-	return x.finalize(ctx, x.runAttempts(ctx, in), fence)
+	return x.finalize(ctx, x.runAttempts(ctx, in, fence), fence)
 }
 
-// runAttempts calls the handler, retrying only when SPEC §7 allows it.
-func (x *execution) runAttempts(ctx context.Context, in any) outcome {
+// runAttempts calls the handler, retrying only when SPEC §7 allows it and,
+// for a reserved execution (fence != 0), only while its lease is held
+// (SPEC §6.8, holdLease).
+func (x *execution) runAttempts(ctx context.Context, in any, fence int64) outcome {
 	m := x.op.meta
 	var retried []AuditEvent
+	var prev *Error // the error of the attempt before, once there is one
 	for attempt := 1; ; attempt++ {
+		if fence != 0 {
+			if e := x.holdLease(ctx, attempt, fence, prev); e != nil {
+				return outcome{err: e, retried: retried}
+			}
+		}
+		if prev != nil {
+			retried = append(retried, AuditEvent{ExecutionID: x.executionID, Type: EventRetried, At: x.r.cfg.Clock.Now(), Attempt: attempt, PreviousErrorCode: prev.Code})
+		}
 		x.attempts = attempt
 		call := x.newCall(attempt, false)
+		call.FencingToken, call.LeaseDeadline = fence, x.leaseDeadline
 		out, err := x.runOne(ctx, call, in, x.op.invoke)
 		if err == nil {
 			data, verr := x.encodeOutput(out)
@@ -64,11 +76,53 @@ func (x *execution) runAttempts(ctx context.Context, in any) outcome {
 		if !x.mayRetry(attempt, e, err) {
 			return outcome{err: e, retried: retried}
 		}
-		if !sleep(ctx, jitter(MaxBackoff(m.RuntimeRetry.BackoffMs, attempt))) {
+		wait := jitter(MaxBackoff(m.RuntimeRetry.BackoffMs, attempt))
+		if fence != 0 {
+			// The backoff ends at the lease too: holdLease then refuses.
+			wait = min(wait, time.Until(x.leaseDeadline.Add(-x.r.cfg.LeaseMargin)))
+		}
+		if wait > 0 && !sleep(ctx, wait) {
 			return outcome{err: cancelled(), retried: retried}
 		}
-		retried = append(retried, AuditEvent{ExecutionID: x.executionID, Type: EventRetried, At: x.r.cfg.Clock.Now(), Attempt: attempt + 1, PreviousErrorCode: e.Code})
+		prev = e
 	}
+}
+
+// holdLease returns why attempt may not start, or nil: more than
+// LeaseMargin of the lease must be left, by the monotonic deadline taken
+// at the reservation and, before a runtime retry, by the store's clock
+// (LeaseLeft), which also tightens the deadline. An attempt refused here
+// never runs; the execution ends with a TIMEOUT and, like any keyed 5xx
+// after the handler could have started, an indeterminate record.
+func (x *execution) holdLease(ctx context.Context, attempt int, fence int64, prev *Error) *Error {
+	margin := x.r.cfg.LeaseMargin
+	if attempt > 1 {
+		// Asking must not outlast the lease either.
+		lctx, cancel := context.WithDeadline(ctx, x.leaseDeadline.Add(-margin))
+		defer cancel()
+		sent := time.Now()
+		left, err := x.r.cfg.Store.LeaseLeft(lctx, Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence})
+		switch {
+		case ctx.Err() != nil:
+			return cancelled()
+		case errors.Is(err, ErrFenced), lctx.Err() != nil:
+			left = 0
+		case err != nil:
+			e := Errorf(CodeTimeout, "attempt %d ended with %s, and the lease of idempotency key %q could not be confirmed before attempt %d (the store did not answer); attempt %d did not run", attempt-1, prev.Code, x.key, attempt, attempt)
+			e.Err = err
+			return e
+		}
+		if d := sent.Add(left); d.Before(x.leaseDeadline) {
+			x.leaseDeadline = d
+		}
+	}
+	if time.Until(x.leaseDeadline) > margin {
+		return nil
+	}
+	if prev == nil {
+		return Errorf(CodeTimeout, "the lease of idempotency key %q passed before attempt 1 could start (less than the lease margin of %s was left); the handler did not run", x.key, margin)
+	}
+	return Errorf(CodeTimeout, "attempt %d ended with %s, and the lease of idempotency key %q passed before attempt %d could start (less than the lease margin of %s was left); attempt %d did not run", attempt-1, prev.Code, x.key, attempt, margin, attempt)
 }
 
 func (x *execution) newCall(attempt int, dryRun bool) *Call {
@@ -81,8 +135,24 @@ func (x *execution) newCall(attempt int, dryRun bool) *Call {
 // runOne runs one attempt under its own timeout. The caller's cancellation
 // wins over everything; a result that arrives after the timeout or the
 // cancellation is discarded.
+//
+// The attempt's context ends at its timeout or, for a reserved execution,
+// LeaseMargin before its lease deadline, whichever comes first: the
+// handler's context ends with the lease, whatever the timeout says.
 func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(context.Context, *Call, any) (any, error)) (any, error) {
-	actx, cancel := context.WithTimeout(withCall(ctx, call), x.op.meta.Timeout)
+	deadline, byLease := time.Now().Add(x.op.meta.Timeout), false
+	if !call.LeaseDeadline.IsZero() {
+		if end := call.LeaseDeadline.Add(-x.r.cfg.LeaseMargin); end.Before(deadline) {
+			deadline, byLease = end, true
+		}
+	}
+	ended := func() error {
+		if byLease {
+			return leaseEnded(x.op.meta, call)
+		}
+		return timedOut(x.op.meta)
+	}
+	actx, cancel := context.WithDeadline(withCall(ctx, call), deadline)
 	defer cancel()
 	type result struct {
 		out any
@@ -104,14 +174,14 @@ func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(cont
 		case ctx.Err() != nil:
 			return nil, cancelled()
 		case errors.Is(actx.Err(), context.DeadlineExceeded):
-			return nil, timedOut(x.op.meta)
+			return nil, ended()
 		}
 		return res.out, res.err
 	case <-actx.Done():
 		if ctx.Err() != nil {
 			return nil, cancelled()
 		}
-		return nil, timedOut(x.op.meta)
+		return nil, ended()
 	}
 }
 
@@ -121,6 +191,14 @@ func cancelled() *Error {
 
 func timedOut(m Metadata) *Error {
 	return Errorf(CodeTimeout, "the attempt outlived its timeout of %s", m.Timeout)
+}
+
+// leaseEnded is the TIMEOUT of an attempt whose context ended with its
+// lease, before its timeout. No retry follows: the lease is gone.
+func leaseEnded(m Metadata, call *Call) *Error {
+	e := Errorf(CodeTimeout, "attempt %d reached the end of the lease of idempotency key %q before its timeout of %s", call.Attempt, call.RequestKey, m.Timeout)
+	e.Retryable = false
+	return e
 }
 
 // classify turns a handler error into the answer's error. An *Error passes

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Registry holds the declared operations, checked against every
@@ -146,4 +147,15 @@ func (r *Registry) Descriptors() []Descriptor {
 		out = append(out, d)
 	}
 	return out
+}
+
+// LongestLease returns the operation with the longest lease under grace
+// (Metadata.Lease) and that lease; "" and 0 for an empty registry.
+func (r *Registry) LongestLease(grace time.Duration) (name string, lease time.Duration) {
+	for _, n := range r.sorted {
+		if l := r.ops[n].meta.Lease(grace); l > lease {
+			name, lease = n, l
+		}
+	}
+	return name, lease
 }

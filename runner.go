@@ -26,10 +26,17 @@ type RunnerConfig struct {
 	// Sealer encrypts secret results; required when an operation uses
 	// transactional_secret_replay.
 	Sealer Sealer
-	// Retention is how long attempt records are kept (24 h).
+	// Retention is how long attempt records are kept (24 h). It must
+	// exceed the longest lease of any operation plus LeaseMargin.
 	Retention time.Duration
 	// LeaseGrace is added to an execution's own bound to make its lease (5 s).
 	LeaseGrace time.Duration
+	// LeaseMargin is the safety margin of a lease (1 s, SPEC §6.8): no
+	// attempt starts with less of its lease left, and a handler's context
+	// ends this long before the lease does. It covers the time an effect
+	// needs to commit and the error of the instance's view of the store's
+	// clock. It must be less than every operation's lease.
+	LeaseMargin time.Duration
 	// SecretWindow is how long a secret result can be replayed (15 min).
 	SecretWindow time.Duration
 	// ApprovalExpiry is how long an approval stays decidable and usable (15 min).
@@ -73,6 +80,7 @@ func (c RunnerConfig) WithDefaults() RunnerConfig {
 	}
 	setDefault(&c.Retention, 24*time.Hour)
 	setDefault(&c.LeaseGrace, 5*time.Second)
+	setDefault(&c.LeaseMargin, DefaultLeaseMargin)
 	setDefault(&c.SecretWindow, DefaultSecretReplayWindowMs*time.Millisecond)
 	setDefault(&c.ApprovalExpiry, DefaultApprovalExpiry)
 	setDefault(&c.PolicyTimeout, 2*time.Second)
@@ -80,13 +88,16 @@ func (c RunnerConfig) WithDefaults() RunnerConfig {
 	return c
 }
 
+// DefaultLeaseMargin is RunnerConfig.LeaseMargin's default.
+const DefaultLeaseMargin = time.Second
+
 func setDefault(d *time.Duration, def time.Duration) {
 	if *d == 0 {
 		*d = def
 	}
 }
 
-func (c RunnerConfig) validate(ops map[string]*compiled) error {
+func (c RunnerConfig) validate(reg *Registry, ops map[string]*compiled) error {
 	if c.Store == nil {
 		return errors.New("idem: RunnerConfig.Store is required")
 	}
@@ -95,12 +106,33 @@ func (c RunnerConfig) validate(ops map[string]*compiled) error {
 			return fmt.Errorf("idem: operation %q uses transactional_secret_replay: RunnerConfig.Sealer is required", name)
 		}
 	}
-	for _, d := range []time.Duration{c.Retention, c.LeaseGrace, c.SecretWindow, c.ApprovalExpiry, c.PolicyTimeout, c.MaxWait} {
+	for _, d := range []time.Duration{c.Retention, c.LeaseGrace, c.LeaseMargin, c.SecretWindow, c.ApprovalExpiry, c.PolicyTimeout, c.MaxWait} {
 		if d < 0 {
 			return errors.New("idem: RunnerConfig durations must not be negative")
 		}
 	}
+	for _, name := range reg.sorted {
+		if lease := ops[name].meta.Lease(c.LeaseGrace); c.LeaseMargin >= lease {
+			return fmt.Errorf("idem: RunnerConfig.LeaseMargin (%s) must be less than the lease of operation %q (%s): no attempt could start", c.LeaseMargin, name, lease)
+		}
+	}
+	if err := CheckRetention(reg, c.Retention, c.LeaseGrace, c.LeaseMargin); err != nil {
+		return fmt.Errorf("idem: RunnerConfig.Retention: %w", err)
+	}
 	return nil
+}
+
+// CheckRetention reports an error unless retention exceeds the longest
+// lease of reg's operations under grace plus margin (SPEC §6.8): a record
+// must outlive its lease, or the key of an execution still running, or
+// just found indeterminate, could start again.
+func CheckRetention(reg *Registry, retention, grace, margin time.Duration) error {
+	name, lease := reg.LongestLease(grace)
+	if retention > lease+margin {
+		return nil
+	}
+	return fmt.Errorf("the retention %s does not exceed the longest lease plus its margin %s: operation %s has a lease of %s (its timeouts, backoff and the lease grace %s); keep records for longer than %s",
+		retention, margin, name, lease, grace, lease+margin)
 }
 
 // Runner is the one execution pipeline (SPEC §5) every surface calls.
@@ -124,7 +156,7 @@ func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
 		}
 		ops[name] = &c
 	}
-	if err := cfg.validate(ops); err != nil {
+	if err := cfg.validate(reg, ops); err != nil {
 		return nil, err
 	}
 	r := &Runner{cfg: cfg, ops: ops, reg: reg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}
@@ -236,8 +268,11 @@ type execution struct {
 	fingerprint string
 	executionID string
 	attempts    int
-	replayed    bool
-	policyLog   []string
+	// leaseDeadline bounds the reservation's lease by the monotonic clock
+	// (zero when unkeyed); runAttempts tightens it from the store.
+	leaseDeadline time.Time
+	replayed      bool
+	policyLog     []string
 }
 
 func (x *execution) meta() *Meta {
@@ -338,7 +373,11 @@ func (x *execution) run(ctx context.Context) Response {
 	defer cancel()
 	var fence int64
 	if x.key != "" {
-		res, err := r.cfg.Store.Reserve(sctx, ReserveParams{StartParams: start, Key: x.key, Lease: op.meta.Lease(r.cfg.LeaseGrace), Retention: r.cfg.Retention})
+		// The store starts the lease after t0, so t0 + lease is a
+		// deadline the lease cannot outlast, by the monotonic clock.
+		lease := op.meta.Lease(r.cfg.LeaseGrace)
+		t0 := time.Now()
+		res, err := r.cfg.Store.Reserve(sctx, ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
 		if err != nil {
 			x.executionID = ""
 			return x.startFailure(ctx, err, raw, reason)
@@ -349,6 +388,7 @@ func (x *execution) run(ctx context.Context) Response {
 			return x.answerExisting(ctx, res.Attempt)
 		}
 		fence = res.Attempt.FencingToken
+		x.leaseDeadline = t0.Add(lease)
 		r.done.started(req.Principal.Scope(), x.key)
 	} else if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {
 		x.executionID = ""

@@ -22,8 +22,10 @@ import (
 // is INTERNAL, a bug and not an outage; any other failure the store cannot
 // interpret is STORE_UNAVAILABLE (errors.Is(err, ErrStoreUnavailable)), so
 // callers fail closed; a cancelled or expired ctx comes back as ctx.Err().
-// Stores read time only from their Clock, and return attempts and approvals
-// as Observed at that time.
+// Stores read time only from their clock (StoreConfig.Clock), and return
+// attempts and approvals as Observed at that time; an attempt read in
+// flight past its lease is first made indeterminate durably
+// (Attempt.LeasePassed).
 type Store interface {
 	// Reserve takes the attempt record for (scope, key) if there is none
 	// (or only a forgotten one), and in the same transaction consumes
@@ -45,6 +47,12 @@ type Store interface {
 	// GetAttempt returns the record for (scope, key); NOT_FOUND when there
 	// is none or it is forgotten.
 	GetAttempt(ctx context.Context, scope Scope, key string) (Attempt, error)
+
+	// LeaseLeft returns how long the lease of reservation f has left, by
+	// the store's clock (0 once it has passed); ErrFenced when the record
+	// is no longer in flight under f.FencingToken. The runner asks it
+	// before every runtime retry.
+	LeaseLeft(ctx context.Context, f Fence) (time.Duration, error)
 
 	// StartExecution creates an unkeyed execution and its execution.started
 	// event, consuming ApprovalID in the same transaction if set.
@@ -268,7 +276,10 @@ func (r SweepResult) Done(batch int) bool {
 
 // StoreConfig is what both stores take besides their connection.
 type StoreConfig struct {
-	// Clock tells the store the time; SystemClock when nil.
+	// Clock tells the store the time (tests set a fake one). When nil it
+	// is the store's own: the database's clock on PostgreSQL (sampled, so
+	// that every instance judges leases by one clock), the system clock on
+	// SQLite (SystemClock, one machine).
 	Clock Clock
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"idem"
+	"idem/pgstore"
+	"idem/sqlitestore"
 )
 
 // The payment gateway simulator of SPEC §12. It models a real gateway that
@@ -44,8 +46,11 @@ type gatewayEffect struct {
 
 // gatewayRefundParams is one refund call to the gateway.
 type gatewayRefundParams struct {
-	Org         string
-	Key         string // the idempotency key the gateway deduplicates on
+	Org string
+	Key string // the idempotency key the gateway deduplicates on
+	// Fence is the caller's reservation, forwarded with the key: the
+	// gateway applies nothing once it no longer holds (checkFence).
+	Fence       idem.Fence
 	Principal   string
 	RequestKey  string // "" for unkeyed calls
 	ExecutionID string
@@ -60,6 +65,11 @@ const gatewayColumns = `handler_key, principal, request_key, order_id, amount, c
 // reports whether this call applied the refund (false: the key was seen
 // before, and the effect returned is the original one).
 func gatewayRefund(ctx context.Context, tx *Tx, now time.Time, p gatewayRefundParams) (gatewayEffect, bool, error) {
+	// The gateway's effect commits in this transaction: it is checked
+	// here, whatever its caller checked before.
+	if err := checkFence(ctx, tx, p.Fence); err != nil {
+		return gatewayEffect{}, false, err
+	}
 	var requestKey *string
 	if p.RequestKey != "" {
 		requestKey = &p.RequestKey
@@ -97,6 +107,22 @@ func gatewayRefund(ctx context.Context, tx *Tx, now time.Time, p gatewayRefundPa
 		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
 	}
 	return e, false, nil
+}
+
+// fenceMargin is the lease an effect must have left to commit: more than
+// its transaction needs, so that the executor's completion usually lands
+// within the lease too.
+const fenceMargin = time.Second
+
+// checkFence makes the rest of tx conditional on the lease of fence (SPEC
+// §6.8), with the fence check of the store the demo shares its database
+// with: a paused or late executor's effect cannot commit once a same-key
+// request has been told that the result is indeterminate.
+func checkFence(ctx context.Context, tx *Tx, fence idem.Fence) error {
+	if tx.d.dialect == "postgres" {
+		return pgstore.CheckFence(ctx, tx.tx, fence, fenceMargin)
+	}
+	return sqlitestore.CheckFence(ctx, tx.tx, fence, fenceMargin)
 }
 
 // scanGatewayEffect scans the gatewayColumns of a row, then any more

@@ -160,8 +160,12 @@ func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) 
 		if err != nil {
 			return err
 		}
+		// The refund commits only while this execution holds its lease.
+		if err := checkFence(ctx, tx, call.Fence()); err != nil {
+			return err
+		}
 		gw := gatewayRefundParams{
-			Org: org, Key: call.IdempotencyKey, Principal: call.Principal.ID, RequestKey: call.RequestKey,
+			Org: org, Key: call.IdempotencyKey, Fence: call.Fence(), Principal: call.Principal.ID, RequestKey: call.RequestKey,
 			ExecutionID: call.ExecutionID, OrderID: in.ID, Amount: in.Amount,
 		}
 		// A runtime retry of an attempt whose effect committed: the gateway

@@ -19,10 +19,14 @@ import (
 	"time"
 )
 
-// binary is the idem binary built once for the package.
+// binary is the idem binary built once for the package, or the one
+// IDEM_E2E_BINARY names (to run these tests against another build).
 var binary string
 
 func TestMain(m *testing.M) {
+	if binary = os.Getenv("IDEM_E2E_BINARY"); binary != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "idem-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

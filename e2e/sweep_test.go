@@ -32,8 +32,11 @@ func TestSweeperAcrossRestart(t *testing.T) {
 			slow := `{"amount":5,"simulate":{"delayMs":4000}}`
 			reserved := time.Now()
 			go a.try("POST", "/v1/orders/ord_20/refund", "demo-agent", slow, "Idempotency-Key", "sweep-inflight")
-			waitFor(t, 10*time.Second, "the slow refund to be in flight", func() bool {
-				return a.do(t, "GET", "/v1/attempts/sweep-inflight", "demo-agent", "").get("data.state") == "in_flight"
+			// Read by nobody after the crash: the sweeper writes its state down.
+			go a.try("POST", "/v1/orders/ord_23/refund", "demo-agent", slow, "Idempotency-Key", "sweep-unread")
+			waitFor(t, 10*time.Second, "the slow refunds to be in flight", func() bool {
+				return a.do(t, "GET", "/v1/attempts/sweep-inflight", "demo-agent", "").get("data.state") == "in_flight" &&
+					a.do(t, "GET", "/v1/attempts/sweep-unread", "demo-agent", "").get("data.state") == "in_flight"
 			})
 			a.kill(t)
 
@@ -50,7 +53,10 @@ func TestSweeperAcrossRestart(t *testing.T) {
 					t.Fatalf("the refund killed in its delay reached the gateway: %v", e)
 				}
 			}
-			waitFor(t, 15*time.Second, "the restarted server's sweeper to expire the lease", func() bool { return swept(b, "leasesExpired") > 0 })
+			// Read past its lease, a record is written down indeterminate
+			// before it is answered; one nobody reads, by the sweeper.
+			waitFor(t, 15*time.Second, "the restarted server's sweeper to expire the unread lease", func() bool { return swept(b, "leasesExpired") > 0 })
+			b.do(t, "GET", "/v1/attempts/sweep-unread", "demo-agent", "").want(t, 200, "")
 
 			waitFor(t, 20*time.Second, "the approval to expire", func() bool {
 				return b.do(t, "GET", "/v1/approvals/"+approval, "demo-agent", "").get("data.status") == "expired"
@@ -68,12 +74,14 @@ func TestSweeperAcrossRestart(t *testing.T) {
 				t.Fatalf("SIGTERM: %v", err)
 			}
 
-			// A record carries the retention it was reserved with.
-			c := serve(t, url, dir, append(flags, "--retention", "2s")...)
+			// A record carries the retention it was reserved with (the
+			// shortest idem serve accepts: the longest lease, 30.2 s, plus
+			// the 1 s margin).
+			c := serve(t, url, dir, append(flags, "--retention", "32s")...)
 			short := c.do(t, "POST", "/v1/orders/ord_22/refund", "demo-agent", `{"amount":5}`, "Idempotency-Key", "sweep-short").want(t, 200, "")
 			c.kill(t)
 			d := serve(t, url, dir, flags...)
-			waitFor(t, 15*time.Second, "the record past its retention to be forgotten", func() bool {
+			waitFor(t, 50*time.Second, "the record past its retention to be forgotten", func() bool {
 				return d.do(t, "GET", "/v1/attempts/sweep-short", "demo-agent", "").status == 404
 			})
 			// It reads absent once past its retention. On SQLite the sweeper

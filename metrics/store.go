@@ -103,6 +103,13 @@ func (s *store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (i
 	return a, err
 }
 
+func (s *store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, error) {
+	start := time.Now()
+	d, err := s.next.LeaseLeft(ctx, f)
+	s.observe("lease_left", start, err)
+	return d, err
+}
+
 func (s *store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
 	start := time.Now()
 	x, err := s.next.StartExecution(ctx, p)

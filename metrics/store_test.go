@@ -2,12 +2,14 @@ package metrics
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -45,6 +47,7 @@ var (
 	fakeExecution = idem.Execution{ID: "exe_1", Operation: "order.refund"}
 	fakeApproval  = idem.Approval{ID: "apr_1", Operation: "order.refund"}
 	fakeReserve   = idem.ReserveResult{Attempt: fakeAttempt, Reserved: true, Execution: fakeExecution}
+	fakeLeaseLeft = 3 * time.Second
 	fakeSweep     = idem.SweepResult{Forgotten: 1, SecretsDestroyed: 2, LeasesExpired: 3, ApprovalsExpired: 4}
 )
 
@@ -69,6 +72,10 @@ func (f *fakeStore) Complete(ctx context.Context, p idem.CompleteParams) (idem.A
 
 func (f *fakeStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
 	return fakeAttempt, f.record(ctx, "GetAttempt", scope, key)
+}
+
+func (f *fakeStore) LeaseLeft(ctx context.Context, fence idem.Fence) (time.Duration, error) {
+	return fakeLeaseLeft, f.record(ctx, "LeaseLeft", fence)
 }
 
 func (f *fakeStore) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
@@ -163,6 +170,14 @@ var storeMethods = []storeMethod{
 			return []any{a}, err
 		},
 		args: []any{scope, "k1"}, results: []any{fakeAttempt},
+	},
+	{
+		label: "lease_left", name: "LeaseLeft",
+		call: func(ctx context.Context, s idem.Store) ([]any, error) {
+			d, err := s.LeaseLeft(ctx, idem.Fence{Scope: scope, Key: "k1", FencingToken: 7})
+			return []any{d}, err
+		},
+		args: []any{idem.Fence{Scope: scope, Key: "k1", FencingToken: 7}}, results: []any{fakeLeaseLeft},
 	},
 	{
 		label: "start_execution", name: "StartExecution",
@@ -382,6 +397,22 @@ func TestStoreConformance(t *testing.T) {
 				return s
 			},
 			Break: func(t *testing.T) { sqlitetest.Destroy(t, path) },
+			CheckFence: func(t *testing.T, f idem.Fence, margin time.Duration) error {
+				db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				tx, err := db.BeginTx(t.Context(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := sqlitestore.CheckFence(t.Context(), tx, f, margin); err != nil {
+					tx.Rollback()
+					return err
+				}
+				return tx.Commit()
+			},
 		}
 	})
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"idem"
 )
@@ -54,7 +56,8 @@ func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string
 }
 
 // reserveSQL runs under the key's advisory lock. It returns the newest
-// record of the key if it is within retention (reserved = false);
+// record of the key if it is within retention, or in flight within its
+// lease (reserved = false);
 // otherwise it deletes the key's forgotten rows and inserts the new record
 // (reserved = true). made reads gone so that the delete runs first: a new
 // row may then reuse the primary key of the one it replaces.
@@ -63,10 +66,11 @@ const reserveSQL = `WITH live AS (
 			SELECT ` + attemptColumns + ` FROM idem_attempts
 			WHERE org = $1 AND principal = $2 AND key = $3
 			ORDER BY created_at DESC LIMIT 1) newest
-		WHERE expires_at > $8),
+		WHERE expires_at > $8 OR (state = 'in_flight' AND lease_expires_at > $8)),
 	gone AS (
 		DELETE FROM idem_attempts
 		WHERE org = $1 AND principal = $2 AND key = $3 AND expires_at <= $8
+			AND NOT (state = 'in_flight' AND lease_expires_at > $8)
 			AND NOT EXISTS (SELECT FROM live)
 		RETURNING 1),
 	made AS (
@@ -91,8 +95,9 @@ const reserveSQL = `WITH live AS (
 // same transaction.
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var res idem.ReserveResult
+	var now time.Time
 	err := s.write(ctx, "reserve", func(ctx context.Context, tx pgx.Tx) error {
-		now := s.now() // when it runs, which may be late in a batch
+		now = s.now() // when it runs, which may be late in a batch
 		res = idem.ReserveResult{}
 		var b pgx.Batch
 		queueKeyLock(&b, p.Scope, p.Key)
@@ -119,6 +124,12 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 	})
 	if err != nil {
 		return idem.ReserveResult{}, err
+	}
+	if !res.Reserved && res.Attempt.LeasePassed(now) {
+		// Outside the batch: the write may wait for a fenced effect.
+		if res.Attempt, err = s.settleLease(ctx, res.Attempt); err != nil {
+			return idem.ReserveResult{}, err
+		}
 	}
 	return res, nil
 }
@@ -194,7 +205,66 @@ func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (i
 	if err != nil {
 		return idem.Attempt{}, interpretError(ctx, "get attempt", err)
 	}
+	if a.LeasePassed(now) {
+		return s.settleLease(ctx, a)
+	}
 	return a.Observe(now), nil
+}
+
+// settleLockTimeout bounds how long settleLease waits for the row lock of
+// a fenced effect in progress (CheckFence) before it answers the record as
+// still in flight (Store.settleWait, which tests may change).
+const settleLockTimeout = 2 * time.Second
+
+// settleLease makes the passed lease of a, read in flight, durable before
+// anyone is told (idem.Attempt.LeasePassed): one conditional UPDATE in a
+// transaction of its own, outside group commit, so that its wait for an
+// effect transaction holding the row (FOR SHARE, CheckFence) stalls no
+// other caller. Either that effect committed first, and a reconcile read
+// sees it, or its fence check fails once the mark commits. On lock
+// timeout the record is answered as it was read: in flight, which is
+// honest, and the caller retries. A record that changed meanwhile (its
+// executor completed it, a sweeper or another reader marked it) is read
+// again and answered as committed.
+func (s *Store) settleLease(ctx context.Context, a idem.Attempt) (idem.Attempt, error) {
+	var out idem.Attempt
+	var busy bool
+	err := s.inTx(ctx, "mark indeterminate", func(tx pgx.Tx) error {
+		busy = false
+		now := s.now()
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, s.settleWait.Milliseconds())); err != nil {
+			return err
+		}
+		var err error
+		out, err = scanAttempt(tx.QueryRow(ctx, `UPDATE idem_attempts SET state = 'indeterminate'
+			WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
+				AND state = 'in_flight' AND lease_expires_at <= $5
+			RETURNING `+attemptColumns, a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken, now))
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			busy = true
+			return err
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			out, err = scanAttempt(tx.QueryRow(ctx, `SELECT `+attemptColumns+` FROM idem_attempts
+				WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4`,
+				a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return idem.Errorf(idem.CodeNotFound, "no attempt record for key %q", a.Key)
+			}
+		}
+		if err == nil {
+			out = out.Observe(now)
+		}
+		return err
+	})
+	switch {
+	case busy:
+		return a, nil
+	case err != nil:
+		return idem.Attempt{}, err
+	}
+	return out, nil
 }
 
 // scanAttempt reads one row of attemptColumns.
@@ -228,4 +298,20 @@ func scanAttempt(row scanner) (idem.Attempt, error) {
 	a.LeaseExpiresAt, a.CreatedAt, a.CompletedAt = utc(lease), utc(created), utc(completed)
 	a.ExpiresAt, a.SecretExpiresAt = utc(expires), utc(secret)
 	return a, nil
+}
+
+// LeaseLeft implements idem.Store: one statement, judged by the store's
+// clock.
+func (s *Store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, error) {
+	var lease time.Time
+	err := s.pool.QueryRow(ctx, `SELECT lease_expires_at FROM idem_attempts
+		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'`,
+		f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken).Scan(&lease)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, idem.ErrFenced
+	}
+	if err != nil {
+		return 0, interpretError(ctx, "lease left", err)
+	}
+	return max(lease.Sub(s.now()), 0), nil
 }

@@ -1,5 +1,14 @@
 package pgstore
 
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"idem"
+)
+
 // PartitionSpan and PartitionsAhead let the tests compute the partitions
 // they expect.
 const (
@@ -9,3 +18,27 @@ const (
 
 // InterpretError is the store's error translation, for table tests.
 var InterpretError = interpretError
+
+// SetSettleWait changes how long s waits for a fenced effect before it
+// answers a record past its lease as still in flight.
+func SetSettleWait(s *Store, d time.Duration) { s.settleWait = d }
+
+// OpenWithLocalClock is Open with local as the instance's own clock, the
+// one the database's clock is measured against (tests skew it).
+func OpenWithLocalClock(ctx context.Context, url string, local func() time.Time) (*Store, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s, err := newStore(ctx, pool, idem.StoreConfig{}, local)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownsPool = true
+	return s, nil
+}

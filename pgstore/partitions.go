@@ -177,10 +177,11 @@ func (s *Store) createPartition(ctx context.Context, start time.Time) (bool, err
 }
 
 // dropPartition drops the partition that starts at start if none of its
-// rows is within retention at now. It reports whether it dropped it.
+// rows is within retention, or in flight within its lease, at now. It
+// reports whether it dropped it.
 func (s *Store) dropPartition(ctx context.Context, start, now time.Time) (bool, error) {
 	table := pgx.Identifier{partitionName(start)}.Sanitize()
-	live := `SELECT EXISTS (SELECT FROM ` + table + ` WHERE expires_at > $1)`
+	live := `SELECT EXISTS (SELECT FROM ` + table + ` WHERE expires_at > $1 OR (state = 'in_flight' AND lease_expires_at > $1))`
 	// A first look without the exclusive lock, so that the usual answer
 	// ("not yet") stalls nobody.
 	var busy bool

@@ -9,8 +9,10 @@
 // the key, from any instance; approvals are consumed
 // by a conditional UPDATE; concurrent approval requests for one intent are
 // serialised by a transaction-scoped advisory lock; sweepers take their
-// batches with FOR UPDATE SKIP LOCKED. Time comes only from the configured
-// clock and is passed to SQL as parameters.
+// batches with FOR UPDATE SKIP LOCKED. Time comes only from the store's
+// clock (the database's, sampled, unless StoreConfig.Clock is set) and is
+// passed to SQL as parameters; CheckFence alone reads clock_timestamp()
+// in its statement.
 package pgstore
 
 import (
@@ -33,12 +35,16 @@ var _ idem.Store = (*Store)(nil)
 
 // Store is an idem.Store on a pgx connection pool.
 type Store struct {
-	pool      *pgxpool.Pool
-	clock     idem.Clock
+	pool  *pgxpool.Pool
+	clock idem.Clock
+	// dbClock is clock when StoreConfig.Clock is nil: the database's.
+	dbClock   *dbClock
 	ownsPool  bool
 	closeOnce sync.Once
 	writes    *groupcommit.Committer[pgx.Tx]
 	feed      feed
+	// settleWait bounds settleLease's wait for a fenced effect.
+	settleWait time.Duration
 }
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns.
@@ -66,32 +72,58 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 		pool.Close()
 		return nil, err
 	}
-	s := New(pool, cfg)
+	s, err := newStore(ctx, pool, cfg, time.Now)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	s.ownsPool = true
 	return s, nil
 }
 
 // New returns a store on a pool the caller owns and has migrated (see
-// Migrate); Close leaves the pool open.
-func New(pool *pgxpool.Pool, cfg idem.StoreConfig) *Store {
-	s := &Store{pool: pool, clock: cfg.WithDefaults().Clock}
-	s.writes = groupcommit.New(s.runTx, groupcommit.Config{Workers: writeWorkers, MaxBatch: maxBatch})
-	return s
+// Migrate); Close leaves the pool open. Unless cfg.Clock is set, the
+// store's clock is the database's (clock_timestamp(), measured now and
+// every minute until Close, advanced in between by the local monotonic
+// clock): an unreachable database fails New.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg idem.StoreConfig) (*Store, error) {
+	return newStore(ctx, pool, cfg, time.Now)
 }
 
-// Close stops the writers and closes the pool if Open made it. It may be
-// called more than once.
+// newStore is New with the local clock the database's clock is measured
+// against (tests skew it).
+func newStore(ctx context.Context, pool *pgxpool.Pool, cfg idem.StoreConfig, local func() time.Time) (*Store, error) {
+	s := &Store{pool: pool, clock: cfg.Clock, settleWait: settleLockTimeout}
+	if s.clock == nil {
+		c, err := startDBClock(ctx, pool, local)
+		if err != nil {
+			return nil, err
+		}
+		s.clock, s.dbClock = c, c
+	}
+	s.writes = groupcommit.New(s.runTx, groupcommit.Config{Workers: writeWorkers, MaxBatch: maxBatch})
+	return s, nil
+}
+
+// Close stops the writers and the clock's sampling, and closes the pool
+// if Open made it. It may be called more than once.
 func (s *Store) Close() error {
 	s.feed.close()
 	s.writes.Close()
-	if s.ownsPool {
-		s.closeOnce.Do(s.pool.Close)
-	}
+	s.closeOnce.Do(func() {
+		if s.dbClock != nil {
+			s.dbClock.close()
+		}
+		if s.ownsPool {
+			s.pool.Close()
+		}
+	})
 	return nil
 }
 
-// now reads the clock at the precision PostgreSQL keeps, so that times
-// compared in Go and in SQL agree.
+// now reads the store's clock (the database's, see dbClock) at the
+// precision PostgreSQL keeps, so that times compared in Go and in SQL
+// agree.
 func (s *Store) now() time.Time {
 	return s.clock.Now().UTC().Truncate(time.Microsecond)
 }

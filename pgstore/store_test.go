@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"idem"
 	"idem/internal/fakeclock"
@@ -34,8 +36,38 @@ func TestConformance(t *testing.T) {
 				return s
 			},
 			Break: func(t *testing.T) { breakDatabase(t, url) },
+			CheckFence: func(t *testing.T, f idem.Fence, margin time.Duration) error {
+				return inEffectTx(t, sqlDB(t, url), func(tx *sql.Tx) error { return pgstore.CheckFence(t.Context(), tx, f, margin) })
+			},
 		}
 	})
+}
+
+// sqlDB opens a database/sql pool on url through pgx's stdlib, as an
+// application keeping its tables in the store's database would.
+func sqlDB(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// inEffectTx runs fn in one transaction of db and commits if it returns
+// nil.
+func inEffectTx(t *testing.T, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	t.Helper()
+	tx, err := db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // breakDatabase refuses new connections to the database at url and
@@ -139,7 +171,10 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 
 	// The store works on the migrated pool, and Close leaves a pool it does
 	// not own open.
-	s := pgstore.New(pools[1], idem.StoreConfig{})
+	s, err := pgstore.New(t.Context(), pools[1], idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.StartExecution(t.Context(), idem.StartParams{ExecutionID: "exe_1", Scope: idem.Scope{Org: "acme", Principal: "p"}, Operation: "op", Fingerprint: "fp"}); err != nil {
 		t.Fatal(err)
 	}

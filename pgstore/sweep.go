@@ -21,10 +21,12 @@ var sweepSteps = []struct {
 	sql  string
 }{
 	// Rows in time partitions go with their partition
-	// (maintainPartitions); only the DEFAULT partition is swept by row.
+	// (maintainPartitions); only the DEFAULT partition is swept by row. A
+	// record in flight within its lease is never forgotten.
 	{"forget attempts", `WITH batch AS MATERIALIZED (
 			SELECT org, principal, key, created_at FROM idem_attempts_default
-			WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+			WHERE expires_at <= $1 AND NOT (state = 'in_flight' AND lease_expires_at > $1)
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
 		DELETE FROM idem_attempts_default a USING batch b
 		WHERE a.org = b.org AND a.principal = b.principal AND a.key = b.key AND a.created_at = b.created_at`},
 	// The ciphertext goes; the record stays as a tombstone. (A secret

@@ -22,6 +22,11 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 			return err
 		}
 		if found && !a.Forgotten(now) {
+			if a.LeasePassed(now) {
+				if a, err = settleLease(ctx, tx, a, now); err != nil {
+					return err
+				}
+			}
 			res = idem.ReserveResult{Attempt: a.Observe(now)}
 			return nil
 		}
@@ -111,7 +116,33 @@ func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (i
 		out = a.Observe(now)
 		return nil
 	})
+	if read := out; err == nil && read.LeasePassed(s.now()) {
+		err = s.write(ctx, "mark indeterminate", func(ctx context.Context, tx txn, now time.Time) error {
+			a, err := settleLease(ctx, tx, read, now)
+			out = a.Observe(now)
+			return err
+		})
+	}
 	return out, err
+}
+
+// settleLease makes the passed lease of a, read in flight, durable before
+// anyone is told (idem.Attempt.LeasePassed), inside a write transaction:
+// the single writer serialises it with a fenced effect (CheckFence), so
+// that effect either committed before, or fails its check. It returns the
+// record as the write leaves it (changed meanwhile by its executor or a
+// sweeper: as they left it).
+func settleLease(ctx context.Context, tx txn, a idem.Attempt, now time.Time) (idem.Attempt, error) {
+	if _, err := tx.ExecContext(ctx, `UPDATE idem_attempts SET state = 'indeterminate'
+		WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at <= ?`,
+		a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken, micros(now)); err != nil {
+		return idem.Attempt{}, err
+	}
+	got, found, err := getAttempt(ctx, tx, a.Scope, a.Key)
+	if err == nil && !found {
+		err = idem.Errorf(idem.CodeNotFound, "no attempt record for idempotency key %q", a.Key)
+	}
+	return got, err
 }
 
 // getAttempt reads the stored record of (scope, key), not Observed.
@@ -149,4 +180,24 @@ func scanAttempt(row *sql.Row) (idem.Attempt, error) {
 	a.ExpiresAt = timeOrZero(expires)
 	a.SecretExpiresAt = timeOrZero(secretExp)
 	return a, nil
+}
+
+// LeaseLeft implements idem.Store.
+func (s *Store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, error) {
+	var left time.Duration
+	err := s.read(ctx, "lease left", func(tx txn, now time.Time) error {
+		var lease int64
+		err := tx.QueryRowContext(ctx, `SELECT lease_expires_at FROM idem_attempts
+			WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight'`,
+			f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken).Scan(&lease)
+		if errors.Is(err, sql.ErrNoRows) {
+			return idem.ErrFenced
+		}
+		if err != nil {
+			return err
+		}
+		left = max(fromMicros(lease).Sub(now), 0)
+		return nil
+	})
+	return left, err
 }

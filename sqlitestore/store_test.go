@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -30,6 +31,22 @@ func TestConformance(t *testing.T) {
 				return s
 			},
 			Break: func(t *testing.T) { sqlitetest.Destroy(t, path) },
+			CheckFence: func(t *testing.T, f idem.Fence, margin time.Duration) error {
+				db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				tx, err := db.BeginTx(t.Context(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := CheckFence(t.Context(), tx, f, margin); err != nil {
+					tx.Rollback()
+					return err
+				}
+				return tx.Commit()
+			},
 		}
 	})
 }

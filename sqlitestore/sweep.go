@@ -21,9 +21,10 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 			count *int
 			sql   string
 		}{
-			// Records past retention are forgotten.
+			// Records past retention are forgotten, but never one in
+			// flight within its lease.
 			{&out.Forgotten, `DELETE FROM idem_attempts WHERE rowid IN (
-				SELECT rowid FROM idem_attempts WHERE expires_at <= ? LIMIT ?)`},
+				SELECT rowid FROM idem_attempts WHERE expires_at <= ?1 AND NOT (state = 'in_flight' AND lease_expires_at > ?1) LIMIT ?2)`},
 			// Secret ciphertexts past their window are destroyed; the record
 			// stays as a tombstone.
 			{&out.SecretsDestroyed, `UPDATE idem_attempts

@@ -21,6 +21,11 @@ type Harness struct {
 	// Break makes the database unreachable for every instance opened so
 	// far, so that their calls fail.
 	Break func(t *testing.T)
+	// CheckFence runs the store package's fence check of f with margin
+	// (pgstore.CheckFence, sqlitestore.CheckFence) in a write transaction
+	// of its own on the database, as an application's effect would, and
+	// returns its error.
+	CheckFence func(t *testing.T, f idem.Fence, margin time.Duration) error
 }
 
 // Run runs the conformance suite. newDB is called once per subtest and

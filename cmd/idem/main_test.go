@@ -107,3 +107,22 @@ func TestServeRefusesAMalformedAllowedOrigin(t *testing.T) {
 		})
 	}
 }
+
+// A retention that does not outlive the leases (here 2 s, when
+// order.refund alone holds its lease for 15 s) is refused at start-up,
+// naming the flags, before anything listens.
+func TestServeRefusesRetentionShorterThanLeases(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--retention", "2s"},
+		{"--retention", "36s"}, // the longest lease (35 s) plus the margin, not more
+		{"--retention", "40s", "--lease-grace", "10s"},
+	} {
+		all := append([]string{"serve", "--demo", "--addr", "127.0.0.1:0", "--store", "sqlite:" + filepath.Join(dir, "idem.db"),
+			"--secret-key-file", filepath.Join(dir, "idem.key")}, args...)
+		code, _, stderr := run(t, nil, all...)
+		if code != exitUsage || !strings.Contains(stderr, "--retention") || !strings.Contains(stderr, "--lease-grace") || strings.Contains(stderr, "listening") {
+			t.Errorf("idem serve %v = exit %d, stderr %q; want exit %d naming --retention and --lease-grace", args, code, stderr, exitUsage)
+		}
+	}
+}

@@ -75,7 +75,7 @@ func (m Main) serveCommand() *cobra.Command {
 	f.StringVar(&o.secretKeyFile, "secret-key-file", "", "key file sealing one-time secret results, created 0600 if absent (env IDEM_SECRET_KEY_FILE; default idem.key)")
 	f.BoolVar(&o.demo, "demo", false, "serve the reference application of SPEC §12 with its demo tokens")
 	f.StringVar(&o.tokensFile, "tokens-file", "", "file of hashed bearer tokens, one per line: sha256:HEX ORG PRINCIPAL KIND [ROLES] (env IDEM_TOKENS_FILE)")
-	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept")
+	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept; must exceed the longest lease of any operation plus 1 s")
 	f.DurationVar(&o.secretWindow, "secret-window", 15*time.Minute, "how long a one-time secret result can be replayed")
 	f.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "grace added to an execution's bound before an in-flight record reads as indeterminate")
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
@@ -161,6 +161,11 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	registry, err := idem.NewRegistry(app.operations...)
 	if err != nil {
 		return err
+	}
+	if idem.CheckRetention(registry, o.retention, o.leaseGrace, idem.DefaultLeaseMargin) != nil {
+		name, lease := registry.LongestLease(o.leaseGrace)
+		return usagef("--retention %s must exceed the longest lease of any operation plus the lease margin of %s: operation %s holds its lease for %s with --lease-grace %s; raise --retention above %s (or lower --lease-grace)",
+			o.retention, idem.DefaultLeaseMargin, name, lease, o.leaseGrace, lease+idem.DefaultLeaseMargin)
 	}
 	runner, err := idem.NewRunner(registry, idem.RunnerConfig{
 		Store: store, Logger: logger, Sealer: box, Observe: mx.Observe, Policies: app.policies,
@@ -267,12 +272,8 @@ func replayCacheBytes(mb int) int {
 // shutdownBound is the longest any execution may run: the largest lease
 // without grace, at least 5 s.
 func shutdownBound(reg *idem.Registry) time.Duration {
-	bound := 5 * time.Second
-	for _, name := range reg.Names() {
-		d, _ := reg.Describe(name)
-		bound = max(bound, d.Lease(0))
-	}
-	return bound
+	_, bound := reg.LongestLease(0)
+	return max(bound, 5*time.Second)
 }
 
 // sweepLoop sweeps at start and then every interval (± half, jittered, so

@@ -1,0 +1,44 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"idem"
+)
+
+// CheckFence makes an effect in the store's database conditional on the
+// lease of the execution that makes it (SPEC §6.8). Call it inside the
+// effect's own transaction (database/sql over pgx's stdlib), before the
+// effect's writes: it passes only if the record of f is still in flight
+// under f.FencingToken with more than margin of its lease left, judged by
+// the database's clock, and then holds the record's row (FOR SHARE) until
+// the transaction ends. A reader that finds the lease passed marks the
+// record indeterminate with an UPDATE that waits for that lock (bounded;
+// see Store.GetAttempt), so the effect either commits before anyone is
+// told "indeterminate", and a reconcile read sees it, or fails here.
+//
+// It returns idem.LeaseLost(f) (errors.Is idem.ErrFenced) when the check
+// fails: roll the transaction back and return that error from the
+// handler. It passes for unkeyed calls (f.FencingToken 0). Keep the
+// transaction short: while it runs, a reader of the key may wait for it.
+func CheckFence(ctx context.Context, tx *sql.Tx, f idem.Fence, margin time.Duration) error {
+	if f.FencingToken == 0 {
+		return nil
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM idem_attempts
+		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'
+			AND lease_expires_at > clock_timestamp() + $5::float8 * interval '1 second'
+		FOR SHARE`, f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken, margin.Seconds()).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.LeaseLost(f)
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: check the fence of key %q: %w", f.Key, err)
+	}
+	return nil
+}
