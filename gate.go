@@ -50,8 +50,17 @@ func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reaso
 	})
 	var ae *AttemptExistsError
 	if errors.As(err, &ae) {
-		x.r.cache.put(ae.Attempt, x.r.cfg.Clock.Now())
-		return "", &ae.Attempt, nil
+		a := ae.Attempt
+		if a.State == AttemptInFlight {
+			// Read it again through GetAttempt, which writes a passed lease
+			// down before answering it (docs/store.md): the approval's
+			// transaction only read it.
+			if again, gerr := x.r.cfg.Store.GetAttempt(ctx, p.Scope(), x.key); gerr == nil {
+				a = again
+			}
+		}
+		x.r.cache.put(a, x.r.cfg.Clock.Now())
+		return "", &a, nil
 	}
 	if err != nil {
 		return "", nil, storeFailure(ctx, err)
