@@ -139,7 +139,13 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		body, ok := h.readBody(w, r, &idem.Meta{Operation: d.Name})
+		meta := &idem.Meta{Operation: d.Name}
+		release, ok := h.admitBody(w, r, meta)
+		if !ok {
+			return
+		}
+		defer release()
+		body, ok := h.readBody(w, r, meta)
 		if !ok {
 			return
 		}
@@ -156,7 +162,7 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 			Operation: d.Name, Surface: idem.SurfaceHTTP, Principal: p,
 			PathParams: map[string]string{}, Query: query, Body: body,
 			KeyHeader: r.Header.Values("Idempotency-Key"), Wait: preferWait(r.Header.Values("Prefer")),
-			Detachable: true,
+			Detachable: true, ReleaseBody: release,
 		}
 		for _, name := range pathNames {
 			req.PathParams[name] = r.PathValue(name)
@@ -190,6 +196,22 @@ func (h *handler) authed(fn func(http.ResponseWriter, *http.Request, idem.Princi
 			fn(w, r, p)
 		}
 	}
+}
+
+// admitBody takes the body's share of the runner's decode budget (its
+// Content-Length, or the body limit when it declares none) before the body
+// is read, or answers 429 RATE_LIMITED without reading it (SPEC §6.8).
+func (h *handler) admitBody(w http.ResponseWriter, r *http.Request, meta *idem.Meta) (func(), bool) {
+	size := r.ContentLength
+	if size < 0 || size > h.cfg.MaxBodyBytes {
+		size = h.cfg.MaxBodyBytes
+	}
+	release, err := h.cfg.Runner.AdmitBody(r.Context(), size)
+	if err != nil {
+		write(w, idem.ErrorResponse(err, meta))
+		return nil, false
+	}
+	return release, true
 }
 
 // readBody reads the request body within the limit (413 beyond it).
