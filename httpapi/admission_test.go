@@ -1,10 +1,14 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,4 +150,142 @@ func TestExecutionBeyondBoundRefused(t *testing.T) {
 		t.Fatalf("slow = %d %s", a.status, a.raw)
 	}
 	s.send(t, "POST", create, tokenAgent, key("k-second"), `{"name":"second"}`).expect(t, 201, "")
+}
+
+// timeoutBody fails as a connection does when the read deadline passes.
+type timeoutBody struct{}
+
+func (timeoutBody) Read([]byte) (int, error) {
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
+	return 0, &net.OpError{Op: "read", Net: "tcp", Source: addr, Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 51234}, Err: os.ErrDeadlineExceeded}
+}
+
+func (timeoutBody) Close() error { return nil }
+
+// brokenBody ends before its declared length.
+type brokenBody struct{}
+
+func (brokenBody) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+func (brokenBody) Close() error             { return nil }
+
+// TestSlowBodyAnswers408: a body cut by the read timeout answers
+// 408 REQUEST_TIMEOUT (retryable, nothing stored), and no read error shows
+// the connection's addresses.
+func TestSlowBodyAnswers408(t *testing.T) {
+	s := startServer(t, sqliteStore)
+	rec := s.serveDirect("POST", "/v1/shops/acme/widgets", tokenAgent, "k-slow-body", timeoutBody{}, 100)
+	if code, retryable := problemCode(t, rec); rec.Code != 408 || code != idem.CodeRequestTimeout || !retryable {
+		t.Fatalf("timed-out body = %d %s", rec.Code, rec.Body)
+	}
+	if strings.Contains(rec.Body.String(), "127.0.0.1") || strings.Contains(rec.Body.String(), "tcp") {
+		t.Fatalf("408 shows the connection: %s", rec.Body)
+	}
+	rec = s.serveDirect("POST", "/v1/shops/acme/widgets", tokenAgent, "k-slow-body", brokenBody{}, 100)
+	if code, _ := problemCode(t, rec); rec.Code != 400 || code != idem.CodeInvalidInput || strings.Contains(rec.Body.String(), "EOF") {
+		t.Fatalf("cut body = %d %s", rec.Code, rec.Body)
+	}
+	s.send(t, "GET", "/v1/attempts/k-slow-body", tokenAgent, nil, "").expect(t, 404, idem.CodeNotFound)
+	s.send(t, "POST", "/v1/shops/acme/widgets", tokenAgent, key("k-slow-body"), `{"name":"a"}`).expect(t, 201, "")
+}
+
+// TestReadTimeoutOverTheWire: the same over a real connection whose
+// server has a read timeout, with a client that stops sending mid-body.
+func TestReadTimeoutOverTheWire(t *testing.T) {
+	s := startServer(t, sqliteStore)
+	ts := httptest.NewUnstartedServer(s.handler)
+	ts.Config.ReadTimeout = 200 * time.Millisecond
+	ts.Start()
+	t.Cleanup(ts.Close)
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/shops/acme/widgets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nIdempotency-Key: k-wire\r\nContent-Length: 100\r\n\r\n{\"name\":", tokenAgent)
+	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 408 || !strings.Contains(string(raw), `"code":"REQUEST_TIMEOUT"`) || strings.Contains(string(raw), "127.0.0.1") {
+		t.Fatalf("slow body over the wire = %d %s", resp.StatusCode, raw)
+	}
+	s.send(t, "GET", "/v1/attempts/k-wire", tokenAgent, nil, "").expect(t, 404, idem.CodeNotFound)
+}
+
+// TestHeadOnGetRoutes: HEAD answers like GET on operation and system
+// routes, without a body.
+func TestHeadOnGetRoutes(t *testing.T) {
+	s := startServer(t, sqliteStore)
+	s.send(t, "POST", "/v1/shops/acme/widgets", tokenAgent, key("k-head"), `{"name":"a"}`).expect(t, 201, "")
+	for _, tc := range []struct{ path, token string }{
+		{"/v1/shops/acme/widgets", tokenAgent}, // an operation
+		{"/v1/operations", ""},
+		{"/openapi.json", ""},
+		{"/healthz", ""},
+		{"/readyz", ""},
+		{"/v1/attempts/k-head", tokenAgent},
+		{"/v1/approvals", tokenApprover},
+		{"/v1/attempts/none", tokenAgent}, // a 404
+		{"/v1/shops/acme/widgets", ""},    // a 401
+	} {
+		get := s.raw(t, "GET", tc.path, tc.token)
+		head := s.raw(t, "HEAD", tc.path, tc.token)
+		if head.status != get.status || len(head.raw) != 0 {
+			t.Errorf("HEAD %s = %d with %d bytes, GET = %d", tc.path, head.status, len(head.raw), get.status)
+		}
+		for _, h := range []string{"Content-Type", "Content-Length", "WWW-Authenticate"} {
+			if head.header.Get(h) != get.header.Get(h) {
+				t.Errorf("HEAD %s: %s = %q, GET has %q", tc.path, h, head.header.Get(h), get.header.Get(h))
+			}
+		}
+		if get.header.Get("Content-Length") != fmt.Sprint(len(get.raw)) {
+			t.Errorf("GET %s: Content-Length %q for %d bytes", tc.path, get.header.Get("Content-Length"), len(get.raw))
+		}
+	}
+}
+
+// raw sends a request without decoding the answer.
+func (s *server) raw(t *testing.T, method, path, token string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	a := answer{status: resp.StatusCode, header: resp.Header}
+	a.raw, _ = io.ReadAll(resp.Body)
+	return a
+}
+
+// TestTwoAuthorizationHeadersRefused: two Authorization headers answer 401
+// whatever they hold, and nothing runs.
+func TestTwoAuthorizationHeadersRefused(t *testing.T) {
+	s := startServer(t, sqliteStore)
+	for name, values := range map[string][]string{
+		"both valid":     {"Bearer " + tokenAgent, "Bearer " + tokenAgent2},
+		"valid first":    {"Bearer " + tokenAgent, "Bearer wrong"},
+		"same twice":     {"Bearer " + tokenAgent, "Bearer " + tokenAgent},
+		"empty then one": {"", "Bearer " + tokenAgent},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := s.send(t, "POST", "/v1/shops/acme/widgets", "", hdr{"Authorization": values, "Idempotency-Key": {"k-two-auth"}}, `{"name":"a"}`).expect(t, 401, idem.CodeUnauthenticated)
+			if a.header.Get("WWW-Authenticate") == "" {
+				t.Fatal("401 without WWW-Authenticate")
+			}
+			s.send(t, "GET", "/v1/approvals", "", hdr{"Authorization": values}, "").expect(t, 401, idem.CodeUnauthenticated)
+		})
+	}
+	if s.runs.Load() != 0 {
+		t.Fatalf("handler ran %d times", s.runs.Load())
+	}
 }

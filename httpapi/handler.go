@@ -8,8 +8,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -108,7 +110,14 @@ func (h *handler) route(method, path string, fn http.HandlerFunc) {
 
 var pathParam = regexp.MustCompile(`\{([^{}/]+)\}`)
 
+// dispatch answers HEAD like GET where a path has GET: the same status and
+// headers, no body (net/http drops what the handler writes).
 func (h *handler) dispatch(byMethod map[string]http.HandlerFunc) http.HandlerFunc {
+	if get, ok := byMethod[http.MethodGet]; ok {
+		if _, ok := byMethod[http.MethodHead]; !ok {
+			byMethod[http.MethodHead] = get
+		}
+	}
 	allowed := make([]string, 0, len(byMethod))
 	for m := range byMethod {
 		allowed = append(allowed, m)
@@ -171,8 +180,15 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 	}
 }
 
-// authenticate answers 401 unless the request carries a known bearer token.
+// authenticate answers 401 unless the request carries one Authorization
+// header with a known bearer token.
 func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Principal, bool) {
+	if n := len(r.Header.Values("Authorization")); n > 1 {
+		resp := idem.ErrorResponse(idem.Errorf(idem.CodeUnauthenticated, "the request has %d Authorization headers; send exactly one, Authorization: Bearer <token>", n), nil)
+		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_request"`)
+		write(w, resp)
+		return idem.Principal{}, false
+	}
 	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		resp := idem.ErrorResponse(idem.Errorf(idem.CodeUnauthenticated, "send a token as Authorization: Bearer <token>"), nil)
@@ -214,16 +230,24 @@ func (h *handler) admitBody(w http.ResponseWriter, r *http.Request, meta *idem.M
 	return release, true
 }
 
-// readBody reads the request body within the limit (413 beyond it).
+// readBody reads the request body within the limit (413 beyond it). A body
+// that does not arrive within the server's read timeout answers 408. Read
+// errors never reach the caller as they are: they name the connection's
+// addresses.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request, meta *idem.Meta) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
+	var netErr net.Error
 	switch {
 	case errors.As(err, &tooLarge):
 		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeRequestTooLarge, "the body is over the %d-byte limit; send a smaller one", tooLarge.Limit), meta))
 		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeRequestTimeout, "the body did not arrive within the server's read timeout; send the same request again, faster (nothing was stored and no key was consumed)"), meta))
+		return nil, false
 	case err != nil:
-		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the body could not be read: %v", err), meta))
+		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the body ended before its declared length or could not be read; send the whole body again").
+			WithDetail("errors", []map[string]string{{"path": "", "message": "the body must arrive whole"}}), meta))
 		return nil, false
 	}
 	return body, true
@@ -247,10 +271,14 @@ func preferWait(values []string) time.Duration {
 	return 0
 }
 
-// write sends a runner Response.
+// write sends a runner Response, with its Content-Length, so that a HEAD
+// answer carries the same headers as its GET.
 func write(w http.ResponseWriter, resp idem.Response) {
 	for k, v := range resp.Header {
 		w.Header()[k] = v
+	}
+	if resp.Status >= 200 && resp.Status != http.StatusNoContent && resp.Status != http.StatusNotModified {
+		w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)

@@ -384,7 +384,7 @@ func TestRoutingAuthAndLimits(t *testing.T) {
 	s := startServer(t, sqliteStore)
 	s.send(t, "GET", "/v1/nowhere", tokenAgent, nil, "").expect(t, 404, idem.CodeNotFound)
 	a := s.send(t, "DELETE", "/v1/shops/acme/widgets", tokenAgent, nil, "").expect(t, 405, idem.CodeMethodNotAllowed)
-	if a.header.Get("Allow") != "GET, POST" {
+	if a.header.Get("Allow") != "GET, HEAD, POST" {
 		t.Fatalf("Allow = %q", a.header.Get("Allow"))
 	}
 	u := s.send(t, "POST", "/v1/shops/acme/widgets", "", key("k"), `{"name":"a"}`).expect(t, 401, idem.CodeUnauthenticated)
