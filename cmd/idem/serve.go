@@ -159,6 +159,10 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 			tokens.Add(token, p)
 		}
 	}
+	if tokens.Len() == 0 {
+		logger.Warn("no caller can authenticate: no token is known, so every operation, approval, execution and attempt route and /mcp answer 401; " +
+			"give --tokens-file FILE (or IDEM_TOKENS_FILE) with lines sha256:HEX ORG PRINCIPAL KIND [ROLES], or run --demo for the demo tokens")
+	}
 	registry, err := idem.NewRegistry(app.operations...)
 	if err != nil {
 		return err
