@@ -32,7 +32,7 @@ const (
 	// DefaultMaxExecutions is RunnerConfig.MaxExecutions's default.
 	DefaultMaxExecutions = 64
 	// DefaultAdmissionWait is RunnerConfig.AdmissionWait's default.
-	DefaultAdmissionWait = time.Second
+	DefaultAdmissionWait = 5 * time.Second
 	// minBodyCost is the least a call counts against the decode budget, so
 	// that the budget also bounds how many small bodies decode at once.
 	minBodyCost = 1 << 10
