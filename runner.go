@@ -370,6 +370,7 @@ func (x *execution) run(ctx context.Context) Response {
 		}
 		if !res.Reserved {
 			x.executionID = ""
+			releaseExecution() // answering the existing record (or waiting on it) is no execution
 			r.cache.put(res.Attempt, r.cfg.Clock.Now())
 			return x.answerExisting(ctx, res.Attempt)
 		}
