@@ -17,6 +17,7 @@ const (
 	CodeUnauthenticated    Code = "UNAUTHENTICATED"
 	CodeForbidden          Code = "FORBIDDEN"
 	CodeRequestTooLarge    Code = "REQUEST_TOO_LARGE"
+	CodeRequestTimeout     Code = "REQUEST_TIMEOUT"
 	CodeRateLimited        Code = "RATE_LIMITED"
 	CodeDryRunNotSupported Code = "DRY_RUN_NOT_SUPPORTED"
 
@@ -78,7 +79,8 @@ var codeTable = map[Code]CodeInfo{
 	CodeUnauthenticated:    {401, false, "Unauthenticated", "Send a valid token as Authorization: Bearer <token>."},
 	CodeForbidden:          {403, false, "Forbidden", "The caller lacks a role this action needs; ask an administrator or use a principal that has it."},
 	CodeRequestTooLarge:    {413, false, "Request too large", "Send a smaller body; the limit is 1 MiB unless the server says otherwise."},
-	CodeRateLimited:        {429, true, "Rate limited", "Wait for Retry-After, then send the same request again."},
+	CodeRequestTimeout:     {408, true, "Request timeout", "The body did not arrive within the server's read timeout and nothing was stored; send the same request again (with the same key)."},
+	CodeRateLimited:        {429, true, "Rate limited", "The server is at its admission bound and stored nothing; wait for Retry-After, then send the same request again (with the same key)."},
 	CodeDryRunNotSupported: {400, false, "Dry run not supported", "This operation has no preview; remove dryRun=true (check retry.preview in the catalog)."},
 
 	CodeIdempotencyKeyInvalid:          {400, false, "Invalid idempotency key", "Send exactly one Idempotency-Key header of 1 to 255 characters from A-Z a-z 0-9 - _ . ~ : / + = @."},

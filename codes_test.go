@@ -84,6 +84,8 @@ func TestCodeTable(t *testing.T) {
 		CodeMethodNotAllowed:               {405, false},
 		CodeInvalidInput:                   {400, false},
 		CodeRequestTooLarge:                {413, false},
+		CodeRequestTimeout:                 {408, true},
+		CodeRateLimited:                    {429, true},
 		CodeNetworkError:                   {0, true},
 		CodeBusinessExists:                 {409, false},
 		CodeAlreadyRefunded:                {409, false},

@@ -96,7 +96,7 @@ func problemResponse(p *Problem) Response {
 		body, _ = json.Marshal(p)
 	}
 	h := http.Header{"Content-Type": {ContentTypeProblem}}
-	if p.Code == CodeIdempotencyKeyInFlight || p.Code == CodeStoreUnavailable {
+	if p.Code == CodeIdempotencyKeyInFlight || p.Code == CodeStoreUnavailable || p.Code == CodeRateLimited {
 		h.Set(HeaderRetryAfter, strconv.Itoa(1))
 	}
 	return Response{Status: p.Status, Header: h, Body: body, Problem: p}

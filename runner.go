@@ -53,6 +53,15 @@ type RunnerConfig struct {
 	// that answer replays without a store round trip (16 MiB when 0; a
 	// negative value turns the cache off).
 	ReplayCacheBytes int
+	// DecodeBudget bounds the bytes of request bodies being read and
+	// decoded at once, and MaxExecutions the executions running at once;
+	// a call beyond either waits up to AdmissionWait, then answers
+	// 429 RATE_LIMITED before anything is stored (admission.go).
+	// DefaultDecodeBudget, DefaultMaxExecutions and DefaultAdmissionWait
+	// when 0; a negative value removes the bound, or the wait.
+	DecodeBudget  int64
+	MaxExecutions int
+	AdmissionWait time.Duration
 }
 
 // Report describes one finished call.
@@ -85,6 +94,13 @@ func (c RunnerConfig) WithDefaults() RunnerConfig {
 	setDefault(&c.ApprovalExpiry, DefaultApprovalExpiry)
 	setDefault(&c.PolicyTimeout, 2*time.Second)
 	setDefault(&c.MaxWait, 30*time.Second)
+	setDefault(&c.AdmissionWait, DefaultAdmissionWait)
+	if c.DecodeBudget == 0 {
+		c.DecodeBudget = DefaultDecodeBudget
+	}
+	if c.MaxExecutions == 0 {
+		c.MaxExecutions = DefaultMaxExecutions
+	}
 	return c
 }
 
@@ -143,6 +159,8 @@ type Runner struct {
 	cache *replayCache
 	done  completions
 	audit *auditQueue
+	// decoding and executions are the admission budgets (admission.go).
+	decoding, executions budget
 }
 
 // NewRunner returns the pipeline over the registry's operations.
@@ -160,6 +178,7 @@ func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{cfg: cfg, ops: ops, reg: reg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}
+	r.decoding, r.executions = newBudget(cfg.DecodeBudget), newBudget(int64(cfg.MaxExecutions))
 	if feed, ok := cfg.Store.(CompletionFeed); ok {
 		if keys := feed.Completions(context.Background()); keys != nil {
 			// Completions by other instances wake this one's waiters; the
@@ -225,6 +244,10 @@ type Request struct {
 	// the same-key retry finds it. Explicit cancellation (MCP, the Go API)
 	// leaves it false: cancelling ctx cancels the execution.
 	Detachable bool
+	// ReleaseBody gives back the decode budget the surface took with
+	// AdmitBody before reading Body; the runner calls it once the input is
+	// decoded. When nil, the runner takes len(Body) itself.
+	ReleaseBody func()
 }
 
 // newID returns prefix + a time-ordered, random, URL-safe id (ULID-like:
@@ -312,6 +335,12 @@ func (x *execution) run(ctx context.Context) Response {
 	if err := x.checkContract(); err != nil {
 		return x.fail(err)
 	}
+	// Stages 4 and 5 from memory hold a share of the decode budget.
+	releaseInput, aerr := x.admitInput(ctx)
+	if aerr != nil {
+		return x.fail(aerr)
+	}
+	defer releaseInput()
 	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body})
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
@@ -324,6 +353,7 @@ func (x *execution) run(ctx context.Context) Response {
 	}
 	// Stage 4: input.
 	raw, in, err := x.decodeInput()
+	releaseInput()
 	if err != nil {
 		return x.fail(err)
 	}
@@ -346,6 +376,12 @@ func (x *execution) run(ctx context.Context) Response {
 	if perr != nil {
 		return x.fail(perr)
 	}
+	// Admission of the execution, before anything is stored.
+	releaseExecution, aerr := x.admitExecution(ctx)
+	if aerr != nil {
+		return x.fail(aerr)
+	}
+	defer releaseExecution()
 	if x.dryRun {
 		return x.preview(ctx, in)
 	}
@@ -384,6 +420,7 @@ func (x *execution) run(ctx context.Context) Response {
 		}
 		if !res.Reserved {
 			x.executionID = ""
+			releaseExecution() // answering the existing record (or waiting on it) is no execution
 			r.cache.put(res.Attempt, r.cfg.Clock.Now())
 			return x.answerExisting(ctx, res.Attempt)
 		}

@@ -37,6 +37,7 @@ type options struct {
 	serve    []string // extra flags for idem serve
 	outDir   string
 	quick    bool
+	memory   int // concurrent large bodies of the memory mode (memory.go); 0: off
 	dbPID    int // the throwaway cluster's postmaster, for its CPU (dbstat.go)
 }
 
@@ -53,6 +54,7 @@ func main() {
 	flag.StringVar(&o.pgParams, "pg-params", "", "extra query parameters for the servers' PostgreSQL store URL, e.g. pool_max_conns=32 (pgxpool's default is max(4, CPUs))")
 	serveArgs := flag.String("serve-args", "", "extra flags for every idem serve, space-separated, e.g. --replay-cache-mb=64")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON and Markdown results")
+	flag.IntVar(&o.memory, "memory", 0, "instead of the phases, send N concurrent 1 MiB bodies of many small objects to idem serve --demo on SQLite and report its peak RSS (memory.go)")
 	flag.BoolVar(&o.quick, "quick", false, "quick mode for development: 2s phases, 16 clients (unless set explicitly)")
 	flag.Parse()
 	o.serve = strings.Fields(*serveArgs)
@@ -75,8 +77,8 @@ func main() {
 			fatalf("bench: --stores: unknown store %q (want sqlite, pg, pg2)", s)
 		}
 	}
-	if o.clients < 1 || o.storm < 1 || o.duration <= 0 || o.prefill < 0 {
-		fatalf("bench: --clients, --storm and --duration must be positive, --prefill not negative")
+	if o.clients < 1 || o.storm < 1 || o.duration <= 0 || o.prefill < 0 || o.memory < 0 {
+		fatalf("bench: --clients, --storm and --duration must be positive, --prefill and --memory not negative")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -105,6 +107,9 @@ func run(ctx context.Context, o options) error {
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("go build ./cmd/idem: %w", err)
 		}
+	}
+	if o.memory > 0 {
+		return runMemory(ctx, o, tmp)
 	}
 	res := Results{
 		Started:  time.Now().UTC(),

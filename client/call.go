@@ -66,14 +66,14 @@ func (r retryRule) retriesAnswer(e *Error) bool {
 	switch r {
 	case retrySameKey:
 		switch e.Code {
-		case idem.CodeIdempotencyKeyInFlight, idem.CodeStoreUnavailable, idem.CodeRateLimited:
+		case idem.CodeIdempotencyKeyInFlight, idem.CodeStoreUnavailable, idem.CodeRateLimited, idem.CodeRequestTimeout:
 			return true
 		}
 		// A proxy's 502/503/504 in front of the server is as ambiguous as
 		// a dropped connection: the same key settles it.
 		return e.foreign() && e.Retryable
 	case retryFreshRead:
-		return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+		return e.Status >= 500 || e.Status == http.StatusTooManyRequests || e.Status == http.StatusRequestTimeout
 	}
 	return false
 }

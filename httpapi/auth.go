@@ -39,6 +39,9 @@ func (t *Tokens) Add(token string, p idem.Principal) {
 	t.byHash[sha256.Sum256([]byte(token))] = p
 }
 
+// Len returns how many tokens the set accepts.
+func (t *Tokens) Len() int { return len(t.byHash) }
+
 // Authenticate implements Authenticator.
 func (t *Tokens) Authenticate(_ context.Context, token string) (idem.Principal, error) {
 	p, ok := t.byHash[sha256.Sum256([]byte(token))]

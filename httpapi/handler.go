@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -109,7 +111,14 @@ func (h *handler) route(method, path string, fn http.HandlerFunc) {
 
 var pathParam = regexp.MustCompile(`\{([^{}/]+)\}`)
 
+// dispatch answers HEAD like GET where a path has GET: the same status and
+// headers, no body (net/http drops what the handler writes).
 func (h *handler) dispatch(byMethod map[string]http.HandlerFunc) http.HandlerFunc {
+	if get, ok := byMethod[http.MethodGet]; ok {
+		if _, ok := byMethod[http.MethodHead]; !ok {
+			byMethod[http.MethodHead] = get
+		}
+	}
 	allowed := make([]string, 0, len(byMethod))
 	for m := range byMethod {
 		allowed = append(allowed, m)
@@ -140,7 +149,13 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		body, ok := h.readBody(w, r, &idem.Meta{Operation: d.Name})
+		meta := &idem.Meta{Operation: d.Name}
+		release, ok := h.admitBody(w, r, meta)
+		if !ok {
+			return
+		}
+		defer release()
+		body, ok := h.readBody(w, r, meta)
 		if !ok {
 			return
 		}
@@ -163,7 +178,7 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 			Operation: d.Name, Surface: idem.SurfaceHTTP, Principal: p,
 			PathParams: map[string]string{}, Query: query, Body: body,
 			KeyHeader: r.Header.Values("Idempotency-Key"), Wait: wait,
-			Detachable: true,
+			Detachable: true, ReleaseBody: release,
 		}
 		for _, name := range pathNames {
 			req.PathParams[name] = r.PathValue(name)
@@ -172,8 +187,15 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 	}
 }
 
-// authenticate answers 401 unless the request carries a known bearer token.
+// authenticate answers 401 unless the request carries one Authorization
+// header with a known bearer token.
 func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Principal, bool) {
+	if n := len(r.Header.Values("Authorization")); n > 1 {
+		resp := idem.ErrorResponse(idem.Errorf(idem.CodeUnauthenticated, "the request has %d Authorization headers; send exactly one, Authorization: Bearer <token>", n), nil)
+		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_request"`)
+		write(w, resp)
+		return idem.Principal{}, false
+	}
 	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		resp := idem.ErrorResponse(idem.Errorf(idem.CodeUnauthenticated, "send a token as Authorization: Bearer <token>"), nil)
@@ -199,16 +221,40 @@ func (h *handler) authed(fn func(http.ResponseWriter, *http.Request, idem.Princi
 	}
 }
 
-// readBody reads the request body within the limit (413 beyond it).
+// admitBody takes the body's share of the runner's decode budget (its
+// Content-Length, or the body limit when it declares none) before the body
+// is read, or answers 429 RATE_LIMITED without reading it (SPEC §6.8).
+func (h *handler) admitBody(w http.ResponseWriter, r *http.Request, meta *idem.Meta) (func(), bool) {
+	size := r.ContentLength
+	if size < 0 || size > h.cfg.MaxBodyBytes {
+		size = h.cfg.MaxBodyBytes
+	}
+	release, err := h.cfg.Runner.AdmitBody(r.Context(), size)
+	if err != nil {
+		write(w, idem.ErrorResponse(err, meta))
+		return nil, false
+	}
+	return release, true
+}
+
+// readBody reads the request body within the limit (413 beyond it). A body
+// that does not arrive within the server's read timeout answers 408. Read
+// errors never reach the caller as they are: they name the connection's
+// addresses.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request, meta *idem.Meta) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
+	var netErr net.Error
 	switch {
 	case errors.As(err, &tooLarge):
 		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeRequestTooLarge, "the body is over the %d-byte limit; send a smaller one", tooLarge.Limit), meta))
 		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeRequestTimeout, "the body did not arrive within the server's read timeout; send the same request again, faster (nothing was stored and no key was consumed)"), meta))
+		return nil, false
 	case err != nil:
-		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the body could not be read: %v", err), meta))
+		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the body ended before its declared length or could not be read; send the whole body again").
+			WithDetail("errors", []map[string]string{{"path": "", "message": "the body must arrive whole"}}), meta))
 		return nil, false
 	}
 	return body, true
@@ -276,10 +322,14 @@ func splitUnquoted(s string, sep byte) []string {
 	return append(parts, s[start:])
 }
 
-// write sends a runner Response.
+// write sends a runner Response, with its Content-Length, so that a HEAD
+// answer carries the same headers as its GET.
 func write(w http.ResponseWriter, resp idem.Response) {
 	for k, v := range resp.Header {
 		w.Header()[k] = v
+	}
+	if resp.Status >= 200 && resp.Status != http.StatusNoContent && resp.Status != http.StatusNotModified {
+		w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)

@@ -49,6 +49,7 @@ type widget struct {
 
 type server struct {
 	url     string
+	handler http.Handler
 	clock   *fakeclock.Clock
 	store   idem.Store
 	runs    atomic.Int64
@@ -111,6 +112,12 @@ func operations(s *server) []idem.Operation {
 
 func startServer(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.Store) *server {
 	t.Helper()
+	return startServerWith(t, store, idem.RunnerConfig{})
+}
+
+// startServerWith is startServer with cfg's admission fields.
+func startServerWith(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.Store, cfg idem.RunnerConfig) *server {
+	t.Helper()
 	s := &server{clock: fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), release: make(chan struct{})}
 	s.store = store(t, s.clock)
 	reg, err := idem.NewRegistry(operations(s)...)
@@ -121,7 +128,8 @@ func startServer(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.S
 	_, _ = rand.Read(key)
 	box, _ := secretbox.New(key)
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: s.store, Clock: s.clock, Sealer: box, Logger: quiet})
+	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: s.store, Clock: s.clock, Sealer: box, Logger: quiet,
+		DecodeBudget: cfg.DecodeBudget, MaxExecutions: cfg.MaxExecutions, AdmissionWait: cfg.AdmissionWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +139,8 @@ func startServer(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.S
 		tokenBrowser:  {Org: "acme", ID: "alice", Kind: idem.KindBrowser},
 		tokenApprover: {Org: "acme", ID: "bob", Kind: idem.KindCLISession, Roles: []string{idem.RoleApprover}},
 	})
-	ts := httptest.NewServer(httpapi.NewHandler(httpapi.Config{Runner: runner, Store: s.store, Auth: auth, Logger: quiet, Version: "test", MaxBodyBytes: 4096}))
+	s.handler = httpapi.NewHandler(httpapi.Config{Runner: runner, Store: s.store, Auth: auth, Logger: quiet, Version: "test", MaxBodyBytes: 4096})
+	ts := httptest.NewServer(s.handler)
 	t.Cleanup(ts.Close)
 	s.url = ts.URL
 	return s
@@ -375,7 +384,7 @@ func TestRoutingAuthAndLimits(t *testing.T) {
 	s := startServer(t, sqliteStore)
 	s.send(t, "GET", "/v1/nowhere", tokenAgent, nil, "").expect(t, 404, idem.CodeNotFound)
 	a := s.send(t, "DELETE", "/v1/shops/acme/widgets", tokenAgent, nil, "").expect(t, 405, idem.CodeMethodNotAllowed)
-	if a.header.Get("Allow") != "GET, POST" {
+	if a.header.Get("Allow") != "GET, HEAD, POST" {
 		t.Fatalf("Allow = %q", a.header.Get("Allow"))
 	}
 	u := s.send(t, "POST", "/v1/shops/acme/widgets", "", key("k"), `{"name":"a"}`).expect(t, 401, idem.CodeUnauthenticated)

@@ -41,6 +41,9 @@ type serveOptions struct {
 	sweepInterval  time.Duration
 	replayCacheMB  int
 	allowedOrigins string
+	decodeBudgetMB int
+	maxExecutions  int
+	admissionWait  time.Duration
 	demo           bool
 }
 
@@ -81,6 +84,9 @@ func (m Main) serveCommand() *cobra.Command {
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
 	f.IntVar(&o.replayCacheMB, "replay-cache-mb", idem.DefaultReplayCacheBytes>>20, "MiB of memory for completed records that answer replays without a store read (0 turns the cache off)")
 	f.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated origins (https://app.example.com) besides the server's own whose browser pages may call /mcp; any other Origin is refused (env IDEM_ALLOWED_ORIGINS)")
+	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", idem.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once (a body counts its Content-Length, at least 1 KiB); beyond it a request answers 429 RATE_LIMITED before its body is read (0: no bound)")
+	f.IntVar(&o.maxExecutions, "max-executions", idem.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
+	f.DurationVar(&o.admissionWait, "admission-wait", idem.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired (jittered ± half)")
 	return cmd
 }
@@ -94,8 +100,13 @@ func (m Main) envOr(name, def string) string {
 
 // serve runs the server until ctx ends, then shuts down gracefully.
 func (m Main) serve(ctx context.Context, o serveOptions) error {
-	if o.replayCacheMB < 0 {
-		return usagef("--replay-cache-mb must be 0 or more, got %d", o.replayCacheMB)
+	for name, n := range map[string]int{"--replay-cache-mb": o.replayCacheMB, "--decode-budget-mb": o.decodeBudgetMB, "--max-executions": o.maxExecutions} {
+		if n < 0 {
+			return usagef("%s must be 0 or more, got %d", name, n)
+		}
+	}
+	if o.admissionWait < 0 {
+		return usagef("--admission-wait must be 0 or more, got %s", o.admissionWait)
 	}
 	for name, d := range map[string]time.Duration{"--retention": o.retention, "--secret-window": o.secretWindow, "--lease-grace": o.leaseGrace, "--approval-expiry": o.approvalExpiry, "--sweep-interval": o.sweepInterval} {
 		if d <= 0 {
@@ -158,6 +169,10 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 			tokens.Add(token, p)
 		}
 	}
+	if tokens.Len() == 0 {
+		logger.Warn("no caller can authenticate: no token is known, so every operation, approval, execution and attempt route and /mcp answer 401; " +
+			"give --tokens-file FILE (or IDEM_TOKENS_FILE) with lines sha256:HEX ORG PRINCIPAL KIND [ROLES], or run --demo for the demo tokens")
+	}
 	registry, err := idem.NewRegistry(app.operations...)
 	if err != nil {
 		return err
@@ -171,6 +186,8 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 		Store: store, Logger: logger, Sealer: box, Observe: mx.Observe, Policies: app.policies,
 		Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
 		ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
+		DecodeBudget:     int64(unbounded(o.decodeBudgetMB)) << 20, MaxExecutions: unbounded(o.maxExecutions),
+		AdmissionWait: admissionWait(o.admissionWait),
 	})
 	if err != nil {
 		return err
@@ -267,6 +284,24 @@ func replayCacheBytes(mb int) int {
 		return -1
 	}
 	return mb << 20
+}
+
+// unbounded maps a flag's 0 (no bound) to the RunnerConfig's spelling,
+// negative.
+func unbounded(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// admissionWait maps --admission-wait to RunnerConfig.AdmissionWait (0:
+// answer at once, which the config spells negative).
+func admissionWait(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // shutdownBound is the longest any execution may run: the largest lease
