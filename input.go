@@ -151,13 +151,22 @@ func schemaWords(t reflect.Type) string {
 	return "another value"
 }
 
+// maxListedErrors bounds details.errors, so that a body with an error in
+// each of its many items answers a bounded problem object, not one larger
+// than the body.
+const maxListedErrors = 100
+
 func invalidInput(problems []map[string]string) *Error {
 	msg := problems[0]["message"]
 	if p := problems[0]["path"]; p != "" {
 		msg = p + ": " + msg
 	}
-	if len(problems) > 1 {
-		msg += fmt.Sprintf(" (and %d more in details.errors)", len(problems)-1)
+	switch n := len(problems); {
+	case n > maxListedErrors:
+		msg += fmt.Sprintf(" (and %d more; details.errors lists the first %d)", n-1, maxListedErrors)
+		problems = problems[:maxListedErrors]
+	case n > 1:
+		msg += fmt.Sprintf(" (and %d more in details.errors)", n-1)
 	}
 	return Errorf(CodeInvalidInput, "invalid input: %s", msg).WithDetail("errors", problems)
 }

@@ -218,3 +218,35 @@ func TestSystemCallsRefuseTextNoStoreHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidInputListsBoundedErrors: a body with an error in each of its
+// many items answers a bounded problem object that still counts them all.
+func TestInvalidInputListsBoundedErrors(t *testing.T) {
+	var mu sync.Mutex
+	var got []valuesIn
+	f := newFixture(t, []idem.Operation{valuesOp(&mu, &got), showOp()})
+	items := make([]string, 5000)
+	for i := range items {
+		items[i] = `{"q":"not a number"}`
+	}
+	resp := f.do(context.Background(), call{op: "value.put", path: map[string]string{"id": "a"}, body: `{"items":[` + strings.Join(items, ",") + `]}`, key: "k-many"})
+	var p struct {
+		Code    idem.Code `json:"code"`
+		Detail  string    `json:"detail"`
+		Details struct {
+			Errors []map[string]string `json:"errors"`
+		} `json:"details"`
+	}
+	if err := json.Unmarshal(resp.Body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != http.StatusBadRequest || p.Code != idem.CodeInvalidInput {
+		t.Fatalf("status %d code %s, want 400 INVALID_INPUT", resp.Status, p.Code)
+	}
+	if len(p.Details.Errors) != 100 || !strings.Contains(p.Detail, "and 4999 more; details.errors lists the first 100") {
+		t.Fatalf("%d errors listed, detail %q; want the first 100 and a count of all 5000", len(p.Details.Errors), p.Detail)
+	}
+	if len(got) != 0 {
+		t.Fatal("the handler ran")
+	}
+}
