@@ -669,7 +669,7 @@ func stressCheckEvents(rep *stressReport, x idem.Execution, invs []stressInvocat
 
 func TestStressThousandExecutions(t *testing.T) {
 	rec := newStressRecorder()
-	f := newFixture(t, stressOps(rec))
+	f := newFixture(t, stressOps(rec), unbounded)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	calls := stressPlan(rand.New(rand.NewPCG(seed, seed)), 1000, 1, 2*time.Second)
@@ -685,7 +685,7 @@ func TestStressPostgresTwoRunners(t *testing.T) {
 	stores := newPGStores(t, clock, 2)
 	rec := newStressRecorder()
 	ops := stressOps(rec)
-	runners := []*idem.Runner{newFixtureOn(t, clock, stores[0], ops).runner, newFixtureOn(t, clock, stores[1], ops).runner}
+	runners := []*idem.Runner{newFixtureOn(t, clock, stores[0], ops, unbounded).runner, newFixtureOn(t, clock, stores[1], ops, unbounded).runner}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	calls := stressPlan(rand.New(rand.NewPCG(seed, seed)), 200, len(runners), time.Second)
@@ -728,3 +728,7 @@ func TestStressCancelBetweenAttempts(t *testing.T) {
 		t.Errorf("meta.attempts = %d, want 1 (one handler invocation)", d.Meta.Attempts)
 	}
 }
+
+// unbounded lifts admission control: the stress tests run a thousand
+// executions at once to test the pipeline, not its admission.
+func unbounded(c *idem.RunnerConfig) { c.MaxExecutions, c.DecodeBudget = -1, -1 }
