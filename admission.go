@@ -10,8 +10,9 @@ import (
 )
 
 // Admission control (SPEC §6.8). Two budgets bound the memory of
-// concurrent calls, and a call that does not fit is answered
-// 429 RATE_LIMITED with Retry-After at once, before anything is stored:
+// concurrent calls; a call that does not fit waits for room up to
+// RunnerConfig.AdmissionWait, first come first served, and is then
+// answered 429 RATE_LIMITED with Retry-After, before anything is stored:
 //
 //   - the decode budget, in bytes, covers the bodies being read and
 //     decoded (through stage 4). Decoding is where memory grows with the
@@ -42,7 +43,7 @@ const (
 type budget struct {
 	sem     *semaphore.Weighted
 	max     int64
-	waiting *atomic.Int64 // calls waiting for room
+	waiting *atomic.Int64 // calls waiting for room (tests watch it)
 }
 
 func newBudget(max int64) budget {
