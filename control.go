@@ -31,6 +31,17 @@ func ParseDryRun(values []string) (bool, error) {
 	return false, invalidInput([]map[string]string{{"path": "/" + DryRunParam, "message": dryRunMessage}})
 }
 
+// KeyWithDryRun holds the rule of SPEC §6.4 that a dry run takes no
+// idempotency key: the refusal when a call has both, else nil. The
+// runner, the Go client and the CLI refuse with it (the last two before
+// sending anything).
+func KeyWithDryRun(keyed, dryRun bool) *Error {
+	if !keyed || !dryRun {
+		return nil
+	}
+	return Errorf(CodeIdempotencyKeyNotSupported, "a dry run takes no idempotency key: preview without it, then send the live request with a new key of its own")
+}
+
 // intentQuery returns q without the control parameter dryRun: the query
 // that names the intent, for the fingerprint and the input. q itself is
 // left as it is.

@@ -54,6 +54,7 @@ const (
 
 // Response headers the runner sets.
 const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
 	HeaderRetryAfter         = "Retry-After"
 	HeaderPreferenceApplied  = "Preference-Applied"

@@ -487,8 +487,8 @@ func (x *execution) checkContract() *Error {
 		if err != nil {
 			return AsError(err)
 		}
-		if dry {
-			return Errorf(CodeIdempotencyKeyNotSupported, "a dry run takes no idempotency key: preview without it, then send the live request with its own key")
+		if e := KeyWithDryRun(true, dry); e != nil {
+			return e
 		}
 		x.key = key
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -127,9 +126,8 @@ func (c *Client) fixedTimeout(d time.Duration) func(time.Duration) time.Duration
 // allows (see the package documentation).
 func (c *Client) Call(ctx context.Context, operation string, args map[string]json.RawMessage, opts CallOptions) (*Result, error) {
 	key := opts.IdempotencyKey
-	if key != "" && opts.DryRun {
-		return nil, RefusedError(idem.CodeIdempotencyKeyNotSupported, operation, nil,
-			"a dry run never carries an idempotency key: preview without a key, then record a new key for the live call")
+	if e := idem.KeyWithDryRun(key != "", opts.DryRun); e != nil {
+		return nil, RefusedError(e.Code, operation, nil, "%s", e.Message)
 	}
 	cat, err := c.Catalog(ctx)
 	if err != nil {
@@ -145,7 +143,7 @@ func (c *Client) Call(ctx context.Context, operation string, args map[string]jso
 		return nil, lerr
 	}
 	if key != "" {
-		r.header.Set("Idempotency-Key", key)
+		r.header.Set(idem.HeaderIdempotencyKey, key)
 	}
 	b := opts.bounds()
 	b.timeout = func(w time.Duration) time.Duration {
@@ -157,8 +155,6 @@ func (c *Client) Call(ctx context.Context, operation string, args map[string]jso
 	return c.do(ctx, r, ruleFor(op, key, opts.DryRun), b, op.Name, key, op.Retry.Reconcile)
 }
 
-var pathParam = regexp.MustCompile(`\{([^{}/]+)\}`)
-
 // buildRequest places the arguments of a call to op.
 func buildRequest(op Operation, args map[string]json.RawMessage, dryRun bool) (request, *Error) {
 	meta := &idem.Meta{Operation: op.Name}
@@ -168,9 +164,9 @@ func buildRequest(op Operation, args map[string]json.RawMessage, dryRun bool) (r
 		return request{}, localError(idem.CodeInvalidInput, meta, ie.Details, "%s", ie.Message)
 	}
 	var missing []map[string]string
-	for _, m := range pathParam.FindAllStringSubmatch(op.Path, -1) {
-		if pl.PathParams[m[1]] == "" {
-			missing = append(missing, map[string]string{"path": "/" + m[1], "message": "required: the path parameter " + m[1] + " of " + op.Path})
+	for _, name := range idem.PathParamNames(op.Path) {
+		if pl.PathParams[name] == "" {
+			missing = append(missing, map[string]string{"path": "/" + name, "message": "required: the path parameter " + name + " of " + op.Path})
 		}
 	}
 	if len(missing) > 0 {

@@ -51,7 +51,7 @@ func (a *App) serveCeiling(w http.ResponseWriter, r *http.Request, p idem.Princi
 		Data: Business{Slug: in.Slug, Name: in.Name, CreatedBy: p.ID, CreatedAt: a.clock.Now().UTC().Truncate(time.Microsecond)},
 		Meta: ceilingMeta{
 			Operation: "demo.ceiling", ExecutionID: commerceID("exe_ceiling_"), Attempts: 1,
-			Idempotency: ceilingIdempotency{Key: r.Header.Get("Idempotency-Key")},
+			Idempotency: ceilingIdempotency{Key: r.Header.Get(idem.HeaderIdempotencyKey)},
 		},
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,14 +101,11 @@ func NewHandler(cfg Config) http.Handler {
 // without a method, so that a known path with another method answers 405
 // with Allow as a problem object.
 func (h *handler) route(method, path string, fn http.HandlerFunc) {
-	key := pathParam.ReplaceAllString(path, "{$1}")
-	if h.methods[key] == nil {
-		h.methods[key] = map[string]http.HandlerFunc{}
+	if h.methods[path] == nil {
+		h.methods[path] = map[string]http.HandlerFunc{}
 	}
-	h.methods[key][method] = fn
+	h.methods[path][method] = fn
 }
-
-var pathParam = regexp.MustCompile(`\{([^{}/]+)\}`)
 
 // dispatch answers HEAD like GET where a path has GET: the same status and
 // headers, no body (net/http drops what the handler writes).
@@ -177,7 +173,7 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 		req := idem.Request{
 			Operation: d.Name, Surface: idem.SurfaceHTTP, Principal: p,
 			PathParams: map[string]string{}, Query: query, Body: body,
-			KeyHeader: r.Header.Values("Idempotency-Key"), Wait: wait,
+			KeyHeader: r.Header.Values(idem.HeaderIdempotencyKey), Wait: wait,
 			Detachable: true, ReleaseBody: release,
 		}
 		for _, name := range pathNames {

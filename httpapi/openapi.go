@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,10 +157,10 @@ func openapiOperation(d idem.Descriptor) docObject {
 	_ = json.Unmarshal(input.raw("required"), &required)
 
 	var params []docObject
-	for _, m := range routeParam.FindAllStringSubmatch(d.Path, -1) {
+	for _, name := range idem.PathParamNames(d.Path) {
 		params = append(params, docObj(
-			"name", m[1], "in", "path", "required", true,
-			"schema", propertySchema(props, m[1]),
+			"name", name, "in", "path", "required", true,
+			"schema", propertySchema(props, name),
 		))
 	}
 	var bodyNames []string
@@ -208,9 +207,6 @@ func openapiOperation(d idem.Descriptor) docObject {
 	}
 	return op.with("responses", operationResponses(d, keyed)).with(AgentRetryExtension, d.Retry)
 }
-
-// routeParam finds the {name} segments of a path template.
-var routeParam = regexp.MustCompile(`\{([^{}/]+)\}`)
 
 // operationDescription is the summary, the retry contract's kind and
 // rationale, and the read to reconcile with.
@@ -280,7 +276,7 @@ func bodySchema(input, props docObject, required, bodyNames []string) (docObject
 // kinds that must send one (keyKinds), and the description says which.
 func idempotencyKeyParameter() docObject {
 	return docObj(
-		"name", "Idempotency-Key", "in", "header", "required", false,
+		"name", idem.HeaderIdempotencyKey, "in", "header", "required", false,
 		"description", "Required from principals of kind "+strings.Join(keyKinds(), ", ")+
 			" (without it they get 400 IDEMPOTENCY_KEY_REQUIRED and nothing runs); other kinds (browser) may omit it. "+
 			"This operation replays by key (same_key_replay). Generate an opaque key, record it in durable task state "+

@@ -204,7 +204,7 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 		req.Header.Set("Authorization", "Bearer "+b.token)
 	}
 	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set(idem.HeaderIdempotencyKey, key)
 	}
 	resp, err := b.client.Do(req)
 	if err != nil {

@@ -140,13 +140,13 @@ func (m Main) call(ctx context.Context, operation string, o callOptions) error {
 	c := &callRun{session: s, operation: operation, args: args, opts: o}
 
 	// Intents refused before anything is sent.
-	if o.dryRun.on && (o.key != "" || o.task != "") {
+	if e := idem.KeyWithDryRun(o.key != "" || o.task != "", o.dryRun.on); e != nil {
 		flag := "--idempotency-key"
 		if o.task != "" {
 			flag = "--task"
 		}
-		return s.fail(client.RefusedError(idem.CodeIdempotencyKeyNotSupported, operation, map[string]any{"dryRun": true},
-			"%s cannot be used with --dry-run: a preview never carries an idempotency key; preview without one, then record a new key for the live call", flag), c.hints)
+		return s.fail(client.RefusedError(e.Code, operation, map[string]any{"dryRun": true},
+			"%s cannot be used with --dry-run: %s", flag, e.Message), c.hints)
 	}
 	key := o.key
 	var journal *client.FileJournal
