@@ -156,15 +156,25 @@ func (m Metadata) Validate() error {
 }
 
 // Lease is how long an in-flight record of this operation may stay in
-// flight before it reads as indeterminate: the execution's own bound
-// (timeout × attempts plus the backoff between them) plus grace.
+// flight before it reads as indeterminate: the execution's own bound plus
+// grace.
 func (m Metadata) Lease(grace time.Duration) time.Duration {
-	attempts := m.RuntimeRetry.MaxAttempts + 1
-	bound := time.Duration(attempts) * m.Timeout
-	for i := 1; i < attempts; i++ {
-		bound += MaxBackoff(m.RuntimeRetry.BackoffMs, i)
+	return ExecutionBound(m.Timeout, m.RuntimeRetry.MaxAttempts, m.RuntimeRetry.BackoffMs) + grace
+}
+
+// ExecutionBound is the longest one execution may run: its timeout per
+// attempt times its attempts (the first and maxAttempts retries), plus the
+// longest backoff before each retry. It is the one home of that rule: the
+// lease, the shutdown bound and the Go client's wait derive from it.
+func ExecutionBound(timeout time.Duration, maxAttempts, backoffMs int) time.Duration {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
 	}
-	return bound + grace
+	bound := time.Duration(maxAttempts+1) * timeout
+	for i := 1; i <= maxAttempts; i++ {
+		bound += MaxBackoff(backoffMs, i)
+	}
+	return bound
 }
 
 // MaxBackoffCap bounds one backoff wait.

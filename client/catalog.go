@@ -44,18 +44,7 @@ func (o Operation) Locations() map[string]string { return idem.LocationsFromSche
 // server: its timeout per attempt times its attempts, plus the runtime
 // backoff between them.
 func (o Operation) Bound() time.Duration {
-	timeout := time.Duration(o.TimeoutMs) * time.Millisecond
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	attempts := o.RuntimeRetry.MaxAttempts + 1
-	bound := timeout * time.Duration(attempts)
-	backoff := time.Duration(o.RuntimeRetry.BackoffMs) * time.Millisecond
-	for range o.RuntimeRetry.MaxAttempts {
-		bound += backoff
-		backoff = min(backoff*2, 30*time.Second)
-	}
-	return bound
+	return idem.ExecutionBound(time.Duration(o.TimeoutMs)*time.Millisecond, o.RuntimeRetry.MaxAttempts, o.RuntimeRetry.BackoffMs)
 }
 
 // PropertyTypes returns the JSON Schema "type" of each top-level input
