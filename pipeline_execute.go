@@ -7,23 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"time"
 )
-
-// finalizeTimeout bounds the store writes of finalization, which run even
-// when the caller has gone.
-const finalizeTimeout = 10 * time.Second
-
-// outcome is how the handler stage (10 and 11) ended.
-type outcome struct {
-	status int
-	header http.Header
-	data   json.RawMessage
-	err    *Error
-	// retried holds an execution.retried event per re-attempt.
-	retried []AuditEvent
-}
 
 // execute runs stages 10 to 13 for a reserved (fence != 0) or started
 // execution.
@@ -282,199 +267,6 @@ func (x *execution) encodeOutput(out any) (json.RawMessage, *Error) {
 	return data, nil
 }
 
-// finalize runs stage 12 once: it builds the answer, completes the attempt
-// record (keyed) or finishes the execution, with the final audit event.
-func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Response {
-	m := x.op.meta
-	meta := x.meta()
-	var resp Response
-	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
-	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
-	if o.err == nil {
-		body, _ := json.Marshal(Envelope{Data: o.data, Meta: meta})
-		h := http.Header{}
-		for k, v := range o.header {
-			h[k] = v
-		}
-		h.Set("Content-Type", ContentTypeJSON)
-		resp = Response{Status: o.status, Header: h, Body: body}
-		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
-	} else {
-		e := o.err
-		if x.key != "" && (e.Status >= 500 || e.Code == CodeCancelled) {
-			// The record is indeterminate now: a same-key retry can only
-			// say so, so nothing about this answer is retryable.
-			e = e.WithDetail("reconcile", reconcileName(m))
-			e.Retryable = false
-			if e.Status >= 500 && x.attempts > 0 {
-				e.Message = mayHaveExecuted(m, e.Message)
-			}
-		}
-		resp = problemResponse(NewProblem(e, meta))
-		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, e.Code, OutcomeFailed, e.Code
-	}
-	fin.Events = append(o.retried, final)
-
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
-	defer cancel()
-	store := x.r.cfg.Store
-	if x.key == "" {
-		if err := store.FinishExecution(sctx, fin); err != nil {
-			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
-		}
-		return resp
-	}
-	status, stored, keyID := resp.Status, resp.Body, ""
-	if m.Retry.Enforcement == EnforceTransactionalSecretReplay && resp.Status < 400 {
-		sealed, id, err := x.r.cfg.Sealer.Seal(resp.Body, x.aad())
-		if err != nil {
-			// Unsealable: the secret must not reach the store in clear text,
-			// so the record is left indeterminate; this caller still gets it.
-			x.r.cfg.Logger.Error("seal secret result", "executionId", x.executionID, "error", err)
-			status, stored = http.StatusInternalServerError, nil
-		} else {
-			stored, keyID = sealed, id
-		}
-	}
-	done, err := store.Complete(sctx, CompleteParams{
-		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
-		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
-	})
-	if err == nil {
-		x.r.cache.put(done, x.r.cfg.Clock.Now())
-	}
-	x.r.done.finished(x.req.Principal.Scope(), x.key)
-	switch {
-	case errors.Is(err, ErrFenced):
-		// The lease passed first: the record already reads indeterminate and
-		// stays so. The execution is still finished.
-		x.r.cfg.Logger.Warn("completion fenced: the lease passed before the result", "executionId", x.executionID)
-		if err := store.FinishExecution(sctx, fin); err != nil {
-			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
-		}
-	case err != nil:
-		// The record stays in flight and becomes indeterminate by lease.
-		x.r.cfg.Logger.Error("complete attempt", "executionId", x.executionID, "error", err)
-	}
-	return resp
-}
-
-// aad binds a sealed result to its record.
-func (x *execution) aad() []byte {
-	return []byte(x.req.Principal.Org + "\x00" + x.req.Principal.ID + "\x00" + x.key)
-}
-
-func reconcileName(m Metadata) any {
-	if m.Retry.Reconcile == "" {
-		return nil
-	}
-	return m.Retry.Reconcile
-}
-
-// mayHaveExecuted is the message of a keyed 5xx after the handler started:
-// the failure, then what it means for the caller.
-func mayHaveExecuted(m Metadata, failure string) string {
-	reconcile := "a read of the current state"
-	if m.Retry.Reconcile != "" {
-		reconcile = m.Retry.Reconcile
-	}
-	return fmt.Sprintf("%s; the handler of %s had started, so the call may have executed: run %s to see whether it took effect "+
-		"before deciding, and use a new key only if a new mutation is still needed (the same key never runs it again)", failure, m.Name, reconcile)
-}
-
-// answerExisting answers from an attempt record (stage 5, or stage 8 when a
-// record appeared concurrently).
-func (x *execution) answerExisting(ctx context.Context, a Attempt) Response {
-	m := x.op.meta
-	if a.Fingerprint != x.fingerprint {
-		return x.fail(Errorf(CodeIdempotencyKeyReused, "idempotency key %q already names a different request (method, path, query or body differ); use a new key for a new intent", x.key))
-	}
-	if a.State == AttemptInFlight && x.req.Wait > 0 {
-		return x.waitAndAnswer(ctx, a)
-	}
-	switch a.State {
-	case AttemptInFlight:
-		return x.fail(Errorf(CodeIdempotencyKeyInFlight, "the request with idempotency key %q is still running; retry with the same key after Retry-After, or send Prefer: wait=N", x.key))
-	case AttemptIndeterminate:
-		return x.fail(Errorf(CodeIdempotencyResultIndeterminate, "nobody can prove whether the request with idempotency key %q took effect; run %s and use a new key only if a new mutation is still needed", x.key, m.Retry.Reconcile).
-			WithDetail("reconcile", reconcileName(m)).WithDetail("executionId", a.ExecutionID))
-	case AttemptExpired:
-		return x.fail(Errorf(CodeIdempotencyResultExpired, "the one-time result of idempotency key %q is no longer kept; run %s to find what it created", x.key, m.Retry.Reconcile).
-			WithDetail("reconcile", reconcileName(m)).WithDetail("executionId", a.ExecutionID))
-	}
-	return x.replay(ctx, a)
-}
-
-// replay answers with the stored result, marked as a replay.
-func (x *execution) replay(ctx context.Context, a Attempt) Response {
-	stored := a.Body
-	if a.SealedKeyID != "" {
-		plain, err := x.r.cfg.Sealer.Open(a.Body, x.aad(), a.SealedKeyID)
-		if err != nil {
-			e := Errorf(CodeInternal, "the stored secret result cannot be opened (the server's secret key changed?); run %s", x.op.meta.Retry.Reconcile)
-			e.Err = err
-			return x.fail(e)
-		}
-		stored = plain
-	}
-	scope := x.req.Principal.Scope()
-	body, problem, err := x.r.cache.replayBody(scope, x.key, a.ExecutionID), (*Problem)(nil), error(nil)
-	if body == nil {
-		body, problem, err = markReplayed(a.Status, stored, x.key)
-		if err == nil && problem == nil && a.SealedKeyID == "" {
-			x.r.cache.keepReplayBody(scope, x.key, a.ExecutionID, body)
-		}
-	}
-	if err != nil {
-		e := Errorf(CodeInternal, "the stored result of idempotency key %q is unreadable", x.key)
-		e.Err = err
-		return x.fail(e)
-	}
-	h := http.Header{}
-	for k, v := range a.Headers {
-		h[k] = v
-	}
-	h.Set(HeaderIdempotentReplayed, "true")
-	x.replayed = true
-	x.executionID = a.ExecutionID
-	x.r.audit.add(a.Scope.Org, AuditEvent{ExecutionID: a.ExecutionID, Type: EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}})
-	return Response{Status: a.Status, Header: h, Body: body, Problem: problem, Replayed: true}
-}
-
-// waitAndAnswer honours Prefer: wait on an in-flight record: it polls the
-// record until it is final or the wait (capped) passes, then answers as
-// usual, saying which wait it applied.
-func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
-	wait := min(x.req.Wait, x.r.cfg.MaxWait)
-	deadline := time.Now().Add(wait)
-	// A key this instance runs wakes its waiters when it finishes, and so
-	// does one another instance runs when the store has a CompletionFeed
-	// (PostgreSQL); the record is polled too, backing off, in case a
-	// signal is missed.
-	finished, stop, watch := x.r.done.wait(x.req.Principal.Scope(), x.key)
-	defer stop()
-	if feed, ok := x.r.cfg.Store.(CompletionFeed); ok && watch {
-		_ = feed.Watch(ctx, x.req.Principal.Scope(), x.key) // best effort: polling remains
-	}
-	for poll := 10 * time.Millisecond; a.State == AttemptInFlight && time.Now().Before(deadline); poll = min(poll*2, 250*time.Millisecond) {
-		if !wake(ctx, &finished, min(poll, time.Until(deadline))) {
-			break
-		}
-		next, err := x.r.getAttempt(ctx, x.req.Principal.Scope(), x.key)
-		if err != nil {
-			if errors.Is(err, ErrNotFound) {
-				break
-			}
-			return x.fail(storeFailure(ctx, err))
-		}
-		a = next
-	}
-	x.req.Wait = 0
-	resp := x.answerExisting(ctx, a)
-	resp.Header.Set(HeaderPreferenceApplied, "wait="+strconv.Itoa(int(wait/time.Second)))
-	return resp
-}
-
 // preview answers a dry run: the preview handler, no retries, nothing
 // stored (SPEC §6.6).
 func (x *execution) preview(ctx context.Context, in any) Response {
@@ -500,6 +292,7 @@ func (x *execution) preview(ctx context.Context, in any) Response {
 type retryable struct{ err error }
 
 func (r retryable) Error() string { return r.err.Error() }
+
 func (r retryable) Unwrap() error { return r.err }
 
 // Retryable marks err as transient: the runtime may retry the attempt when

@@ -57,3 +57,30 @@ func intentQuery(q url.Values) url.Values {
 	}
 	return out
 }
+
+// checkContract applies the contract checks of SPEC §6.4 in order.
+func (x *execution) checkContract() *Error {
+	m, req, dry := x.op.meta, x.req, x.dryRun
+	if m.Retry.Kind != RetryFreshRead && req.KeyHeader != nil {
+		key, err := ParseKeyHeader(req.KeyHeader)
+		if err != nil {
+			return AsError(err)
+		}
+		if e := KeyWithDryRun(true, dry); e != nil {
+			return e
+		}
+		x.key = key
+	}
+	if dry && !m.Retry.Preview {
+		x.key = ""
+		return Errorf(CodeDryRunNotSupported, "operation %s has no preview (retry.preview is false); remove dryRun=true", m.Name)
+	}
+	if x.key != "" && m.Retry.Kind != RetrySameKeyReplay {
+		x.key = ""
+		return Errorf(CodeIdempotencyKeyNotSupported, "operation %s is %s: it takes no Idempotency-Key; follow retry.kind in the catalog", m.Name, m.Retry.Kind)
+	}
+	if x.key == "" && !dry && m.Retry.Kind == RetrySameKeyReplay && req.Principal.MustSendKey() {
+		return Errorf(CodeIdempotencyKeyRequired, "operation %s replays by key: generate a key, record it in durable task state, and send it as Idempotency-Key", m.Name)
+	}
+	return nil
+}

@@ -1,0 +1,332 @@
+package idem
+
+// The pipeline of SPEC §5, one file per stage group, in stage order:
+// pipeline.go (entry, resolve, the stages in order, and the reservation of
+// stages 8–9), pipeline_contract.go (3), pipeline_input.go (4),
+// pipeline_answer.go (5, and what a record found later answers),
+// pipeline_gate.go (6–7), pipeline_execute.go (10–11: attempts held by
+// their lease, and dry runs), pipeline_finalize.go (12). Admission control
+// (admission.go) wraps stages 4 and 8.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"idem/canonical"
+)
+
+// Request is one call as a surface received it (SPEC §5 stage 1), in the
+// shape of an HTTP request so that the same intent has the same fingerprint
+// on every surface.
+type Request struct {
+	Operation string
+	Surface   Surface
+	Principal Principal
+	// PathParams fill the route's {name} segments (decoded values).
+	PathParams map[string]string
+	// Query is the query string as received; the control parameter dryRun
+	// in it (ParseDryRun) asks for a preview.
+	Query url.Values
+	// Body is the raw JSON body; empty means none.
+	Body []byte
+	// KeyHeader holds the Idempotency-Key values as received; nil when
+	// absent. It is not examined on fresh_read operations.
+	KeyHeader []string
+	// Wait is the Prefer: wait the caller asked for.
+	Wait time.Duration
+	// Detachable says ctx ends when the connection drops (HTTP): a keyed
+	// execution then keeps running once its reservation is taken, so that
+	// the same-key retry finds it. Explicit cancellation (MCP, the Go API)
+	// leaves it false: cancelling ctx cancels the execution.
+	Detachable bool
+	// ReleaseBody gives back the decode budget the surface took with
+	// AdmitBody before reading Body; the runner calls it once the input is
+	// decoded. When nil, the runner takes len(Body) itself.
+	ReleaseBody func()
+}
+
+// newID returns prefix + a time-ordered, random, URL-safe id (ULID-like:
+// 48 bits of milliseconds, 80 random bits, base32).
+func newID(prefix string, now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
+	_, _ = rand.Read(b[6:])
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// Call runs one call through the pipeline and returns its one final
+// answer. It never returns an error: every failure is a Response.
+func (r *Runner) Call(ctx context.Context, req Request) Response {
+	start := r.cfg.Clock.Now()
+	x := &execution{r: r, req: req, start: start}
+	resp := x.run(ctx)
+	took := r.cfg.Clock.Now().Sub(start)
+	x.log(resp, took)
+	if r.cfg.Observe != nil {
+		rep := Report{Operation: req.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
+		if !resp.Replayed {
+			rep.Attempts = x.attempts
+		}
+		if resp.Problem != nil {
+			rep.Code = resp.Problem.Code
+		}
+		r.cfg.Observe(rep)
+	}
+	return resp
+}
+
+// execution is the state of one pass through the pipeline.
+type execution struct {
+	r           *Runner
+	req         Request
+	op          *compiled
+	start       time.Time
+	key         string // the valid idempotency key, "" when unkeyed
+	dryRun      bool   // the request asks for a preview
+	fingerprint string
+	executionID string
+	attempts    int
+	// leaseDeadline bounds the reservation's lease by the monotonic clock
+	// (zero when unkeyed); runAttempts tightens it from the store.
+	leaseDeadline time.Time
+	replayed      bool
+	policyLog     []string
+}
+
+func (x *execution) meta() *Meta {
+	m := &Meta{ExecutionID: x.executionID, Attempts: x.attempts}
+	if x.op != nil {
+		m.Operation = x.op.meta.Name
+	}
+	if x.key != "" {
+		m.Idempotency = &IdempotencyMeta{Key: x.key}
+	}
+	return m
+}
+
+// fail answers with e and the meta known so far.
+func (x *execution) fail(e *Error) Response {
+	return problemResponse(NewProblem(e, x.meta()))
+}
+
+func (x *execution) run(ctx context.Context) Response {
+	r, req := x.r, x.req
+	// Stage 2: resolve.
+	op, ok := r.ops[req.Operation]
+	if !ok || !exposedOn(op.meta, req.Surface) {
+		return x.fail(Errorf(CodeOperationNotFound, "no operation named %q on this surface", req.Operation))
+	}
+	x.op = op
+	// Stage 3: the control parameter dryRun, then the contract checks
+	// that read it, in the order of SPEC §6.4. From here on the query is
+	// the intent's: dryRun is left out of the fingerprint and the input
+	// only once it is known to be valid.
+	dry, derr := ParseDryRun(req.Query[DryRunParam])
+	if derr != nil {
+		return x.fail(AsError(derr))
+	}
+	x.dryRun, x.req.Query = dry, intentQuery(req.Query)
+	req = x.req
+	if err := x.checkContract(); err != nil {
+		return x.fail(err)
+	}
+	// Stages 4 and 5 from memory hold a share of the decode budget.
+	releaseInput, aerr := x.admitInput(ctx)
+	if aerr != nil {
+		return x.fail(aerr)
+	}
+	defer releaseInput()
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body})
+	if x.key != "" && ferr == nil {
+		// Stage 5 from memory first: a completed record of this exact
+		// request passed stage 4 when it ran, so its replay needs no
+		// decoding.
+		if a, ok := r.cache.get(req.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp {
+			x.fingerprint = fp
+			return x.answerExisting(ctx, a)
+		}
+	}
+	// Stage 4: input.
+	raw, in, err := x.decodeInput()
+	releaseInput()
+	if err != nil {
+		return x.fail(err)
+	}
+	if ferr != nil {
+		return x.fail(Errorf(CodeInvalidInput, "the body is not canonical JSON: %v", ferr).WithDetail("errors", []map[string]string{{"path": "", "message": ferr.Error()}}))
+	}
+	x.fingerprint = fp
+	// Stage 5: an existing attempt answers before any policy or approval.
+	if x.key != "" {
+		a, err := r.getAttempt(ctx, req.Principal.Scope(), x.key)
+		switch {
+		case err == nil:
+			return x.answerExisting(ctx, a)
+		case !errors.Is(err, ErrNotFound):
+			return x.fail(storeFailure(ctx, err))
+		}
+	}
+	// Stage 6: policies.
+	approvalNeeded, reason, perr := x.evaluatePolicies(ctx, in, raw)
+	if perr != nil {
+		return x.fail(perr)
+	}
+	// Admission of the execution, before anything is stored.
+	releaseExecution, aerr := x.admitExecution(ctx)
+	if aerr != nil {
+		return x.fail(aerr)
+	}
+	defer releaseExecution()
+	if x.dryRun {
+		return x.preview(ctx, in)
+	}
+	// Stage 7: approval gate.
+	approvalID := ""
+	if approvalNeeded {
+		id, existing, err := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case err != nil:
+			return x.fail(err)
+		}
+		approvalID = id
+	}
+	// Stages 8 and 9: reservation (or an unkeyed start), with the approval
+	// consumed in the same transaction and execution.started written.
+	x.executionID = newID("exe_", r.cfg.Clock.Now())
+	start := StartParams{ExecutionID: x.executionID, Scope: req.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	// The write runs detached from the caller's cancellation, so that its
+	// outcome is known: a commit cut off by a cancellation could otherwise
+	// leave a reservation nobody finishes. A cancellation that arrived
+	// meanwhile is honoured before the handler starts (execute).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	defer cancel()
+	var fence int64
+	if x.key != "" {
+		// The store starts the lease after t0, so t0 + lease is a
+		// deadline the lease cannot outlast, by the monotonic clock.
+		lease := op.meta.Lease(r.cfg.LeaseGrace)
+		t0 := time.Now()
+		res, err := r.cfg.Store.Reserve(sctx, ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
+		if err != nil {
+			x.executionID = ""
+			return x.startFailure(ctx, err, raw, reason)
+		}
+		if !res.Reserved {
+			x.executionID = ""
+			releaseExecution() // answering the existing record (or waiting on it) is no execution
+			r.cache.put(res.Attempt, r.cfg.Clock.Now())
+			return x.answerExisting(ctx, res.Attempt)
+		}
+		fence = res.Attempt.FencingToken
+		x.leaseDeadline = t0.Add(lease)
+		r.done.started(req.Principal.Scope(), x.key)
+	} else if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {
+		x.executionID = ""
+		return x.startFailure(ctx, err, raw, reason)
+	}
+	// Stages 10 to 13.
+	return x.execute(ctx, in, fence)
+}
+
+// getAttempt reads the record of (scope, key), from the replay cache when
+// it holds it.
+func (r *Runner) getAttempt(ctx context.Context, scope Scope, key string) (Attempt, error) {
+	now := r.cfg.Clock.Now()
+	if a, ok := r.cache.get(scope, key, now); ok {
+		return a, nil
+	}
+	a, err := r.cfg.Store.GetAttempt(ctx, scope, key)
+	if err == nil {
+		r.cache.put(a, now)
+	}
+	return a, err
+}
+
+// startFailure answers a failed reservation or start: an approval consumed
+// or expired since the gate means the gate answers again, and it reads the
+// key's record first: an execution of this key that consumed the approval
+// answers as stage 5 would.
+func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) Response {
+	if errors.Is(err, ErrApprovalNotConsumable) {
+		_, existing, gerr := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case gerr != nil:
+			return x.fail(gerr)
+		}
+		return x.fail(Errorf(CodeApprovalRequired, "the approval for this request was used or expired meanwhile; ask again"))
+	}
+	return x.fail(storeFailure(ctx, err))
+}
+
+func exposedOn(m Metadata, s Surface) bool {
+	if s == "" {
+		return true // the Go API reaches every operation
+	}
+	for _, have := range m.Surfaces {
+		if have == s {
+			return true
+		}
+	}
+	return false
+}
+
+// concretePath substitutes the route's parameters.
+func (x *execution) concretePath() string { return FillPath(x.op.meta.Path, x.req.PathParams) }
+
+// storeFailure maps a store error of the stages before the handler starts
+// to the answer: a done context is the caller's cancellation, anything else
+// fails closed, saying that nothing was executed.
+func storeFailure(ctx context.Context, err error) *Error {
+	if ctx.Err() != nil {
+		return Errorf(CodeCancelled, "the caller cancelled the request before it ran")
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		e = Unavailable("store", err)
+	}
+	if e.Code == CodeStoreUnavailable {
+		c := *e
+		c.Message += "; nothing was executed, retry later"
+		return &c
+	}
+	return e
+}
+
+func (x *execution) log(resp Response, took time.Duration) {
+	attrs := []any{
+		slog.String("executionId", x.executionID), slog.String("operation", x.req.Operation),
+		slog.String("org", x.req.Principal.Org), slog.String("principal", x.req.Principal.ID),
+		slog.Int("status", resp.Status), slog.Int("attempts", x.attempts),
+		slog.Bool("keyed", x.key != ""), slog.Bool("replayed", resp.Replayed),
+		slog.Int64("durationMs", took.Milliseconds()),
+	}
+	if resp.Problem != nil {
+		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
+	}
+	if len(x.policyLog) > 0 {
+		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
+	}
+	level := slog.LevelInfo
+	if resp.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	x.r.cfg.Logger.Log(context.Background(), level, "execution", attrs...)
+}
+
+// jsonValue marshals v, for building inputs and outputs.
+func jsonValue(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}

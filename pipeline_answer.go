@@ -1,0 +1,102 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// answerExisting answers from an attempt record (stage 5, or stage 8 when a
+// record appeared concurrently).
+func (x *execution) answerExisting(ctx context.Context, a Attempt) Response {
+	m := x.op.meta
+	if a.Fingerprint != x.fingerprint {
+		return x.fail(Errorf(CodeIdempotencyKeyReused, "idempotency key %q already names a different request (method, path, query or body differ); use a new key for a new intent", x.key))
+	}
+	if a.State == AttemptInFlight && x.req.Wait > 0 {
+		return x.waitAndAnswer(ctx, a)
+	}
+	switch a.State {
+	case AttemptInFlight:
+		return x.fail(Errorf(CodeIdempotencyKeyInFlight, "the request with idempotency key %q is still running; retry with the same key after Retry-After, or send Prefer: wait=N", x.key))
+	case AttemptIndeterminate:
+		return x.fail(Errorf(CodeIdempotencyResultIndeterminate, "nobody can prove whether the request with idempotency key %q took effect; run %s and use a new key only if a new mutation is still needed", x.key, m.Retry.Reconcile).
+			WithDetail("reconcile", reconcileName(m)).WithDetail("executionId", a.ExecutionID))
+	case AttemptExpired:
+		return x.fail(Errorf(CodeIdempotencyResultExpired, "the one-time result of idempotency key %q is no longer kept; run %s to find what it created", x.key, m.Retry.Reconcile).
+			WithDetail("reconcile", reconcileName(m)).WithDetail("executionId", a.ExecutionID))
+	}
+	return x.replay(ctx, a)
+}
+
+// replay answers with the stored result, marked as a replay.
+func (x *execution) replay(ctx context.Context, a Attempt) Response {
+	stored := a.Body
+	if a.SealedKeyID != "" {
+		plain, err := x.r.cfg.Sealer.Open(a.Body, x.aad(), a.SealedKeyID)
+		if err != nil {
+			e := Errorf(CodeInternal, "the stored secret result cannot be opened (the server's secret key changed?); run %s", x.op.meta.Retry.Reconcile)
+			e.Err = err
+			return x.fail(e)
+		}
+		stored = plain
+	}
+	scope := x.req.Principal.Scope()
+	body, problem, err := x.r.cache.replayBody(scope, x.key, a.ExecutionID), (*Problem)(nil), error(nil)
+	if body == nil {
+		body, problem, err = markReplayed(a.Status, stored, x.key)
+		if err == nil && problem == nil && a.SealedKeyID == "" {
+			x.r.cache.keepReplayBody(scope, x.key, a.ExecutionID, body)
+		}
+	}
+	if err != nil {
+		e := Errorf(CodeInternal, "the stored result of idempotency key %q is unreadable", x.key)
+		e.Err = err
+		return x.fail(e)
+	}
+	h := http.Header{}
+	for k, v := range a.Headers {
+		h[k] = v
+	}
+	h.Set(HeaderIdempotentReplayed, "true")
+	x.replayed = true
+	x.executionID = a.ExecutionID
+	x.r.audit.add(a.Scope.Org, AuditEvent{ExecutionID: a.ExecutionID, Type: EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}})
+	return Response{Status: a.Status, Header: h, Body: body, Problem: problem, Replayed: true}
+}
+
+// waitAndAnswer honours Prefer: wait on an in-flight record: it polls the
+// record until it is final or the wait (capped) passes, then answers as
+// usual, saying which wait it applied.
+func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
+	wait := min(x.req.Wait, x.r.cfg.MaxWait)
+	deadline := time.Now().Add(wait)
+	// A key this instance runs wakes its waiters when it finishes, and so
+	// does one another instance runs when the store has a CompletionFeed
+	// (PostgreSQL); the record is polled too, backing off, in case a
+	// signal is missed.
+	finished, stop, watch := x.r.done.wait(x.req.Principal.Scope(), x.key)
+	defer stop()
+	if feed, ok := x.r.cfg.Store.(CompletionFeed); ok && watch {
+		_ = feed.Watch(ctx, x.req.Principal.Scope(), x.key) // best effort: polling remains
+	}
+	for poll := 10 * time.Millisecond; a.State == AttemptInFlight && time.Now().Before(deadline); poll = min(poll*2, 250*time.Millisecond) {
+		if !wake(ctx, &finished, min(poll, time.Until(deadline))) {
+			break
+		}
+		next, err := x.r.getAttempt(ctx, x.req.Principal.Scope(), x.key)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				break
+			}
+			return x.fail(storeFailure(ctx, err))
+		}
+		a = next
+	}
+	x.req.Wait = 0
+	resp := x.answerExisting(ctx, a)
+	resp.Header.Set(HeaderPreferenceApplied, "wait="+strconv.Itoa(int(wait/time.Second)))
+	return resp
+}

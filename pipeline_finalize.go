@@ -1,0 +1,124 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// finalizeTimeout bounds the store writes of finalization, which run even
+// when the caller has gone.
+const finalizeTimeout = 10 * time.Second
+
+// outcome is how the handler stage (10 and 11) ended.
+type outcome struct {
+	status int
+	header http.Header
+	data   json.RawMessage
+	err    *Error
+	// retried holds an execution.retried event per re-attempt.
+	retried []AuditEvent
+}
+
+// finalize runs stage 12 once: it builds the answer, completes the attempt
+// record (keyed) or finishes the execution, with the final audit event.
+func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Response {
+	m := x.op.meta
+	meta := x.meta()
+	var resp Response
+	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
+	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
+	if o.err == nil {
+		body, _ := json.Marshal(Envelope{Data: o.data, Meta: meta})
+		h := http.Header{}
+		for k, v := range o.header {
+			h[k] = v
+		}
+		h.Set("Content-Type", ContentTypeJSON)
+		resp = Response{Status: o.status, Header: h, Body: body}
+		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
+	} else {
+		e := o.err
+		if x.key != "" && (e.Status >= 500 || e.Code == CodeCancelled) {
+			// The record is indeterminate now: a same-key retry can only
+			// say so, so nothing about this answer is retryable.
+			e = e.WithDetail("reconcile", reconcileName(m))
+			e.Retryable = false
+			if e.Status >= 500 && x.attempts > 0 {
+				e.Message = mayHaveExecuted(m, e.Message)
+			}
+		}
+		resp = problemResponse(NewProblem(e, meta))
+		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, e.Code, OutcomeFailed, e.Code
+	}
+	fin.Events = append(o.retried, final)
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	defer cancel()
+	store := x.r.cfg.Store
+	if x.key == "" {
+		if err := store.FinishExecution(sctx, fin); err != nil {
+			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
+		}
+		return resp
+	}
+	status, stored, keyID := resp.Status, resp.Body, ""
+	if m.Retry.Enforcement == EnforceTransactionalSecretReplay && resp.Status < 400 {
+		sealed, id, err := x.r.cfg.Sealer.Seal(resp.Body, x.aad())
+		if err != nil {
+			// Unsealable: the secret must not reach the store in clear text,
+			// so the record is left indeterminate; this caller still gets it.
+			x.r.cfg.Logger.Error("seal secret result", "executionId", x.executionID, "error", err)
+			status, stored = http.StatusInternalServerError, nil
+		} else {
+			stored, keyID = sealed, id
+		}
+	}
+	done, err := store.Complete(sctx, CompleteParams{
+		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
+		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
+	})
+	if err == nil {
+		x.r.cache.put(done, x.r.cfg.Clock.Now())
+	}
+	x.r.done.finished(x.req.Principal.Scope(), x.key)
+	switch {
+	case errors.Is(err, ErrFenced):
+		// The lease passed first: the record already reads indeterminate and
+		// stays so. The execution is still finished.
+		x.r.cfg.Logger.Warn("completion fenced: the lease passed before the result", "executionId", x.executionID)
+		if err := store.FinishExecution(sctx, fin); err != nil {
+			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
+		}
+	case err != nil:
+		// The record stays in flight and becomes indeterminate by lease.
+		x.r.cfg.Logger.Error("complete attempt", "executionId", x.executionID, "error", err)
+	}
+	return resp
+}
+
+// aad binds a sealed result to its record.
+func (x *execution) aad() []byte {
+	return []byte(x.req.Principal.Org + "\x00" + x.req.Principal.ID + "\x00" + x.key)
+}
+
+func reconcileName(m Metadata) any {
+	if m.Retry.Reconcile == "" {
+		return nil
+	}
+	return m.Retry.Reconcile
+}
+
+// mayHaveExecuted is the message of a keyed 5xx after the handler started:
+// the failure, then what it means for the caller.
+func mayHaveExecuted(m Metadata, failure string) string {
+	reconcile := "a read of the current state"
+	if m.Retry.Reconcile != "" {
+		reconcile = m.Retry.Reconcile
+	}
+	return fmt.Sprintf("%s; the handler of %s had started, so the call may have executed: run %s to see whether it took effect "+
+		"before deciding, and use a new key only if a new mutation is still needed (the same key never runs it again)", failure, m.Name, reconcile)
+}
