@@ -17,6 +17,7 @@ import (
 
 	"idem"
 	"idem/internal/migrate"
+	"idem/internal/storeerr"
 	"idem/pgstore"
 	"idem/sqlitestore"
 )
@@ -259,27 +260,19 @@ func (d *DB) forUpdate() string {
 	return ""
 }
 
-// dbError maps what a transaction returned: idem errors and context ends
-// pass, a statement refused for its data is INTERNAL, anything else
-// STORE_UNAVAILABLE (the handler fails closed).
+// dbError maps what a transaction returned by the stores' rule
+// (internal/storeerr): idem errors and context ends pass, a statement
+// refused for its data is INTERNAL, anything else STORE_UNAVAILABLE (the
+// handler fails closed).
 func (d *DB) dbError(err error) error {
-	var e *idem.Error
-	switch {
-	case err == nil, errors.As(err, &e), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	// A statement refused for its data is a bug, not an outage (SPEC §11):
-	// INTERNAL, by the same rule as the stores'.
 	refused := pgstore.RefusedStatement
 	if d.dialect == "sqlite" {
 		refused = sqlitestore.RefusedStatement
 	}
-	if what, ok := refused(err); ok {
-		ie := idem.Errorf(idem.CodeInternal, "demo: the database refused a statement for its data (%s): this is a server bug, not an outage; report it with this message", what)
-		ie.Err = err
-		return ie
-	}
-	return idem.Unavailable("demo", err)
+	return storeerr.Interpret(context.Background(), "demo", "demo transaction", err, refused)
 }
 
 // micros stores a time; fromMicros reads it back in UTC.
