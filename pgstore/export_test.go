@@ -19,6 +19,14 @@ const (
 // InterpretError is the store's error translation, for table tests.
 var InterpretError = interpretError
 
+// SetFenceIdleTimeout shortens how long a fenced transaction may sit idle;
+// it returns the function that restores it.
+func SetFenceIdleTimeout(d time.Duration) (restore func()) {
+	old := fenceIdleTimeout
+	fenceIdleTimeout = d
+	return func() { fenceIdleTimeout = old }
+}
+
 // SetSettleWait changes how long s waits for a fenced effect before it
 // answers a record past its lease as still in flight.
 func SetSettleWait(s *Store, d time.Duration) { s.settleWait = d }

@@ -10,6 +10,13 @@ import (
 	"idem"
 )
 
+// FenceIdleTimeout is how long a transaction holding a fence (CheckFence)
+// may sit idle, its client sending nothing, before PostgreSQL ends it.
+const FenceIdleTimeout = 10 * time.Second
+
+// fenceIdleTimeout is FenceIdleTimeout, shortened by tests.
+var fenceIdleTimeout = FenceIdleTimeout
+
 // CheckFence makes an effect in the store's database conditional on the
 // lease of the execution that makes it (SPEC §6.8). Call it inside the
 // effect's own transaction (database/sql over pgx's stdlib), before the
@@ -25,9 +32,16 @@ import (
 // fails: roll the transaction back and return that error from the
 // handler. It passes for unkeyed calls (f.FencingToken 0). Keep the
 // transaction short: while it runs, a reader of the key may wait for it.
+// A transaction that then sits idle longer than FenceIdleTimeout (its
+// executor paused, say) is ended by PostgreSQL, which rolls the effect back
+// and releases the record, so a paused executor keeps its key answering
+// "in flight" for that long at most.
 func CheckFence(ctx context.Context, tx *sql.Tx, f idem.Fence, margin time.Duration) error {
 	if f.FencingToken == 0 {
 		return nil
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL idle_in_transaction_session_timeout = '%dms'`, fenceIdleTimeout.Milliseconds())); err != nil {
+		return fmt.Errorf("pgstore: bound the idle time of the fenced transaction of key %q: %w", f.Key, err)
 	}
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM idem_attempts

@@ -190,3 +190,47 @@ func TestMarkingGivesUpWhileEffectHoldsFence(t *testing.T) {
 		t.Fatalf("%d effects, want 1", n)
 	}
 }
+
+// An executor paused inside its fenced transaction does not hold the key
+// forever: PostgreSQL ends the idle transaction after FenceIdleTimeout,
+// the effect rolls back, and a reader then marks the record indeterminate.
+func TestIdleFencedTransactionIsEnded(t *testing.T) {
+	defer pgstore.SetFenceIdleTimeout(200 * time.Millisecond)()
+	e := newFenceEnv(t)
+	pgstore.SetSettleWait(e.reader, 50*time.Millisecond)
+	f := e.reserve(t, "k-idle")
+	tx, err := e.db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := pgstore.CheckFence(t.Context(), tx, f, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(t.Context(), `INSERT INTO effects VALUES ('k-idle')`); err != nil {
+		t.Fatal(err)
+	}
+	// The executor pauses here. Poll, bounded, until the reader is no
+	// longer held off by the fence.
+	var a idem.Attempt
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if a, err = e.reader.GetAttempt(t.Context(), scope, "k-idle"); err != nil {
+			t.Fatal(err)
+		}
+		if a.State != idem.AttemptInFlight {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the idle fenced transaction still held the record after 30 s")
+		}
+	}
+	if a.State != idem.AttemptIndeterminate {
+		t.Fatalf("record after the idle transaction ended = %s, want indeterminate", a.State)
+	}
+	if err := tx.Commit(); err == nil {
+		t.Fatal("the paused executor's commit succeeded after PostgreSQL ended its transaction")
+	}
+	if n := e.effects(t, "k-idle"); n != 0 {
+		t.Fatalf("%d effects committed by the ended transaction", n)
+	}
+}
