@@ -102,6 +102,11 @@ func New[T any](run RunTx[T], cfg Config) *Committer[T] {
 // taken, fn runs detached from ctx's cancellation (bounded by
 // Config.Timeout) and Do waits for the outcome.
 func (c *Committer[T]) Do(ctx context.Context, fn Fn[T]) error {
+	if err := ctx.Err(); err != nil {
+		// Ended already: select below picks among ready cases at random,
+		// and a worker could take fn before Do sees ctx end.
+		return err
+	}
 	k := &call[T]{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	if err := c.enqueue(ctx, k); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -222,5 +223,36 @@ func TestManyConcurrentCallersAllCommitOnce(t *testing.T) {
 	wg.Wait()
 	if len(d.committed) != 500 || len(slices.Compact(slices.Sorted(slices.Values(d.committed)))) != 500 {
 		t.Errorf("committed %d writes (%d distinct), want 500 once each", len(d.committed), len(slices.Compact(slices.Sorted(slices.Values(d.committed)))))
+	}
+}
+
+// A call whose context has already ended never runs, however often it is
+// tried and however busy the workers are (Do's selects pick among ready
+// cases at random, and a worker could take the call before Do saw ctx end).
+func TestEndedContextNeverRuns(t *testing.T) {
+	c := New(func(ctx context.Context, fn Fn[int]) error { return fn(ctx, 0) }, Config{Workers: 4, MaxBatch: 8})
+	defer c.Close()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	var ran atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				// Live calls keep the workers busy meanwhile.
+				_ = c.Do(context.Background(), func(context.Context, int) error { return nil })
+				err := c.Do(ended, func(context.Context, int) error { ran.Add(1); return nil })
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("err %v, want context.Canceled", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("%d calls with an ended context ran", n)
 	}
 }
