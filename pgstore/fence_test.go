@@ -56,6 +56,22 @@ func (e fenceEnv) effects(t *testing.T, key string) int {
 	return n
 }
 
+// holdFence begins an effect transaction that passes f's fence check and
+// so holds the record; it is rolled back at the end of the test unless
+// committed.
+func (e fenceEnv) holdFence(t *testing.T, f idem.Fence) *sql.Tx {
+	t.Helper()
+	tx, err := e.db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	if err := pgstore.CheckFence(t.Context(), tx, f, time.Second); err != nil {
+		t.Fatalf("fence check inside the lease: %v", err)
+	}
+	return tx
+}
+
 // waitForLockWait polls, with a bound, until a backend of the database
 // waits for a lock in the UPDATE that marks a record indeterminate.
 func waitForLockWait(t *testing.T, url string) {
@@ -94,14 +110,7 @@ func TestFencedEffectMakesMarkingWait(t *testing.T) {
 	e := newFenceEnv(t)
 	pgstore.SetSettleWait(e.reader, time.Minute) // the wait is bounded by the test, not the store
 	f := e.reserve(t, "k-wait")
-	tx, err := e.db.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := pgstore.CheckFence(t.Context(), tx, f, time.Second); err != nil {
-		t.Fatalf("fence check inside the lease: %v", err)
-	}
+	tx := e.holdFence(t, f)
 	got := make(chan attemptResult, 1)
 	go func() {
 		a, err := e.reader.GetAttempt(t.Context(), scope, "k-wait")
@@ -163,14 +172,7 @@ func TestMarkingGivesUpWhileEffectHoldsFence(t *testing.T) {
 	e := newFenceEnv(t)
 	pgstore.SetSettleWait(e.reader, 50*time.Millisecond)
 	f := e.reserve(t, "k-busy")
-	tx, err := e.db.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := pgstore.CheckFence(t.Context(), tx, f, time.Second); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.holdFence(t, f)
 	if a, err := e.reader.GetAttempt(t.Context(), scope, "k-busy"); err != nil || a.State != idem.AttemptInFlight {
 		t.Fatalf("reader while the effect holds the fence = %+v, %v; want in flight", a, err)
 	}
@@ -199,20 +201,14 @@ func TestIdleFencedTransactionIsEnded(t *testing.T) {
 	e := newFenceEnv(t)
 	pgstore.SetSettleWait(e.reader, 50*time.Millisecond)
 	f := e.reserve(t, "k-idle")
-	tx, err := e.db.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := pgstore.CheckFence(t.Context(), tx, f, time.Second); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.holdFence(t, f)
 	if _, err := tx.ExecContext(t.Context(), `INSERT INTO effects VALUES ('k-idle')`); err != nil {
 		t.Fatal(err)
 	}
 	// The executor pauses here. Poll, bounded, until the reader is no
 	// longer held off by the fence.
 	var a idem.Attempt
+	var err error
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if a, err = e.reader.GetAttempt(t.Context(), scope, "k-idle"); err != nil {
 			t.Fatal(err)
