@@ -28,6 +28,13 @@ func queueKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
 		scope.Org, scope.Principal, key, keyLockSeed)
 }
 
+// queueTryKeyLock queues a try of the same lock, which reads true when it
+// is taken and false, at once, when another transaction holds it.
+func queueTryKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
+	b.Queue(`SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $4))`,
+		scope.Org, scope.Principal, key, keyLockSeed)
+}
+
 // newestAttemptSQL reads the newest record of a key ($1 org, $2 principal,
 // $3 key), forgotten or not: the caller checks retention.
 const newestAttemptSQL = `SELECT ` + attemptColumns + ` FROM idem_attempts
@@ -61,7 +68,18 @@ func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string
 // otherwise it deletes the key's forgotten rows and inserts the new record
 // (reserved = true). made reads gone so that the delete runs first: a new
 // row may then reuse the primary key of the one it replaces.
-const reserveSQL = `WITH live AS (
+var reserveSQL = reserveStatement("true")
+
+// tryReserveSQL is reserveSQL for a transaction that only tried the lock:
+// it writes only if the lock is held ($10 is keyLockSeed), so that without
+// the lock it never waits for the holder's rows.
+var tryReserveSQL = reserveStatement(`pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $10))`)
+
+// reserveStatement is the reservation statement whose writes run only when
+// guard, evaluated once, is true.
+func reserveStatement(guard string) string {
+	return `WITH locked AS MATERIALIZED (SELECT ` + guard + ` AS held),
+	live AS (
 		SELECT ` + attemptColumns + ` FROM (
 			SELECT ` + attemptColumns + ` FROM idem_attempts
 			WHERE org = $1 AND principal = $2 AND key = $3
@@ -71,18 +89,19 @@ const reserveSQL = `WITH live AS (
 		DELETE FROM idem_attempts
 		WHERE org = $1 AND principal = $2 AND key = $3 AND expires_at <= $8
 			AND NOT (state = 'in_flight' AND lease_expires_at > $8)
-			AND NOT EXISTS (SELECT FROM live)
+			AND NOT EXISTS (SELECT FROM live) AND (SELECT held FROM locked)
 		RETURNING 1),
 	made AS (
 		INSERT INTO idem_attempts (org, principal, key, operation, fingerprint, state,
 			execution_id, fencing_token, lease_expires_at, created_at, expires_at)
 		SELECT $1, $2, $3, $4::text, $5::text, 'in_flight', $6::text, nextval('idem_fencing_tokens'),
 			$7::timestamptz, $8, $9::timestamptz
-		WHERE NOT EXISTS (SELECT FROM live) AND (SELECT count(*) FROM gone) >= 0
+		WHERE NOT EXISTS (SELECT FROM live) AND (SELECT held FROM locked) AND (SELECT count(*) FROM gone) >= 0
 		RETURNING ` + attemptColumns + `)
 	SELECT true, ` + attemptColumns + ` FROM made
 	UNION ALL
 	SELECT false, ` + attemptColumns + ` FROM live`
+}
 
 // Reserve inserts the attempt record, or replaces one past its retention
 // that the sweeper has not removed yet; a live record is left untouched.
@@ -98,28 +117,8 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 	var now time.Time
 	err := s.write(ctx, "reserve", func(ctx context.Context, tx pgx.Tx) error {
 		now = s.now() // when it runs, which may be late in a batch
-		res = idem.ReserveResult{}
-		var b pgx.Batch
-		queueKeyLock(&b, p.Scope, p.Key)
-		b.Queue(reserveSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
-			now.Add(p.Lease), now, now.Add(p.Retention))
-		br := tx.SendBatch(ctx, &b)
-		_, err := br.Exec()
-		var a idem.Attempt
-		if err == nil {
-			a, err = scanAttempt(prefixed{br.QueryRow(), &res.Reserved})
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		res.Attempt = a.Observe(now)
-		if !res.Reserved {
-			return nil
-		}
-		res.Execution, err = startExecution(ctx, tx, p.StartParams, p.Key, now)
+		var err error
+		res, _, err = reserveTx(ctx, tx, p, now, false)
 		return err
 	})
 	if err != nil {
@@ -132,6 +131,53 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 		}
 	}
 	return res, nil
+}
+
+// reserveTx takes the key's lock in tx and reserves the key as Reserve
+// does. With try, the lock is only tried: when another transaction holds
+// it, busy is true and tx has written nothing (its caller rolls it back).
+func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time, try bool) (res idem.ReserveResult, busy bool, err error) {
+	var b pgx.Batch
+	args := []any{p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
+		now.Add(p.Lease), now, now.Add(p.Retention)}
+	if try {
+		queueTryKeyLock(&b, p.Scope, p.Key)
+		b.Queue(tryReserveSQL, append(args, keyLockSeed)...)
+	} else {
+		queueKeyLock(&b, p.Scope, p.Key)
+		b.Queue(reserveSQL, args...)
+	}
+	br := tx.SendBatch(ctx, &b)
+	got := true
+	if try {
+		err = br.QueryRow().Scan(&got)
+	} else {
+		_, err = br.Exec()
+	}
+	var a idem.Attempt
+	if err == nil {
+		a, err = scanAttempt(prefixed{br.QueryRow(), &res.Reserved})
+		if !got && errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return idem.ReserveResult{}, false, err
+	}
+	if !got {
+		// The reservation statement ran without the lock: what it read or
+		// wrote is not to be trusted, and the caller rolls it back.
+		return idem.ReserveResult{}, true, nil
+	}
+	res.Attempt = a.Observe(now)
+	if !res.Reserved {
+		return res, false, nil
+	}
+	res.Execution, err = startExecution(ctx, tx, p.StartParams, p.Key, now)
+	return res, false, err
 }
 
 // prefixed scans its first column into first and the rest into the
@@ -157,40 +203,47 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 	var now time.Time
 	err = s.write(ctx, "complete", func(ctx context.Context, tx pgx.Tx) error {
 		now = s.now() // when it runs: the lease is checked against it
-		var secretExpiresAt *time.Time
-		if p.SealedKeyID != "" {
-			t := now.Add(p.SecretWindow)
-			secretExpiresAt = &t
-		}
 		var err error
-		var watched bool
-		a, err = scanAttempt(prefixed{tx.QueryRow(ctx, `UPDATE idem_attempts SET
-				state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,
-				completed_at = $10, secret_expires_at = $11
-			WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
-				AND state = 'in_flight' AND lease_expires_at > $10
-			RETURNING watched, `+attemptColumns,
-			p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
-			string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt), &watched})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return idem.ErrFenced
-		}
-		if err != nil {
-			return err
-		}
-		// The record names its execution; finish that one.
-		fin := p.Finish
-		fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
-		notify := ""
-		if watched { // a waiter on another instance asked to be told (Watch)
-			notify = notifyPayload(p.Scope, p.Key)
-		}
-		return finishExecution(ctx, tx, fin, now, notify)
+		a, err = completeTx(ctx, tx, p, headers, now)
+		return err
 	})
 	if err != nil {
 		return idem.Attempt{}, err
 	}
 	return a.Observe(now), nil
+}
+
+// completeTx completes the record in tx as Complete does; headers are
+// p.Headers filtered and encoded.
+func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers []byte, now time.Time) (idem.Attempt, error) {
+	var secretExpiresAt *time.Time
+	if p.SealedKeyID != "" {
+		t := now.Add(p.SecretWindow)
+		secretExpiresAt = &t
+	}
+	var watched bool
+	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, `UPDATE idem_attempts SET
+			state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,
+			completed_at = $10, secret_expires_at = $11
+		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
+			AND state = 'in_flight' AND lease_expires_at > $10
+		RETURNING watched, `+attemptColumns,
+		p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
+		string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt), &watched})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Attempt{}, idem.ErrFenced
+	}
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	// The record names its execution; finish that one.
+	fin := p.Finish
+	fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
+	notify := ""
+	if watched { // a waiter on another instance asked to be told (Watch)
+		notify = notifyPayload(p.Scope, p.Key)
+	}
+	return a, finishExecution(ctx, tx, fin, now, notify)
 }
 
 // GetAttempt reads the key's newest record; a forgotten one that is not

@@ -17,50 +17,55 @@ const attemptColumns = `org, principal, key, operation, fingerprint, state, exec
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var res idem.ReserveResult
 	err := s.write(ctx, "reserve", func(ctx context.Context, tx txn, now time.Time) error {
-		a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
-		if err != nil {
-			return err
-		}
-		if found && !a.Forgotten(now) {
-			if a.LeasePassed(now) {
-				if a, err = settleLease(ctx, tx, a, now); err != nil {
-					return err
-				}
-			}
-			res = idem.ReserveResult{Attempt: a.Observe(now)}
-			return nil
-		}
-		if found {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`,
-				p.Scope.Org, p.Scope.Principal, p.Key); err != nil {
-				return err
-			}
-		}
-		var token int64
-		if err := tx.QueryRowContext(ctx,
-			`UPDATE idem_counters SET value = value + 1 WHERE name = 'fencing_token' RETURNING value`).Scan(&token); err != nil {
-			return err
-		}
-		a, err = scanAttempt(tx.QueryRowContext(ctx, `INSERT INTO idem_attempts
-			(org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at, created_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?, ?, ?, ?)
-			RETURNING `+attemptColumns,
-			p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID, token,
-			micros(now.Add(p.Lease)), micros(now), micros(now.Add(p.Retention))))
-		if err != nil {
-			return err
-		}
-		exe, err := startExecution(ctx, tx, now, p.StartParams, p.Key)
-		if err != nil {
-			return err
-		}
-		res = idem.ReserveResult{Attempt: a.Observe(now), Reserved: true, Execution: exe}
-		return nil
+		var err error
+		res, err = reserveTx(ctx, tx, p, now)
+		return err
 	})
 	if err != nil {
 		return idem.ReserveResult{}, err
 	}
 	return res, nil
+}
+
+// reserveTx reserves the key in the write transaction tx as Reserve does.
+func reserveTx(ctx context.Context, tx txn, p idem.ReserveParams, now time.Time) (idem.ReserveResult, error) {
+	a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
+	if err != nil {
+		return idem.ReserveResult{}, err
+	}
+	if found && !a.Forgotten(now) {
+		if a.LeasePassed(now) {
+			if a, err = settleLease(ctx, tx, a, now); err != nil {
+				return idem.ReserveResult{}, err
+			}
+		}
+		return idem.ReserveResult{Attempt: a.Observe(now)}, nil
+	}
+	if found {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`,
+			p.Scope.Org, p.Scope.Principal, p.Key); err != nil {
+			return idem.ReserveResult{}, err
+		}
+	}
+	var token int64
+	if err := tx.QueryRowContext(ctx,
+		`UPDATE idem_counters SET value = value + 1 WHERE name = 'fencing_token' RETURNING value`).Scan(&token); err != nil {
+		return idem.ReserveResult{}, err
+	}
+	a, err = scanAttempt(tx.QueryRowContext(ctx, `INSERT INTO idem_attempts
+		(org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at, created_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?, ?, ?, ?)
+		RETURNING `+attemptColumns,
+		p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID, token,
+		micros(now.Add(p.Lease)), micros(now), micros(now.Add(p.Retention))))
+	if err != nil {
+		return idem.ReserveResult{}, err
+	}
+	exe, err := startExecution(ctx, tx, now, p.StartParams, p.Key)
+	if err != nil {
+		return idem.ReserveResult{}, err
+	}
+	return idem.ReserveResult{Attempt: a.Observe(now), Reserved: true, Execution: exe}, nil
 }
 
 // Complete implements idem.Store.
@@ -71,35 +76,42 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 	}
 	var out idem.Attempt
 	err = s.write(ctx, "complete", func(ctx context.Context, tx txn, now time.Time) error {
-		var secretExpiresAt sql.NullInt64
-		if p.SealedKeyID != "" {
-			secretExpiresAt = nullMicros(now.Add(p.SecretWindow))
-		}
-		a, err := scanAttempt(tx.QueryRowContext(ctx, `UPDATE idem_attempts
-			SET state = ?, status = ?, headers = ?, body = ?, sealed_key_id = ?, completed_at = ?, secret_expires_at = ?
-			WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at > ?
-			RETURNING `+attemptColumns,
-			idem.FinalState(p.Status), p.Status, string(headers), p.Body, nullString(p.SealedKeyID), micros(now), secretExpiresAt,
-			p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now)))
-		if errors.Is(err, sql.ErrNoRows) {
-			return idem.ErrFenced
-		}
-		if err != nil {
-			return err
-		}
-		// The record names its execution; finish that one.
-		fin := p.Finish
-		fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
-		if err := finishExecution(ctx, tx, now, fin); err != nil {
-			return err
-		}
-		out = a.Observe(now)
-		return nil
+		var err error
+		out, err = completeTx(ctx, tx, p, headers, now)
+		return err
 	})
 	if err != nil {
 		return idem.Attempt{}, err
 	}
 	return out, nil
+}
+
+// completeTx completes the record in tx as Complete does; headers are
+// p.Headers filtered and encoded.
+func completeTx(ctx context.Context, tx txn, p idem.CompleteParams, headers []byte, now time.Time) (idem.Attempt, error) {
+	var secretExpiresAt sql.NullInt64
+	if p.SealedKeyID != "" {
+		secretExpiresAt = nullMicros(now.Add(p.SecretWindow))
+	}
+	a, err := scanAttempt(tx.QueryRowContext(ctx, `UPDATE idem_attempts
+		SET state = ?, status = ?, headers = ?, body = ?, sealed_key_id = ?, completed_at = ?, secret_expires_at = ?
+		WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at > ?
+		RETURNING `+attemptColumns,
+		idem.FinalState(p.Status), p.Status, string(headers), p.Body, nullString(p.SealedKeyID), micros(now), secretExpiresAt,
+		p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.Attempt{}, idem.ErrFenced
+	}
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	// The record names its execution; finish that one.
+	fin := p.Finish
+	fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
+	if err := finishExecution(ctx, tx, now, fin); err != nil {
+		return idem.Attempt{}, err
+	}
+	return a.Observe(now), nil
 }
 
 // GetAttempt implements idem.Store.
