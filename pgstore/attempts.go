@@ -155,8 +155,10 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 		_, err = br.Exec()
 	}
 	var a idem.Attempt
+	found := false
 	if err == nil {
 		a, err = scanAttempt(prefixed{br.QueryRow(), &res.Reserved})
+		found = err == nil
 		if !got && errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}
@@ -168,8 +170,14 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 		return idem.ReserveResult{}, false, err
 	}
 	if !got {
-		// The reservation statement ran without the lock: what it read or
-		// wrote is not to be trusted, and the caller rolls it back.
+		// Another transaction holds the key. A record committed before
+		// this statement began answers (the holder only reads it, or
+		// replaces a forgotten one); none means the holder's reservation
+		// is not committed: busy. Anything the statement wrote without
+		// the lock is not to be trusted, and the caller rolls it back.
+		if found && !res.Reserved {
+			return idem.ReserveResult{Attempt: a.Observe(now)}, false, nil
+		}
 		return idem.ReserveResult{}, true, nil
 	}
 	res.Attempt = a.Observe(now)

@@ -65,7 +65,17 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	if p.Key != "" {
 		k := idem.ScopedKey{Scope: p.Scope, Key: p.Key}
 		if !s.busy.take(k) {
-			return idem.TransactResult{}, idem.ErrKeyBusy
+			// Another execution of the key is in the writer. A committed
+			// record answers (that execution only reads it); none means
+			// its reservation is not committed: busy.
+			a, err := s.GetAttempt(ctx, p.Scope, p.Key)
+			switch {
+			case err == nil:
+				return idem.TransactResult{Attempt: a}, nil
+			case errors.Is(err, idem.ErrNotFound):
+				return idem.TransactResult{}, idem.ErrKeyBusy
+			}
+			return idem.TransactResult{}, err
 		}
 		defer s.busy.release(k)
 	}

@@ -3,8 +3,10 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ func init() {
 	register("TransactAbortLeavesNothingAndFreesTheKey", testTransactAbort)
 	register("TransactUndoStoresTheAnswerWithoutTheEffect", testTransactUndo)
 	register("TransactBusyKeyAnswersAtOnce", testTransactBusy)
+	register("TransactOnACompletedKeyNeverAnswersBusy", testTransactCompletedNeverBusy)
 	register("TransactUnkeyed", testTransactUnkeyed)
 	register("TransactConsumesApprovalOnlyOnCommit", testTransactApproval)
 	register("TransactTwoInstancesOneEffectPerKey", testTransactTwoInstances)
@@ -281,5 +284,42 @@ func testTransactTwoInstances(t *testing.T, e *env) {
 	}
 	if got := e.Effects(t); !slices.Equal(got, []string{"x"}) {
 		t.Errorf("effects = %v, want exactly one", got)
+	}
+}
+
+// Same-key calls on a committed record all answer from it, even when
+// they meet each other holding the key: none is busy.
+func testTransactCompletedNeverBusy(t *testing.T, e *env) {
+	s := e.s(t)
+	if res, err := transactor(t, s).Transact(ctx(t), reserveParams(scopeA, "key-1", fpOne), succeed(e, "a")); err != nil || !res.Committed {
+		t.Fatalf("Transact = %+v, %v", res, err)
+	}
+	const callers, rounds = 16, 10
+	errs := make(chan error, callers*rounds)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range rounds {
+				res, err := transactor(t, s).Transact(context.Background(), reserveParams(scopeA, "key-1", fpOne), succeed(e, "again"))
+				if err == nil && (res.Reserved || res.Attempt.State != idem.AttemptCompleted) {
+					err = fmt.Errorf("Transact of a completed key = %+v", res)
+				}
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	busy := 0
+	for err := range errs {
+		switch {
+		case errors.Is(err, idem.ErrKeyBusy):
+			busy++
+		case err != nil:
+			t.Error(err)
+		}
+	}
+	if busy > 0 {
+		t.Errorf("%d of %d same-key calls on a completed record answered busy, want 0", busy, callers*rounds)
 	}
 }
