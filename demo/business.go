@@ -58,14 +58,12 @@ func (a *App) businessCreate() idem.Operation {
 	}, func(ctx context.Context, call *idem.Call, in businessCreateIn) (Business, error) {
 		b := Business{Slug: in.Slug, Name: in.Name, CreatedBy: call.Principal.ID, CreatedAt: a.now()}
 		err := a.db.InTx(ctx, func(tx *Tx) error {
-			res, err := tx.Exec(ctx, `INSERT INTO idem_demo_businesses (org, slug, name, created_by, created_at) VALUES (?, ?, ?, ?, ?)
+			n, err := tx.Exec(ctx, `INSERT INTO idem_demo_businesses (org, slug, name, created_by, created_at) VALUES (?, ?, ?, ?, ?)
 				ON CONFLICT (org, slug) DO NOTHING`, call.Principal.Org, b.Slug, b.Name, b.CreatedBy, micros(b.CreatedAt))
 			if err != nil {
 				return err
 			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n == 0 {
+			if n == 0 {
 				return idem.Errorf(idem.CodeBusinessExists, "a business with slug %q already exists in this org; choose another slug or run business.show", b.Slug)
 			}
 			return nil

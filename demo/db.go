@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -28,10 +30,15 @@ var schemaFS embed.FS
 // DB is the demo's own connection pool to the idem database. SQL is
 // written once with ? placeholders; on PostgreSQL they become $1, $2, ….
 // Times are stored as INTEGER unix microseconds on both.
+//
+// On SQLite every transaction runs on database/sql (modernc). On
+// PostgreSQL transactions run on pgx natively (pool), as the store's own
+// do; database/sql over the same pool (sql) serves migrations and the
+// effects that check a fence, because pgstore.CheckFence takes a *sql.Tx.
 type DB struct {
 	sql     *sql.DB
-	dialect string // "sqlite" or "postgres"
-	close   func() // closes what sql runs on, if anything
+	pool    *pgxpool.Pool // PostgreSQL only
+	dialect string        // "sqlite" or "postgres"
 	// writer, if set, runs transactions instead of sql (Config.Writer).
 	writer func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
 	// onQuery, if set, sees every query a transaction runs, as written
@@ -51,9 +58,9 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 		db.SetMaxOpenConns(1) // one writer, like the store's
 		d = DB{sql: db, dialect: "sqlite"}
 	case strings.HasPrefix(storeURL, "postgres://"), strings.HasPrefix(storeURL, "postgresql://"):
-		// database/sql over a pgxpool: the pool pings connections that sat
-		// idle before handing them out, so a restarted database is
-		// reconnected to instead of failing the first request.
+		// The pool pings connections that sat idle before handing them
+		// out, so a restarted database is reconnected to instead of
+		// failing the first request.
 		cfg, err := pgxpool.ParseConfig(storeURL)
 		if err != nil {
 			return nil, err
@@ -68,12 +75,12 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 		}
 		db := stdlib.OpenDBFromPool(pool)
 		db.SetMaxIdleConns(0) // every transaction acquires from the pool, which checks the connection
-		d = DB{sql: db, dialect: "postgres", close: pool.Close}
+		d = DB{sql: db, pool: pool, dialect: "postgres"}
 	default:
 		return nil, fmt.Errorf("demo: store %q: want sqlite:PATH or postgres://…", storeURL)
 	}
 	if err := d.migrate(ctx); err != nil {
-		d.sql.Close()
+		d.Close()
 		return nil, err
 	}
 	return &d, nil
@@ -82,8 +89,8 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 // Close closes the pool.
 func (d *DB) Close() error {
 	err := d.sql.Close()
-	if d.close != nil {
-		d.close()
+	if d.pool != nil {
+		d.pool.Close()
 	}
 	return err
 }
@@ -158,48 +165,136 @@ func (d *DB) rebind(q string) string {
 	return b.String()
 }
 
-// Tx is one demo transaction.
+// Tx is one demo transaction, on whichever driver runs it: database/sql
+// (SQLite, and PostgreSQL effects that check a fence) or pgx (PostgreSQL).
+// Handlers write their SQL once, with ? placeholders, against Tx.
 type Tx struct {
-	tx *sql.Tx
-	d  *DB
+	q querier
+	d *DB
 }
 
-// Exec runs a statement.
-func (t *Tx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return t.tx.ExecContext(ctx, t.d.rebind(q), args...)
+// querier runs a transaction's statements, q already rebound.
+type querier interface {
+	exec(ctx context.Context, q string, args []any) (rowsAffected int64, err error)
+	query(ctx context.Context, q string, args []any) (rows, error)
+	queryRow(ctx context.Context, q string, args []any) rowScanner
 }
 
-// Query runs a query.
-func (t *Tx) Query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+// rows is a query's result: *sql.Rows, or pgx.Rows through pgxRows.
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Close() error
+	Err() error
+}
+
+// rowScanner is one row (*sql.Row, pgx.Row) or the current row of rows.
+type rowScanner interface{ Scan(...any) error }
+
+// Exec runs a statement and returns how many rows it changed.
+func (t *Tx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return t.q.exec(ctx, t.d.rebind(q), args)
+}
+
+// Query runs a query; close the rows (collect does) before the next
+// statement.
+func (t *Tx) Query(ctx context.Context, q string, args ...any) (rows, error) {
 	if t.d.onQuery != nil {
 		t.d.onQuery(q, args)
 	}
-	return t.tx.QueryContext(ctx, t.d.rebind(q), args...)
+	return t.q.query(ctx, t.d.rebind(q), args)
 }
 
-// QueryRow runs a query for one row.
-func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+// QueryRow runs a query for one row; its Scan answers an error that
+// errors.Is sql.ErrNoRows when there is none (pgx.ErrNoRows is one).
+func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) rowScanner {
 	if t.d.onQuery != nil {
 		t.d.onQuery(q, args)
 	}
-	return t.tx.QueryRowContext(ctx, t.d.rebind(q), args...)
+	return t.q.queryRow(ctx, t.d.rebind(q), args)
 }
 
-// InTx runs fn in one transaction (IMMEDIATE on SQLite; on PostgreSQL
-// READ COMMITTED, so use SELECT … FOR UPDATE (forUpdate) or conditional
-// updates where rows race). Errors that are not idem errors come back as
-// STORE_UNAVAILABLE, so a handler fails closed. A transaction that failed
-// on a dead connection before it could commit (a restarted database) is
-// run once more on a fresh one: nothing of it was applied. With a
-// Config.Writer, fn shares the store's writer and may also run again when
-// its batch failed; so fn must start from scratch every time it runs.
+// sqlTx runs statements on a database/sql transaction.
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) exec(ctx context.Context, q string, args []any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqlTx) query(ctx context.Context, q string, args []any) (rows, error) {
+	r, err := t.tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (t sqlTx) queryRow(ctx context.Context, q string, args []any) rowScanner {
+	return t.tx.QueryRowContext(ctx, q, args...)
+}
+
+// pgxTx runs statements on a pgx transaction.
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) exec(ctx context.Context, q string, args []any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t pgxTx) query(ctx context.Context, q string, args []any) (rows, error) {
+	r, err := t.tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgxRows{r}, nil
+}
+
+func (t pgxTx) queryRow(ctx context.Context, q string, args []any) rowScanner {
+	return t.tx.QueryRow(ctx, q, args...)
+}
+
+// pgxRows gives pgx.Rows the Close of rows.
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error {
+	r.Rows.Close()
+	return nil
+}
+
+// InTx runs fn in one transaction (IMMEDIATE on SQLite; on PostgreSQL a
+// pgx transaction at READ COMMITTED, so use SELECT … FOR UPDATE
+// (forUpdate) or conditional updates where rows race). Errors that are not
+// idem errors come back as STORE_UNAVAILABLE, so a handler fails closed. A
+// transaction that failed on a dead connection before it could commit (a
+// restarted database) is run once more on a fresh one: nothing of it was
+// applied. With a Config.Writer, fn shares the store's writer and may also
+// run again when its batch failed; so fn must start from scratch every
+// time it runs.
 func (d *DB) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	return d.run(ctx, false, fn)
+}
+
+// inFencedTx is InTx for an effect that checks its fence (checkFence): on
+// PostgreSQL it runs on database/sql over the same pool, the transaction
+// pgstore.CheckFence takes.
+func (d *DB) inFencedTx(ctx context.Context, fn func(tx *Tx) error) error {
+	return d.run(ctx, true, fn)
+}
+
+func (d *DB) run(ctx context.Context, fenced bool, fn func(tx *Tx) error) error {
 	if d.writer != nil {
-		return d.dbError(d.writer(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(&Tx{tx: tx, d: d}) }))
+		return d.dbError(d.writer(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(&Tx{q: sqlTx{tx}, d: d}) }))
 	}
-	err := d.inTx(ctx, fn)
+	err := d.inTx(ctx, fenced, fn)
 	if deadConnection(err) && ctx.Err() == nil {
-		err = d.inTx(ctx, fn)
+		err = d.inTx(ctx, fenced, fn)
 	}
 	return d.dbError(err)
 }
@@ -209,12 +304,23 @@ type errBeforeCommit struct{ error }
 
 func (e errBeforeCommit) Unwrap() error { return e.error }
 
-func (d *DB) inTx(ctx context.Context, fn func(tx *Tx) error) error {
+func (d *DB) inTx(ctx context.Context, fenced bool, fn func(tx *Tx) error) error {
+	if d.pool != nil && !fenced {
+		tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{})
+		if err != nil {
+			return errBeforeCommit{err}
+		}
+		if err := fn(&Tx{q: pgxTx{tx}, d: d}); err != nil {
+			tx.Rollback(context.WithoutCancel(ctx))
+			return errBeforeCommit{err}
+		}
+		return tx.Commit(ctx)
+	}
 	tx, err := d.sql.BeginTx(ctx, nil)
 	if err != nil {
 		return errBeforeCommit{err}
 	}
-	if err := fn(&Tx{tx: tx, d: d}); err != nil {
+	if err := fn(&Tx{q: sqlTx{tx}, d: d}); err != nil {
 		tx.Rollback()
 		return errBeforeCommit{err}
 	}
@@ -222,23 +328,21 @@ func (d *DB) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 // deadConnection reports an error raised before commit by a connection
-// that was already gone (pgx says "conn closed"; database/sql says
-// driver.ErrBadConn).
+// that was already gone (pgx says "conn closed", or that nothing was sent;
+// database/sql says driver.ErrBadConn).
 func deadConnection(err error) bool {
 	var before errBeforeCommit
 	if !errors.As(err, &before) {
 		return false
 	}
-	return errors.Is(err, driver.ErrBadConn) || strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset")
+	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset")
 }
-
-// rowScanner is a *sql.Row or *sql.Rows.
-type rowScanner interface{ Scan(...any) error }
 
 // collect scans every row into a new slice (empty, never nil) and closes
 // rows. Assigning its result, rather than appending to a list outside the
 // transaction function, keeps that function right when it runs again.
-func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, error) {
+func collect[T any](rows rows, scan func(rowScanner) (T, error)) ([]T, error) {
 	defer rows.Close()
 	out := []T{}
 	for rows.Next() {

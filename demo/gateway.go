@@ -75,15 +75,13 @@ func gatewayRefund(ctx context.Context, tx *Tx, now time.Time, p gatewayRefundPa
 		requestKey = &p.RequestKey
 	}
 	ids, _ := json.Marshal([]string{p.ExecutionID})
-	res, err := tx.Exec(ctx, `INSERT INTO idem_demo_gateway_effects (org, `+gatewayColumns+`, created_at, updated_at)
+	n, err := tx.Exec(ctx, `INSERT INTO idem_demo_gateway_effects (org, `+gatewayColumns+`, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT (org, handler_key) DO NOTHING`,
 		p.Org, p.Key, p.Principal, requestKey, p.OrderID, p.Amount, true, string(ids), micros(now), micros(now))
 	if err != nil {
 		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
-	} else if n == 1 {
+	if n == 1 {
 		return gatewayEffect{
 			Key: p.Key, Principal: p.Principal, RequestKey: requestKey, OrderID: p.OrderID, Amount: p.Amount,
 			Calls: 1, Applied: true, ExecutionIDs: []string{p.ExecutionID},
@@ -117,12 +115,20 @@ const fenceMargin = time.Second
 // checkFence makes the rest of tx conditional on the lease of fence (SPEC
 // §6.8), with the fence check of the store the demo shares its database
 // with: a paused or late executor's effect cannot commit once a same-key
-// request has been told that the result is indeterminate.
+// request has been told that the result is indeterminate. Run tx with
+// inFencedTx: the stores' checks take a database/sql transaction.
 func checkFence(ctx context.Context, tx *Tx, fence idem.Fence) error {
-	if tx.d.dialect == "postgres" {
-		return pgstore.CheckFence(ctx, tx.tx, fence, fenceMargin)
+	if fence.FencingToken == 0 {
+		return nil // an unkeyed call: nothing to hold
 	}
-	return sqlitestore.CheckFence(ctx, tx.tx, fence, fenceMargin)
+	t, ok := tx.q.(sqlTx)
+	if !ok {
+		return fmt.Errorf("demo: check the fence of key %q: the transaction is not a database/sql one (run it with inFencedTx)", fence.Key)
+	}
+	if tx.d.dialect == "postgres" {
+		return pgstore.CheckFence(ctx, t.tx, fence, fenceMargin)
+	}
+	return sqlitestore.CheckFence(ctx, t.tx, fence, fenceMargin)
 }
 
 // scanGatewayEffect scans the gatewayColumns of a row, then any more

@@ -114,14 +114,12 @@ func (a *App) createLimit(ctx context.Context, call *idem.Call, in limitCreateIn
 		}
 		now := a.now()
 		id := commerceID("lim_")
-		res, err := tx.Exec(ctx, `INSERT INTO idem_demo_limits (org, `+limitColumns+`) VALUES (?, ?, ?, ?, ?, 1, ?, ?)
+		n, err := tx.Exec(ctx, `INSERT INTO idem_demo_limits (org, `+limitColumns+`) VALUES (?, ?, ?, ?, ?, 1, ?, ?)
 			ON CONFLICT (org, subscription_id, subject) DO NOTHING`, org, id, in.Sub, in.Subject, in.Quantity, micros(now), micros(now))
 		if err != nil {
 			return fmt.Errorf("create limit: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("create limit: %w", err)
-		} else if n == 1 {
+		if n == 1 {
 			out = limitView{ID: id, Subscription: in.Sub, Subject: in.Subject, Quantity: in.Quantity, Version: 1, CreatedAt: now, UpdatedAt: now}
 			return nil
 		}
