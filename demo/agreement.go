@@ -136,7 +136,7 @@ func (a *App) createAgreement(ctx context.Context, call *idem.Call, in agreement
 		ID: commerceID("agr_"), Business: in.Slug, Terms: in.Terms, Price: priceOf(in.Terms),
 		CreatedBy: call.Principal.ID, CreatedAt: a.now(),
 	}
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		if err := requireBusiness(ctx, tx, org, in.Slug); err != nil {
 			return err
 		}

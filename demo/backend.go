@@ -78,7 +78,7 @@ func (a *App) backendBind() idem.Operation {
 	}, func(ctx context.Context, call *idem.Call, in backendBindIn) (Backend, error) {
 		org, now := call.Principal.Org, a.now()
 		var out Backend
-		err := a.db.InTx(ctx, func(tx *Tx) error {
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}
@@ -105,7 +105,7 @@ func (a *App) backendBind() idem.Operation {
 			Environment: in.Environment, Name: in.Name,
 			Desired: BackendDesired{Business: in.Slug, Name: in.Name, Environment: in.Environment, OriginURL: in.OriginURL},
 		}
-		err := a.db.InTx(ctx, func(tx *Tx) error {
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, call.Principal.Org, in.Slug); err != nil {
 				return err
 			}

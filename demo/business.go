@@ -57,7 +57,7 @@ func (a *App) businessCreate() idem.Operation {
 		SuccessStatus: http.StatusCreated,
 	}, func(ctx context.Context, call *idem.Call, in businessCreateIn) (Business, error) {
 		b := Business{Slug: in.Slug, Name: in.Name, CreatedBy: call.Principal.ID, CreatedAt: a.now()}
-		err := a.db.InTx(ctx, func(tx *Tx) error {
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
 			n, err := tx.Exec(ctx, `INSERT INTO idem_demo_businesses (org, slug, name, created_by, created_at) VALUES (?, ?, ?, ?, ?)
 				ON CONFLICT (org, slug) DO NOTHING`, call.Principal.Org, b.Slug, b.Name, b.CreatedBy, micros(b.CreatedAt))
 			if err != nil {

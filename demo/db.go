@@ -299,6 +299,31 @@ func (d *DB) run(ctx context.Context, fenced bool, fn func(tx *Tx) error) error 
 	return d.dbError(err)
 }
 
+// InCall runs fn on the transaction of call when call carries one of the
+// store the demo shares its database with: the handler of a transactional
+// operation (SPEC §6.7), whose writes commit with the reservation, the
+// completion and the audit events. fn then runs once, with no retry and
+// no commit of its own (the runner commits), and must not catch a database
+// error and go on (an error aborts a PostgreSQL transaction): its errors
+// are the handler's, a declared 4xx rolling back fn's writes alone and
+// anything else the whole transaction. Without such a transaction it is
+// InTx. A handler that uses InCall must reach the database only through
+// it: on SQLite a second transaction would wait for the store's writer,
+// which the call holds.
+func (d *DB) InCall(ctx context.Context, call *idem.Call, fn func(tx *Tx) error) error {
+	if q := d.callTx(call); q != nil {
+		return d.dbError(fn(&Tx{q: q, d: d}))
+	}
+	return d.InTx(ctx, fn)
+}
+
+// callTx is the store's transaction that call carries, nil without one.
+func (d *DB) callTx(call *idem.Call) querier {
+	// Until the stores expose it (sqlitestore.Tx, pgstore.Tx), no call
+	// carries a transaction.
+	return nil
+}
+
 // errBeforeCommit marks errors raised before COMMIT was sent.
 type errBeforeCommit struct{ error }
 

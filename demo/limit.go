@@ -108,7 +108,7 @@ func requireSubscription(ctx context.Context, tx *Tx, org, id string) error {
 func (a *App) createLimit(ctx context.Context, call *idem.Call, in limitCreateInput) (limitView, error) {
 	org := call.Principal.Org
 	var out limitView
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		if err := requireSubscription(ctx, tx, org, in.Sub); err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func (a *App) createLimit(ctx context.Context, call *idem.Call, in limitCreateIn
 func (a *App) updateLimit(ctx context.Context, call *idem.Call, in limitUpdateInput) (limitView, error) {
 	org := call.Principal.Org
 	var out limitView
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		current, err := scanLimit(tx.QueryRow(ctx, `SELECT `+limitColumns+` FROM idem_demo_limits
 			WHERE org = ? AND id = ?`+tx.d.forUpdate(), org, in.ID))
 		if errors.Is(err, sql.ErrNoRows) {

@@ -95,7 +95,7 @@ func (a *App) showServiceAccount(ctx context.Context, call *idem.Call, in servic
 func (a *App) approveServiceAccount(ctx context.Context, call *idem.Call, in serviceAccountInput) (serviceAccountView, error) {
 	org := call.Principal.Org
 	var out serviceAccountView
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		if _, err := loadServiceAccount(ctx, tx, org, in.ID); err != nil {
 			return err
 		}

@@ -86,7 +86,7 @@ func (a *App) tokenMint() idem.Operation {
 		}
 		scopes, _ := json.Marshal(t.Scopes)
 		sum := sha256.Sum256([]byte(t.Secret))
-		err := a.db.InTx(ctx, func(tx *Tx) error {
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO idem_demo_tokens (org, id, name, scopes, secret_sha256, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 				call.Principal.Org, t.ID, t.Name, string(scopes), hex.EncodeToString(sum[:]), t.CreatedBy, micros(t.CreatedAt))
 			return err

@@ -152,7 +152,7 @@ func (a *App) webhookCreate() idem.Operation {
 			return CreatedWebhook{}, fmt.Errorf("seal webhook secret: %w", err)
 		}
 		events, _ := json.Marshal(w.Events)
-		err = a.db.InTx(ctx, func(tx *Tx) error {
+		err = a.db.InCall(ctx, call, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}
