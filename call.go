@@ -42,7 +42,15 @@ type Call struct {
 
 	status int
 	header http.Header
+	tx     any // the store's transaction of a transactional operation
 }
+
+// Transaction returns the store's transaction that a transactional
+// operation's handler writes through (SPEC §6.7): *sql.Tx on sqlitestore,
+// pgx.Tx on pgstore; nil for any other call. sqlitestore.Tx and pgstore.Tx
+// return it typed. The handler must not commit or roll it back, nor use it
+// once it has returned.
+func (c *Call) Transaction() any { return c.tx }
 
 // SetStatus sets the HTTP status of a successful result (the operation's
 // SuccessStatus otherwise), e.g. 200 instead of 201 when a create found the

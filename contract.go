@@ -87,6 +87,13 @@ type RetryContract struct {
 	Preview   bool   `json:"preview"`
 	// SecretReplayWindowMs is set only for transactional_secret_replay.
 	SecretReplayWindowMs int64 `json:"-"`
+	// Transactional declares that the operation's effects live in the
+	// store's own database (SPEC §6.7): its handler writes through the
+	// store's transaction (sqlitestore.Tx, pgstore.Tx), and the
+	// reservation, those writes, the completion and the audit events
+	// commit together. A failure before that commit leaves nothing, so its
+	// answer is retryable and the key is not consumed.
+	Transactional bool `json:"-"`
 }
 
 // UsesKey reports whether calls carry an idempotency key (same_key_replay).
@@ -152,6 +159,9 @@ func (c RetryContract) Validate(effect SideEffect) error {
 	if c.Enforcement == EnforceTransactionalSecretReplay && c.Kind != RetrySameKeyReplay {
 		return fmt.Errorf("transactional_secret_replay needs retry kind same_key_replay")
 	}
+	if c.Transactional && effect != SideEffectWrite && effect != SideEffectDestructive {
+		return fmt.Errorf("transactional on a %q operation: only write and destructive operations keep their effects in the store's database", effect)
+	}
 	return nil
 }
 
@@ -175,6 +185,7 @@ type retryContractJSON struct {
 	Reconcile            *string           `json:"reconcile"`
 	Rationale            string            `json:"rationale"`
 	Preview              bool              `json:"preview"`
+	Transactional        bool              `json:"transactional"`
 	SecretReplayWindowMs *int64            `json:"secretReplayWindowMs,omitempty"`
 }
 
@@ -184,6 +195,7 @@ func (c RetryContract) MarshalJSON() ([]byte, error) {
 	out := retryContractJSON{
 		Kind: c.Kind, KeyRequired: c.KeyRequired, Enforcement: c.Enforcement,
 		ResponseSemantics: c.ResponseSemantics, Rationale: c.Rationale, Preview: c.Preview,
+		Transactional: c.Transactional,
 	}
 	if c.Reconcile != "" {
 		out.Reconcile = &c.Reconcile
@@ -203,6 +215,7 @@ func (c *RetryContract) UnmarshalJSON(data []byte) error {
 	*c = RetryContract{
 		Kind: in.Kind, KeyRequired: in.KeyRequired, Enforcement: in.Enforcement,
 		ResponseSemantics: in.ResponseSemantics, Rationale: in.Rationale, Preview: in.Preview,
+		Transactional: in.Transactional,
 	}
 	if in.Reconcile != nil {
 		c.Reconcile = *in.Reconcile

@@ -36,6 +36,11 @@ func TestMetadataValidate(t *testing.T) {
 			m.Retry, m.RuntimeRetry = RetryContract{Kind: RetryNoAutomaticRetry, Reconcile: "x.y"}, RuntimeRetry{}
 		}, "takes no reconcile"},
 		{"unknown kind", func(m *Metadata) { m.Retry.Kind = "sometimes" }, "is not one of"},
+		{"transactional write", func(m *Metadata) { m.Retry.Transactional, m.RuntimeRetry = true, RuntimeRetry{} }, ""},
+		{"transactional with runtime retry", func(m *Metadata) { m.Retry.Transactional = true }, "runtime retry on a transactional operation"},
+		{"transactional external", func(m *Metadata) {
+			m.SideEffect, m.Retry.Transactional, m.RuntimeRetry = SideEffectExternal, true, RuntimeRetry{}
+		}, "only write and destructive operations"},
 		{"bad name", func(m *Metadata) { m.Name = "Refund" }, "dotted lower case"},
 		{"no summary", func(m *Metadata) { m.Summary = "" }, "summary is required"},
 		{"bad side effect", func(m *Metadata) { m.SideEffect = "mutate" }, "side effect"},
@@ -85,11 +90,13 @@ func TestRetryContractJSON(t *testing.T) {
 		want string
 	}{
 		{"same_key_replay", RetryContract{Kind: RetrySameKeyReplay, Reconcile: "business.show", Rationale: "r"}.WithDefaults(),
-			`{"kind":"same_key_replay","keyRequired":true,"enforcement":"idempotency_reservation","responseSemantics":"original_attempt_result","reconcile":"business.show","rationale":"r","preview":false}`},
+			`{"kind":"same_key_replay","keyRequired":true,"enforcement":"idempotency_reservation","responseSemantics":"original_attempt_result","reconcile":"business.show","rationale":"r","preview":false,"transactional":false}`},
 		{"fresh_read has null reconcile", RetryContract{Kind: RetryFreshRead, Rationale: "r"}.WithDefaults(),
-			`{"kind":"fresh_read","keyRequired":false,"enforcement":"fresh_read","responseSemantics":"current_state","reconcile":null,"rationale":"r","preview":false}`},
+			`{"kind":"fresh_read","keyRequired":false,"enforcement":"fresh_read","responseSemantics":"current_state","reconcile":null,"rationale":"r","preview":false,"transactional":false}`},
 		{"secret window", RetryContract{Kind: RetrySameKeyReplay, Enforcement: EnforceTransactionalSecretReplay, Reconcile: "token.list", Rationale: "r"}.WithDefaults(),
-			`{"kind":"same_key_replay","keyRequired":true,"enforcement":"transactional_secret_replay","responseSemantics":"original_attempt_result","reconcile":"token.list","rationale":"r","preview":false,"secretReplayWindowMs":900000}`},
+			`{"kind":"same_key_replay","keyRequired":true,"enforcement":"transactional_secret_replay","responseSemantics":"original_attempt_result","reconcile":"token.list","rationale":"r","preview":false,"transactional":false,"secretReplayWindowMs":900000}`},
+		{"transactional", RetryContract{Kind: RetryConvergent, Reconcile: "limit.show", Rationale: "r", Transactional: true}.WithDefaults(),
+			`{"kind":"convergent","keyRequired":false,"enforcement":"resource_identity","responseSemantics":"current_state","reconcile":"limit.show","rationale":"r","preview":false,"transactional":true}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

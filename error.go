@@ -110,6 +110,11 @@ var (
 	// start names an approval that is no longer approved and unexpired
 	// (consumed concurrently, expired, or never approved). Nothing is stored.
 	ErrApprovalNotConsumable = errors.New("idem: approval is not approved and unconsumed")
+	// ErrKeyBusy is returned by Transactor.Transact when a transactional
+	// execution of the same key holds it now, uncommitted: nothing was
+	// read or written, and the caller answers in flight at once rather
+	// than wait behind the open transaction.
+	ErrKeyBusy = errors.New("idem: a transactional execution of this idempotency key is running")
 	// ErrAttemptExists matches the *AttemptExistsError that
 	// Store.RequestApproval returns for a key that already has a record.
 	ErrAttemptExists = errors.New("idem: the idempotency key already has an attempt record")

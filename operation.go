@@ -139,6 +139,9 @@ func (m Metadata) Validate() error {
 	if m.RuntimeRetry.MaxAttempts > 0 && m.SideEffect.Writes() && !m.Idempotent {
 		return fail("runtime retry on a %s operation needs idempotent: true", m.SideEffect)
 	}
+	if m.RuntimeRetry.MaxAttempts > 0 && m.Retry.Transactional {
+		return fail("runtime retry on a transactional operation: a failed attempt leaves nothing and frees its key, so the caller retries it (set runtimeRetry.maxAttempts to 0)")
+	}
 	switch m.Approval {
 	case ApprovalNone, ApprovalAlways, ApprovalPolicy:
 	default:

@@ -5,7 +5,9 @@ package idem
 // stages 8–9), pipeline_contract.go (3), pipeline_input.go (4),
 // pipeline_answer.go (5, and what a record found later answers),
 // pipeline_gate.go (6–7), pipeline_execute.go (10–11: attempts held by
-// their lease, and dry runs), pipeline_finalize.go (12). Admission control
+// their lease, and dry runs), pipeline_finalize.go (12), and
+// pipeline_transact.go (8–12 in one transaction, for transactional
+// operations, SPEC §6.7). Admission control
 // (admission.go) wraps stages 4 and 8.
 
 import (
@@ -99,6 +101,10 @@ type execution struct {
 	leaseDeadline time.Time
 	replayed      bool
 	policyLog     []string
+	// uncommitted: the key is held by a transactional execution whose
+	// record is not committed yet, so a wait must not give up when it
+	// finds no record.
+	uncommitted bool
 }
 
 func (x *execution) meta() *Meta {
@@ -204,6 +210,9 @@ func (x *execution) run(ctx context.Context) Response {
 	// consumed in the same transaction and execution.started written.
 	x.executionID = newID("exe_", r.cfg.Clock.Now())
 	start := StartParams{ExecutionID: x.executionID, Scope: req.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	if op.meta.Retry.Transactional {
+		return x.transact(ctx, in, start, raw, reason, releaseExecution)
+	}
 	// The write runs detached from the caller's cancellation, so that its
 	// outcome is known: a commit cut off by a cancellation could otherwise
 	// leave a reservation nobody finishes. A cancellation that arrived

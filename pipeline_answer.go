@@ -88,6 +88,9 @@ func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
 		}
 		next, err := x.r.getAttempt(ctx, x.req.Principal.Scope(), x.key)
 		if err != nil {
+			if errors.Is(err, ErrNotFound) && x.uncommitted {
+				continue // not committed yet (or rolled back)
+			}
 			if errors.Is(err, ErrNotFound) {
 				break
 			}

@@ -163,6 +163,12 @@ func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(cont
 		}
 		return res.out, res.err
 	case <-actx.Done():
+		if call.tx != nil {
+			// The handler still holds the store's transaction: it must
+			// return (its database calls end with actx) before the
+			// transaction can be rolled back.
+			<-done
+		}
 		if ctx.Err() != nil {
 			return nil, cancelled()
 		}

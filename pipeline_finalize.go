@@ -27,35 +27,17 @@ type outcome struct {
 // record (keyed) or finishes the execution, with the final audit event.
 func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Response {
 	m := x.op.meta
-	meta := x.meta()
-	var resp Response
-	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
-	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
-	if o.err == nil {
-		body, _ := json.Marshal(Envelope{Data: o.data, Meta: meta})
-		h := http.Header{}
-		for k, v := range o.header {
-			h[k] = v
+	if o.err != nil && x.key != "" && (o.err.Status >= 500 || o.err.Code == CodeCancelled) {
+		// The record is indeterminate now: a same-key retry can only say
+		// so, so nothing about this answer is retryable.
+		e := o.err.WithDetail("reconcile", reconcileName(m))
+		e.Retryable = false
+		if e.Status >= 500 && x.attempts > 0 {
+			e.Message = mayHaveExecuted(m, e.Message)
 		}
-		h.Set("Content-Type", ContentTypeJSON)
-		resp = Response{Status: o.status, Header: h, Body: body}
-		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
-	} else {
-		e := o.err
-		if x.key != "" && (e.Status >= 500 || e.Code == CodeCancelled) {
-			// The record is indeterminate now: a same-key retry can only
-			// say so, so nothing about this answer is retryable.
-			e = e.WithDetail("reconcile", reconcileName(m))
-			e.Retryable = false
-			if e.Status >= 500 && x.attempts > 0 {
-				e.Message = mayHaveExecuted(m, e.Message)
-			}
-		}
-		resp = problemResponse(NewProblem(e, meta))
-		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, e.Code, OutcomeFailed, e.Code
+		o.err = e
 	}
-	fin.Events = append(o.retried, final)
-
+	resp, fin := x.answer(o)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
 	defer cancel()
 	store := x.r.cfg.Store
@@ -65,17 +47,11 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Respon
 		}
 		return resp
 	}
-	status, stored, keyID := resp.Status, resp.Body, ""
-	if m.Retry.Enforcement == EnforceTransactionalSecretReplay && resp.Status < 400 {
-		sealed, id, err := x.r.cfg.Sealer.Seal(resp.Body, x.aad())
-		if err != nil {
-			// Unsealable: the secret must not reach the store in clear text,
-			// so the record is left indeterminate; this caller still gets it.
-			x.r.cfg.Logger.Error("seal secret result", "executionId", x.executionID, "error", err)
-			status, stored = http.StatusInternalServerError, nil
-		} else {
-			stored, keyID = sealed, id
-		}
+	status, stored, keyID, ok := x.sealIfSecret(resp)
+	if !ok {
+		// Unsealable: the record is left indeterminate; this caller still
+		// gets the secret.
+		status = http.StatusInternalServerError
 	}
 	done, err := store.Complete(sctx, CompleteParams{
 		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
@@ -98,6 +74,46 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Respon
 		x.r.cfg.Logger.Error("complete attempt", "executionId", x.executionID, "error", err)
 	}
 	return resp
+}
+
+// answer builds the response to o and the execution's end, with the final
+// audit event after o's execution.retried events.
+func (x *execution) answer(o outcome) (Response, FinishParams) {
+	meta := x.meta()
+	var resp Response
+	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
+	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
+	if o.err == nil {
+		body, _ := json.Marshal(Envelope{Data: o.data, Meta: meta})
+		h := http.Header{}
+		for k, v := range o.header {
+			h[k] = v
+		}
+		h.Set("Content-Type", ContentTypeJSON)
+		resp = Response{Status: o.status, Header: h, Body: body}
+		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
+	} else {
+		resp = problemResponse(NewProblem(o.err, meta))
+		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, o.err.Code, OutcomeFailed, o.err.Code
+	}
+	fin.Events = append(o.retried, final)
+	return resp, fin
+}
+
+// sealIfSecret returns what the store keeps of resp: for a
+// transactional_secret_replay success, its body sealed (keyID names the
+// key); otherwise resp as is. ok is false when the secret could not be
+// sealed: it must not reach the store in clear text.
+func (x *execution) sealIfSecret(resp Response) (status int, stored []byte, keyID string, ok bool) {
+	if x.op.meta.Retry.Enforcement != EnforceTransactionalSecretReplay || resp.Status >= 400 {
+		return resp.Status, resp.Body, "", true
+	}
+	sealed, id, err := x.r.cfg.Sealer.Seal(resp.Body, x.aad())
+	if err != nil {
+		x.r.cfg.Logger.Error("seal secret result", "executionId", x.executionID, "error", err)
+		return 0, nil, "", false
+	}
+	return resp.Status, sealed, id, true
 }
 
 // aad binds a sealed result to its record.

@@ -113,6 +113,9 @@ func (c RunnerConfig) validate(reg *Registry, ops map[string]*compiled) error {
 		if op.meta.Retry.Enforcement == EnforceTransactionalSecretReplay && c.Sealer == nil {
 			return fmt.Errorf("idem: operation %q uses transactional_secret_replay: RunnerConfig.Sealer is required", name)
 		}
+		if _, ok := c.Store.(Transactor); op.meta.Retry.Transactional && !ok {
+			return fmt.Errorf("idem: operation %q is transactional: its store must run transactions (idem.Transactor: sqlitestore, pgstore)", name)
+		}
 	}
 	for _, d := range []time.Duration{c.Retention, c.LeaseGrace, c.LeaseMargin, c.SecretWindow, c.ApprovalExpiry, c.PolicyTimeout, c.MaxWait} {
 		if d < 0 {

@@ -132,6 +132,65 @@ type CompletionFeed interface {
 	Watch(ctx context.Context, scope Scope, key string) error
 }
 
+// Transactor is implemented by stores that run transactional operations
+// (SPEC §6.7, RetryContract.Transactional): sqlitestore and pgstore. The
+// runner refuses to register a transactional operation on a store without
+// it.
+type Transactor interface {
+	// Transact runs one transactional execution in one transaction. It
+	// reserves p.Key as Reserve does (unkeyed, when p.Key is empty, it
+	// starts the execution as StartExecution does), consuming the
+	// approval; calls run with the transaction, under a savepoint; then
+	// stores what run returns, as Complete does (unkeyed: as
+	// FinishExecution does), and commits. One commit for everything.
+	//
+	// When the key has a record, run is not called, nothing is written and
+	// the record comes back with Reserved false, as from Reserve. When a
+	// transactional execution of the key is running now (uncommitted), run
+	// is not called and the error is ErrKeyBusy, at once. When run asks for
+	// Abort, the whole transaction is rolled back: the result is Reserved
+	// and not Committed, and nothing of the call remains (no record, no
+	// execution, no effect). With Undo, only the handler's writes are
+	// rolled back (to the savepoint) before the outcome is stored.
+	//
+	// run gets the transaction as the store's own type (*sql.Tx on
+	// sqlitestore, pgx.Tx on pgstore) and must not commit, roll back or
+	// use it after it returns. An error after run returned without Abort
+	// may leave the outcome unknown (a commit cut off): a same-key retry
+	// then either replays the committed result or runs afresh.
+	Transact(ctx context.Context, p ReserveParams, run TransactFunc) (TransactResult, error)
+}
+
+// TransactFunc is the handler stage of a transactional execution: it runs
+// inside the store's transaction tx and returns what to store.
+type TransactFunc func(ctx context.Context, tx any) TxOutcome
+
+// TxOutcome is how the handler stage of a transactional execution ended.
+type TxOutcome struct {
+	// Abort rolls the whole transaction back (a failure: 5xx, timeout,
+	// cancellation, panic).
+	Abort bool
+	// Undo rolls back the handler's writes only (a declared business
+	// error), then stores Result.
+	Undo bool
+	// Result is stored as Complete stores it; its Scope, Key and
+	// FencingToken are the reservation's and are filled in by the store.
+	// Unkeyed, only Result.Finish is used.
+	Result CompleteParams
+}
+
+// TransactResult is what Transact found or made.
+type TransactResult struct {
+	// Reserved is set when the key was reserved (or, unkeyed, the
+	// execution started) and run was called.
+	Reserved bool
+	// Committed is set when everything committed.
+	Committed bool
+	// Attempt is the existing record when not Reserved, and the completed
+	// one when Committed (keyed).
+	Attempt Attempt
+}
+
 // ScopedKey names one attempt record.
 type ScopedKey struct {
 	Scope Scope

@@ -22,6 +22,7 @@ const (
 	ResultFenced                = "fenced"
 	ResultApprovalNotConsumable = "approval_not_consumable"
 	ResultAttemptExists         = "attempt_exists"
+	ResultKeyBusy               = "key_busy"
 	ResultOther                 = "other"
 )
 
@@ -30,8 +31,28 @@ const (
 // reserve, get_attempt, ...) and result. The wrapper implements
 // idem.Store fully (every method, including Ping and Close) and changes
 // nothing else: arguments, results and errors pass through untouched.
+//
+// When s is an idem.Transactor, so is the wrapper; its transact method's
+// latency includes the handler's, which runs inside the transaction.
 func (m *Metrics) Store(s idem.Store) idem.Store {
-	return &store{next: s, seconds: m.storeDuration}
+	w := &store{next: s, seconds: m.storeDuration}
+	if t, ok := s.(idem.Transactor); ok {
+		return &transactingStore{store: w, tx: t}
+	}
+	return w
+}
+
+// transactingStore is the instrumented store of an idem.Transactor.
+type transactingStore struct {
+	*store
+	tx idem.Transactor
+}
+
+func (s *transactingStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	start := time.Now()
+	res, err := s.tx.Transact(ctx, p, run)
+	s.observe("transact", start, err)
+	return res, err
 }
 
 // store is the instrumented idem.Store.
@@ -63,6 +84,8 @@ func storeResult(err error) string {
 		return ResultApprovalNotConsumable
 	case errors.Is(err, idem.ErrAttemptExists):
 		return ResultAttemptExists
+	case errors.Is(err, idem.ErrKeyBusy):
+		return ResultKeyBusy
 	}
 	var e *idem.Error
 	if errors.As(err, &e) {

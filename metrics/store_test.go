@@ -413,6 +413,8 @@ func TestStoreConformance(t *testing.T) {
 				}
 				return tx.Commit()
 			},
+			Effect:  sqlitetest.Effect,
+			Effects: func(t *testing.T) []string { return sqlitetest.Effects(t, path) },
 		}
 	})
 }

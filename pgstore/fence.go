@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"idem"
 )
 
@@ -40,14 +42,11 @@ func CheckFence(ctx context.Context, tx *sql.Tx, f idem.Fence, margin time.Durat
 	if f.FencingToken == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL idle_in_transaction_session_timeout = '%dms'`, fenceIdleTimeout.Milliseconds())); err != nil {
+	if _, err := tx.ExecContext(ctx, fenceIdleSQL()); err != nil {
 		return fmt.Errorf("pgstore: bound the idle time of the fenced transaction of key %q: %w", f.Key, err)
 	}
 	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM idem_attempts
-		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'
-			AND lease_expires_at > clock_timestamp() + $5::float8 * interval '1 second'
-		FOR SHARE`, f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken, margin.Seconds()).Scan(&one)
+	err := tx.QueryRowContext(ctx, fenceSQL, fenceArgs(f, margin)...).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.LeaseLost(f)
 	}
@@ -55,4 +54,40 @@ func CheckFence(ctx context.Context, tx *sql.Tx, f idem.Fence, margin time.Durat
 		return fmt.Errorf("pgstore: check the fence of key %q: %w", f.Key, err)
 	}
 	return nil
+}
+
+// CheckFencePgx is CheckFence for an effect whose transaction is pgx's
+// own (pgx.Tx), with the same rules.
+func CheckFencePgx(ctx context.Context, tx pgx.Tx, f idem.Fence, margin time.Duration) error {
+	if f.FencingToken == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, fenceIdleSQL()); err != nil {
+		return fmt.Errorf("pgstore: bound the idle time of the fenced transaction of key %q: %w", f.Key, err)
+	}
+	var one int
+	err := tx.QueryRow(ctx, fenceSQL, fenceArgs(f, margin)...).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.LeaseLost(f)
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: check the fence of key %q: %w", f.Key, err)
+	}
+	return nil
+}
+
+// fenceSQL holds the record of a fence ($1–$4) if more than $5 seconds of
+// its lease are left by the database's clock.
+const fenceSQL = `SELECT 1 FROM idem_attempts
+	WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'
+		AND lease_expires_at > clock_timestamp() + $5::float8 * interval '1 second'
+	FOR SHARE`
+
+func fenceArgs(f idem.Fence, margin time.Duration) []any {
+	return []any{f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken, margin.Seconds()}
+}
+
+// fenceIdleSQL bounds the idle time of the fenced transaction.
+func fenceIdleSQL() string {
+	return fmt.Sprintf(`SET LOCAL idle_in_transaction_session_timeout = '%dms'`, fenceIdleTimeout.Milliseconds())
 }

@@ -45,6 +45,9 @@ type Store struct {
 	feed      feed
 	// settleWait bounds settleLease's wait for a fenced effect.
 	settleWait time.Duration
+	// txSlots bounds the transactional executions holding a connection
+	// at once to half the pool, so that the other writes always find one.
+	txSlots chan struct{}
 }
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns.
@@ -93,7 +96,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg idem.StoreConfig) (*Store,
 // newStore is New with the local clock the database's clock is measured
 // against (tests skew it).
 func newStore(ctx context.Context, pool *pgxpool.Pool, cfg idem.StoreConfig, local func() time.Time) (*Store, error) {
-	s := &Store{pool: pool, clock: cfg.Clock, settleWait: settleLockTimeout}
+	s := &Store{pool: pool, clock: cfg.Clock, settleWait: settleLockTimeout,
+		txSlots: make(chan struct{}, max(pool.Config().MaxConns/2, 1))}
 	if s.clock == nil {
 		c, err := startDBClock(ctx, pool, local)
 		if err != nil {

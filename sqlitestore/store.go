@@ -39,6 +39,7 @@ type Store struct {
 	r      *sql.DB // plain reads
 	clock  idem.Clock
 	writes *groupcommit.Committer[txn]
+	busy   busyKeys // keys of transactional executions in the writer
 	// Prepared statements of each pool.
 	wstmts, rstmts *stmtCache
 }
@@ -80,7 +81,7 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		return nil, err
 	}
 	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r)}
-	s.writes = groupcommit.New(s.runWrite, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
+	s.writes = groupcommit.NewIsolated(s.runWrite, isolate, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
 	return s, nil
 }
 
@@ -166,8 +167,9 @@ func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Contex
 // with the store's writes (group commit), for an application that keeps its
 // tables in the same database file: its writes then share the store's
 // fsyncs instead of contending with them for the file's lock. fn must use
-// the ctx it is given and may run more than once (alone, when its batch
-// failed); it returns once fn's writes are committed. Errors that are not
+// the ctx it is given; it runs once, under a savepoint of the shared
+// transaction, so that its failure rolls back its writes alone; Write
+// returns once they are committed. Errors that are not
 // idem errors come back as the store's own do: a statement refused for its
 // data as INTERNAL, any other failure as STORE_UNAVAILABLE.
 func (s *Store) Write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {

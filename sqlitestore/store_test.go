@@ -47,6 +47,8 @@ func TestConformance(t *testing.T) {
 				}
 				return tx.Commit()
 			},
+			Effect:  sqlitetest.Effect,
+			Effects: func(t *testing.T) []string { return sqlitetest.Effects(t, path) },
 		}
 	})
 }

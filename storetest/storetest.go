@@ -3,6 +3,7 @@
 package storetest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"testing"
@@ -26,6 +27,12 @@ type Harness struct {
 	// of its own on the database, as an application's effect would, and
 	// returns its error.
 	CheckFence func(t *testing.T, f idem.Fence, margin time.Duration) error
+	// Effect writes an effect called name through tx, the transaction the
+	// store's Transact gave its function, into a table of the test's own
+	// in the store's database.
+	Effect func(ctx context.Context, tx any, name string) error
+	// Effects lists the names of the effects committed so far, sorted.
+	Effects func(t *testing.T) []string
 }
 
 // Run runs the conformance suite. newDB is called once per subtest and

@@ -11,10 +11,12 @@
 // Guarantees, the same as one transaction per call:
 //   - Do returns nil only once the caller's writes are committed.
 //   - A caller's writes commit together or not at all, and never partly.
-//   - When one function of a batch fails, the batch is rolled back and every
-//     function runs again alone, in its own transaction, so one caller's
-//     failure (a fenced completion, an approval
-//     that is no longer consumable) never becomes another's.
+//   - When one function of a batch fails, its failure never becomes another
+//     caller's (a fenced completion, an approval that is no longer
+//     consumable): with Config.Isolate each function runs under a savepoint
+//     and only the failed one is rolled back, the others commit; without
+//     it the batch is rolled back and every function runs again alone, in
+//     its own transaction.
 //   - When the transaction itself fails (begin or commit: the database is
 //     unreachable, locked or full), every caller of the batch gets that
 //     error: nothing of theirs was written.
@@ -53,11 +55,18 @@ type Config struct {
 	Timeout time.Duration
 }
 
+// Isolate runs one caller's function of a shared transaction under a
+// savepoint: fnErr is the function's own error, after which its writes are
+// rolled back to the savepoint and the transaction goes on; err is a
+// failure of the savepoint itself, which fails the batch.
+type Isolate[T any] func(ctx context.Context, tx T, fn func() error) (fnErr, err error)
+
 // Committer batches calls of Do.
 type Committer[T any] struct {
-	run   RunTx[T]
-	cfg   Config
-	queue chan *call[T]
+	run     RunTx[T]
+	isolate Isolate[T] // nil: a failed function reruns its batch alone
+	cfg     Config
+	queue   chan *call[T]
 
 	mu     sync.RWMutex // held for reading while enqueueing; Close takes it
 	closed bool
@@ -84,16 +93,27 @@ type call[T any] struct {
 
 // New starts a Committer whose transactions run through run.
 func New[T any](run RunTx[T], cfg Config) *Committer[T] {
+	return start(run, nil, cfg)
+}
+
+func start[T any](run RunTx[T], isolate Isolate[T], cfg Config) *Committer[T] {
 	cfg.Workers = max(cfg.Workers, 1)
 	cfg.MaxBatch = max(cfg.MaxBatch, 1)
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	c := &Committer[T]{run: run, cfg: cfg, queue: make(chan *call[T], cfg.MaxBatch*cfg.Workers), stop: make(chan struct{})}
+	c := &Committer[T]{run: run, isolate: isolate, cfg: cfg, queue: make(chan *call[T], cfg.MaxBatch*cfg.Workers), stop: make(chan struct{})}
 	for range cfg.Workers {
 		c.wg.Go(c.work)
 	}
 	return c
+}
+
+// NewIsolated starts a Committer whose shared transactions run each
+// caller's function under a savepoint (isolate): a function runs exactly
+// once, and is never repeated because a neighbour failed.
+func NewIsolated[T any](run RunTx[T], isolate Isolate[T], cfg Config) *Committer[T] {
+	return start(run, isolate, cfg)
 }
 
 // Do runs fn in a transaction, shared with other callers' when several
@@ -205,6 +225,10 @@ func (c *Committer[T]) runBatch(batch []*call[T]) {
 	c.count(len(live))
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
+	if c.isolate != nil {
+		c.runIsolated(ctx, live)
+		return
+	}
 	fnFailed := false
 	err := c.run(ctx, func(ctx context.Context, tx T) error {
 		fnFailed = false // run may retry the whole transaction
@@ -224,6 +248,30 @@ func (c *Committer[T]) runBatch(batch []*call[T]) {
 		return
 	}
 	for _, k := range live {
+		k.done <- err
+	}
+}
+
+// runIsolated runs a batch with a savepoint per call: a call whose
+// function failed gets its own error, the others the transaction's.
+func (c *Committer[T]) runIsolated(ctx context.Context, live []*call[T]) {
+	fnErrs := make([]error, len(live))
+	err := c.run(ctx, func(ctx context.Context, tx T) error {
+		clear(fnErrs) // run may retry the whole transaction
+		for i, k := range live {
+			fnErr, err := c.isolate(ctx, tx, func() error { return k.fn(ctx, tx) })
+			if err != nil {
+				return err
+			}
+			fnErrs[i] = fnErr
+		}
+		return nil
+	})
+	for i, k := range live {
+		if err == nil && fnErrs[i] != nil {
+			k.done <- fnErrs[i]
+			continue
+		}
 		k.done <- err
 	}
 }

@@ -256,3 +256,53 @@ func TestEndedContextNeverRuns(t *testing.T) {
 		t.Fatalf("%d calls with an ended context ran", n)
 	}
 }
+
+// savepoint is the toy database's Isolate: a failed function's writes are
+// cut back to where they stood before it.
+func savepoint(_ context.Context, t *tx, fn func() error) (error, error) {
+	mark := len(t.writes)
+	if err := fn(); err != nil {
+		t.writes = t.writes[:mark]
+		return err, nil
+	}
+	return nil, nil
+}
+
+func TestIsolatedFailureRollsBackOnlyItsCallAndRunsNothingTwice(t *testing.T) {
+	d := &db{}
+	c := NewIsolated(d.run, savepoint, Config{Workers: 1, MaxBatch: 64})
+	defer c.Close()
+	var runs sync.Map // name → *atomic.Int32
+	fnFor := func(name string) Fn[*tx] {
+		return func(_ context.Context, t *tx) error {
+			n, _ := runs.LoadOrStore(name, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+			t.writes = append(t.writes, name)
+			if name == "bad" {
+				return errBoom
+			}
+			return nil
+		}
+	}
+	errs := holdFns(t, d, c, fnFor, "a", "bad", "b")
+	if !errors.Is(errs["bad"], errBoom) {
+		t.Errorf("bad: err = %v, want boom", errs["bad"])
+	}
+	for _, n := range []string{"first", "a", "b"} {
+		if errs[n] != nil {
+			t.Errorf("%s: err = %v, want nil", n, errs[n])
+		}
+	}
+	if got := slices.Sorted(slices.Values(d.committed)); !slices.Equal(got, []string{"a", "b", "first"}) {
+		t.Errorf("committed %v, want [a b first]", got)
+	}
+	runs.Range(func(name, n any) bool {
+		if got := n.(*atomic.Int32).Load(); got != 1 {
+			t.Errorf("%s ran %d times, want once", name, got)
+		}
+		return true
+	})
+	if d.txs != 2 {
+		t.Errorf("%d transactions, want 2 (the first alone, then one batch): the failure must not split the batch", d.txs)
+	}
+}
