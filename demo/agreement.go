@@ -92,7 +92,7 @@ func (a *App) agreementOperations() []idem.Operation {
 			Name: "agreement.create", Method: "POST", Path: "/v1/businesses/{slug}/agreements",
 			Summary:    "Confirm an agreement on the given terms for a business",
 			SideEffect: idem.SideEffectWrite,
-			Retry: idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "agreement.list",
+			Retry: idem.RetryContract{Transactional: true, Kind: idem.RetrySameKeyReplay, Reconcile: "agreement.list",
 				Rationale: "Each call creates a new agreement, so a retry must replay the first attempt under its key instead of creating a second one. A replay proves what that attempt created; run agreement.list before reporting current state."},
 			SuccessStatus: http.StatusCreated,
 			Errors:        []idem.DeclaredError{unknownBusiness},

@@ -67,10 +67,11 @@ func (a *App) backendBind() idem.Operation {
 		Summary:    "Bind a business's named backend to an origin URL in one environment (desired state)",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:        idem.RetryConvergent,
-			Enforcement: idem.EnforceResourceIdentity,
-			Reconcile:   "backend.list",
-			Preview:     true,
+			Transactional: true,
+			Kind:          idem.RetryConvergent,
+			Enforcement:   idem.EnforceResourceIdentity,
+			Reconcile:     "backend.list",
+			Preview:       true,
 			Rationale: "A desired-state write identified by business, backend name and environment: repeating it converges on the same row, so it takes no key. " +
 				"After an ambiguous bind, list the backends and repeat only if the binding still differs and the intent is still current.",
 		},

@@ -46,8 +46,9 @@ func (a *App) businessCreate() idem.Operation {
 		Summary:    "Create a business with a slug unique in the org",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:      idem.RetrySameKeyReplay,
-			Reconcile: "business.show",
+			Transactional: true,
+			Kind:          idem.RetrySameKeyReplay,
+			Reconcile:     "business.show",
 			Rationale: "A create is not repeatable: a blind retry either fails with BUSINESS_EXISTS or, under another slug, makes a second business. " +
 				"A key persisted before the first call lets an ambiguous create be resent and answered with the original result.",
 		},

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"idem"
@@ -31,13 +30,12 @@ var schemaFS embed.FS
 // written once with ? placeholders; on PostgreSQL they become $1, $2, ….
 // Times are stored as INTEGER unix microseconds on both.
 //
-// On SQLite every transaction runs on database/sql (modernc). On
-// PostgreSQL transactions run on pgx natively (pool), as the store's own
-// do; database/sql over the same pool (sql) serves migrations and the
-// effects that check a fence, because pgstore.CheckFence takes a *sql.Tx.
+// Transactions run on database/sql (modernc) on SQLite and on pgx,
+// natively, on PostgreSQL: the drivers of the stores, whose transactions
+// a transactional operation's handler writes through (InCall).
 type DB struct {
-	sql     *sql.DB
-	pool    *pgxpool.Pool // PostgreSQL only
+	sql     *sql.DB       // SQLite
+	pool    *pgxpool.Pool // PostgreSQL
 	dialect string        // "sqlite" or "postgres"
 	// writer, if set, runs transactions instead of sql (Config.Writer).
 	writer func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
@@ -73,9 +71,7 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		db := stdlib.OpenDBFromPool(pool)
-		db.SetMaxIdleConns(0) // every transaction acquires from the pool, which checks the connection
-		d = DB{sql: db, pool: pool, dialect: "postgres"}
+		d = DB{pool: pool, dialect: "postgres"}
 	default:
 		return nil, fmt.Errorf("demo: store %q: want sqlite:PATH or postgres://…", storeURL)
 	}
@@ -88,59 +84,58 @@ func openDB(ctx context.Context, storeURL string) (*DB, error) {
 
 // Close closes the pool.
 func (d *DB) Close() error {
-	err := d.sql.Close()
 	if d.pool != nil {
 		d.pool.Close()
+		return nil
 	}
-	return err
+	return d.sql.Close()
 }
 
 // migrate applies schema/NNN_name.up.sql (one SQL for both dialects) in
 // order, each in one transaction, recorded in idem_demo_schema_migrations.
-// On PostgreSQL an advisory lock serialises instances starting at once.
+// On PostgreSQL a transaction-scoped advisory lock serialises instances
+// starting at once.
 func (d *DB) migrate(ctx context.Context) error {
 	all, err := migrate.Load(schemaFS, "schema")
 	if err != nil {
 		return err
 	}
-	conn, err := d.sql.Conn(ctx)
-	if err != nil {
-		return idem.Unavailable("demo migrate", err)
-	}
-	defer conn.Close()
-	if d.dialect == "postgres" {
-		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(7243001)`); err != nil {
-			return idem.Unavailable("demo migrate", err)
+	lock := func(tx *Tx) error {
+		if d.dialect != "postgres" {
+			return nil
 		}
-		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(7243001)`)
+		_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7243001)`)
+		return err
 	}
-	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_demo_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
+	err = d.InTx(ctx, func(tx *Tx) error {
+		if err := lock(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_demo_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("demo migrate: %w", err)
 	}
 	for _, m := range all {
-		tx, err := conn.BeginTx(ctx, nil)
+		err := d.InTx(ctx, func(tx *Tx) error {
+			if err := lock(tx); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM idem_demo_schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil || n > 0 {
+				return err
+			}
+			// No arguments: pgx sends it as a simple query, which may hold
+			// several statements.
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO idem_demo_schema_migrations (version, name) VALUES (?, ?)`, m.Version, m.Name)
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("demo migrate: %w", err)
-		}
-		var n int
-		if err := tx.QueryRowContext(ctx, d.rebind(`SELECT count(*) FROM idem_demo_schema_migrations WHERE version = ?`), m.Version).Scan(&n); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("demo migrate: %w", err)
-		}
-		if n > 0 {
-			tx.Rollback()
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			tx.Rollback()
 			return fmt.Errorf("demo migrate %03d_%s: %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, d.rebind(`INSERT INTO idem_demo_schema_migrations (version, name) VALUES (?, ?)`), m.Version, m.Name); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("demo migrate: %w", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("demo migrate: %w", err)
 		}
 	}
 	return nil
@@ -278,23 +273,12 @@ func (r pgxRows) Close() error {
 // run again when its batch failed; so fn must start from scratch every
 // time it runs.
 func (d *DB) InTx(ctx context.Context, fn func(tx *Tx) error) error {
-	return d.run(ctx, false, fn)
-}
-
-// inFencedTx is InTx for an effect that checks its fence (checkFence): on
-// PostgreSQL it runs on database/sql over the same pool, the transaction
-// pgstore.CheckFence takes.
-func (d *DB) inFencedTx(ctx context.Context, fn func(tx *Tx) error) error {
-	return d.run(ctx, true, fn)
-}
-
-func (d *DB) run(ctx context.Context, fenced bool, fn func(tx *Tx) error) error {
 	if d.writer != nil {
 		return d.dbError(d.writer(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(&Tx{q: sqlTx{tx}, d: d}) }))
 	}
-	err := d.inTx(ctx, fenced, fn)
+	err := d.inTx(ctx, fn)
 	if deadConnection(err) && ctx.Err() == nil {
-		err = d.inTx(ctx, fenced, fn)
+		err = d.inTx(ctx, fn)
 	}
 	return d.dbError(err)
 }
@@ -311,17 +295,30 @@ func (d *DB) run(ctx context.Context, fenced bool, fn func(tx *Tx) error) error 
 // it: on SQLite a second transaction would wait for the store's writer,
 // which the call holds.
 func (d *DB) InCall(ctx context.Context, call *idem.Call, fn func(tx *Tx) error) error {
-	if q := d.callTx(call); q != nil {
+	q, err := d.callTx(call)
+	if err != nil {
+		return err
+	}
+	if q != nil {
 		return d.dbError(fn(&Tx{q: q, d: d}))
 	}
 	return d.InTx(ctx, fn)
 }
 
 // callTx is the store's transaction that call carries, nil without one.
-func (d *DB) callTx(call *idem.Call) querier {
-	// Until the stores expose it (sqlitestore.Tx, pgstore.Tx), no call
-	// carries a transaction.
-	return nil
+// A transaction of the other store is refused: the demo's tables are not
+// in that database.
+func (d *DB) callTx(call *idem.Call) (querier, error) {
+	if call == nil || call.Transaction() == nil {
+		return nil, nil
+	}
+	if tx := pgstore.Tx(call); tx != nil && d.dialect == "postgres" {
+		return pgxTx{tx}, nil
+	}
+	if tx := sqlitestore.Tx(call); tx != nil && d.dialect == "sqlite" {
+		return sqlTx{tx}, nil
+	}
+	return nil, fmt.Errorf("demo: the call of %s carries a %T, not a transaction of the demo's %s database (run the demo on the store's URL)", call.Operation, call.Transaction(), d.dialect)
 }
 
 // errBeforeCommit marks errors raised before COMMIT was sent.
@@ -329,8 +326,8 @@ type errBeforeCommit struct{ error }
 
 func (e errBeforeCommit) Unwrap() error { return e.error }
 
-func (d *DB) inTx(ctx context.Context, fenced bool, fn func(tx *Tx) error) error {
-	if d.pool != nil && !fenced {
+func (d *DB) inTx(ctx context.Context, fn func(tx *Tx) error) error {
+	if d.pool != nil {
 		tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{})
 		if err != nil {
 			return errBeforeCommit{err}

@@ -39,10 +39,6 @@ func TestRefusedDataIsInternal(t *testing.T) {
 		if !errors.Is(err, idem.ErrStoreUnavailable) {
 			t.Fatalf("closed pool: %v, want STORE_UNAVAILABLE", err)
 		}
-		err = e.app.db.inFencedTx(ctx, func(tx *Tx) error { return nil })
-		if !errors.Is(err, idem.ErrStoreUnavailable) {
-			t.Fatalf("closed pool, fenced transaction: %v, want STORE_UNAVAILABLE", err)
-		}
 	})
 }
 

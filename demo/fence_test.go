@@ -45,7 +45,7 @@ func TestRefundIsFenced(t *testing.T) {
 		}
 		// The gateway checks the fence it receives where its effect commits,
 		// whatever its caller checked.
-		err = e.app.db.inFencedTx(t.Context(), func(tx *Tx) error {
+		err = e.app.db.InTx(t.Context(), func(tx *Tx) error {
 			_, _, err := gatewayRefund(t.Context(), tx, e.app.now(), gatewayRefundParams{Org: agent.Org, Key: "ik_fence_gw", Fence: stale.Fence(),
 				Principal: agent.ID, RequestKey: "fence-1", ExecutionID: "exe_fence1", OrderID: "ord_2", Amount: 100})
 			return err

@@ -115,20 +115,15 @@ const fenceMargin = time.Second
 // checkFence makes the rest of tx conditional on the lease of fence (SPEC
 // §6.8), with the fence check of the store the demo shares its database
 // with: a paused or late executor's effect cannot commit once a same-key
-// request has been told that the result is indeterminate. Run tx with
-// inFencedTx: the stores' checks take a database/sql transaction.
+// request has been told that the result is indeterminate.
 func checkFence(ctx context.Context, tx *Tx, fence idem.Fence) error {
-	if fence.FencingToken == 0 {
-		return nil // an unkeyed call: nothing to hold
+	switch q := tx.q.(type) {
+	case pgxTx:
+		return pgstore.CheckFencePgx(ctx, q.tx, fence, fenceMargin)
+	case sqlTx:
+		return sqlitestore.CheckFence(ctx, q.tx, fence, fenceMargin)
 	}
-	t, ok := tx.q.(sqlTx)
-	if !ok {
-		return fmt.Errorf("demo: check the fence of key %q: the transaction is not a database/sql one (run it with inFencedTx)", fence.Key)
-	}
-	if tx.d.dialect == "postgres" {
-		return pgstore.CheckFence(ctx, t.tx, fence, fenceMargin)
-	}
-	return sqlitestore.CheckFence(ctx, t.tx, fence, fenceMargin)
+	return fmt.Errorf("demo: check the fence of key %q: a %T transaction", fence.Key, tx.q)
 }
 
 // scanGatewayEffect scans the gatewayColumns of a row, then any more

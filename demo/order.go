@@ -155,7 +155,7 @@ func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) 
 
 	org := call.Principal.Org
 	var out refundResult
-	err := a.db.inFencedTx(ctx, func(tx *Tx) error {
+	err := a.db.InTx(ctx, func(tx *Tx) error {
 		order, err := loadOrder(ctx, tx, org, in.ID, true)
 		if err != nil {
 			return err

@@ -100,7 +100,7 @@ func TestMigrationBackfillsRefundTotals(t *testing.T) {
 			`ALTER TABLE idem_demo_orders DROP COLUMN refund_count`,
 			`DELETE FROM idem_demo_schema_migrations WHERE version = 4`,
 		} {
-			if _, err := e.app.db.sql.ExecContext(ctx, q); err != nil {
+			if err := e.app.db.InTx(ctx, func(tx *Tx) error { _, err := tx.Exec(ctx, q); return err }); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}
@@ -345,7 +345,7 @@ func TestReadsUseIndexes(t *testing.T) {
 		ctx := context.Background()
 		if e.app.db.dialect == "postgres" {
 			// Plan with statistics, as a database in use has them.
-			if _, err := e.app.db.sql.ExecContext(ctx, "ANALYZE"); err != nil {
+			if err := e.app.db.InTx(ctx, func(tx *Tx) error { _, err := tx.Exec(ctx, "ANALYZE"); return err }); err != nil {
 				t.Fatal(err)
 			}
 		}

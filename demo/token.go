@@ -72,9 +72,10 @@ func (a *App) tokenMint() idem.Operation {
 		Summary:    "Mint an API token; returns the token once",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:        idem.RetrySameKeyReplay,
-			Enforcement: idem.EnforceTransactionalSecretReplay,
-			Reconcile:   "token.list",
+			Transactional: true,
+			Kind:          idem.RetrySameKeyReplay,
+			Enforcement:   idem.EnforceTransactionalSecretReplay,
+			Reconcile:     "token.list",
 			Rationale: "A mint returns its secret only once: a same-key retry within the 15-minute window recovers the exact token from the encrypted result " +
 				"instead of minting another; after it, list tokens to find the one created and rotate under a new key if a new secret is needed.",
 		},

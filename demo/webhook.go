@@ -133,9 +133,10 @@ func (a *App) webhookCreate() idem.Operation {
 		Summary:    "Create a webhook endpoint for a business; returns its signing secret once",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:        idem.RetrySameKeyReplay,
-			Enforcement: idem.EnforceTransactionalSecretReplay,
-			Reconcile:   "webhook.list",
+			Transactional: true,
+			Kind:          idem.RetrySameKeyReplay,
+			Enforcement:   idem.EnforceTransactionalSecretReplay,
+			Reconcile:     "webhook.list",
 			Rationale: "Creating a webhook mints a signing secret that is shown only once: a same-key retry within the secret window recovers the exact secret " +
 				"from the encrypted result instead of creating a second webhook; after the window, list webhooks to find it.",
 		},
