@@ -105,7 +105,8 @@ type Store interface {
 	// Sweep does one bounded round of maintenance: forgets records past
 	// retention, destroys secret ciphertexts past their window (leaving
 	// tombstones), marks in-flight records past their lease indeterminate
-	// and pending or approved approvals past expiry expired. Safe to run
+	// and pending or approved approvals past expiry expired, and removes
+	// executions and their audit events past p.AuditRetention. Safe to run
 	// from several instances at once.
 	Sweep(ctx context.Context, p SweepParams) (SweepResult, error)
 
@@ -309,6 +310,15 @@ type DecideApprovalParams struct {
 type SweepParams struct {
 	// BatchSize caps the rows each step touches; 0 means 500.
 	BatchSize int
+	// AuditRetention is how long executions and their audit events are
+	// kept, counted from the execution's start; 0 keeps them forever. An
+	// execution started longer ago goes with all its events, whatever
+	// its outcome: it must not be shorter than the attempt retention
+	// (which exceeds the longest lease, CheckRetention), so an execution
+	// still running past it is one whose process died. A store may keep
+	// an execution up to a day past the window (PostgreSQL drops daily
+	// partitions), never less than the window.
+	AuditRetention time.Duration
 }
 
 // SweepResult counts what one Sweep did. A count equal to the batch size
@@ -320,17 +330,29 @@ type SweepResult struct {
 	SecretsDestroyed int
 	LeasesExpired    int
 	ApprovalsExpired int
+	// ExecutionsRemoved counts executions past the audit retention
+	// deleted one by one, and EventsRemoved audit events deleted with them
+	// (SQLite: an execution with all its events; PostgreSQL: the rows of
+	// the DEFAULT partitions). Executions and events that go with a
+	// dropped partition are not counted.
+	ExecutionsRemoved int
+	EventsRemoved     int
 	// PartitionsCreated and PartitionsDropped count the time partitions of
 	// attempt records made ahead and dropped past retention (PostgreSQL;
 	// always 0 on SQLite). They are not bounded by the batch size.
 	PartitionsCreated int
 	PartitionsDropped int
+	// AuditPartitionsCreated and AuditPartitionsDropped count the same for
+	// the partitions of executions and audit events (PostgreSQL).
+	AuditPartitionsCreated int
+	AuditPartitionsDropped int
 }
 
 // Done reports whether the round left nothing behind (every count below
 // batch).
 func (r SweepResult) Done(batch int) bool {
-	return r.Forgotten < batch && r.SecretsDestroyed < batch && r.LeasesExpired < batch && r.ApprovalsExpired < batch
+	return r.Forgotten < batch && r.SecretsDestroyed < batch && r.LeasesExpired < batch && r.ApprovalsExpired < batch &&
+		r.ExecutionsRemoved < batch && r.EventsRemoved < batch
 }
 
 // StoreConfig is what both stores take besides their connection.

@@ -662,6 +662,7 @@ func componentSchemas() docObject {
 			"reconcile", nullableStr,
 			"rationale", str,
 			"preview", boolean,
+			"transactional", boolean.with("description", "The operation's effects commit in one transaction with its attempt record (SPEC §6.7): a failure leaves nothing, answers retryable and frees the key."),
 			"secretReplayWindowMs", integer,
 		).with("description", "What a retry means (SPEC §4); the value of "+AgentRetryExtension+"."),
 		"Catalog", object([]string{"operations", "directCliOperations"},

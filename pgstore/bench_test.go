@@ -14,8 +14,9 @@ import (
 
 // BenchmarkReserveComplete measures one keyed execution's two store
 // transactions (Reserve of a fresh key, then Complete) on a database that
-// already holds a full day of hourly records, so that lookups see the
-// partitions a deployment with 24 h retention keeps. Run with
+// already holds eight days of hourly records, swept with 24 h retention
+// and the default week of audit retention, so that lookups see the
+// partitions such a deployment keeps. Run with
 //
 //	scripts/test.sh -run '^$' -bench ReserveComplete ./pgstore/
 func BenchmarkReserveComplete(b *testing.B) {
@@ -33,17 +34,19 @@ func BenchmarkReserveComplete(b *testing.B) {
 			Key:         key, Lease: time.Minute, Retention: 24 * time.Hour,
 		}
 	}
-	// A day of history: one record an hour, swept as the sweeper would.
-	for h := range 24 {
+	// Eight days of history: one record an hour, swept as the sweeper
+	// would.
+	sweep := idem.SweepParams{AuditRetention: 7 * 24 * time.Hour}
+	for h := range 8 * 24 {
 		if _, err := s.Reserve(b.Context(), params(fmt.Sprint("history-", h))); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.Sweep(b.Context(), idem.SweepParams{}); err != nil {
+		if _, err := s.Sweep(b.Context(), sweep); err != nil {
 			b.Fatal(err)
 		}
 		clock.Advance(time.Hour)
 	}
-	if _, err := s.Sweep(b.Context(), idem.SweepParams{}); err != nil {
+	if _, err := s.Sweep(b.Context(), sweep); err != nil {
 		b.Fatal(err)
 	}
 

@@ -50,3 +50,7 @@ func OpenWithLocalClock(ctx context.Context, url string, local func() time.Time)
 	s.ownsPool = true
 	return s, nil
 }
+
+// AuditPartitionSpan lets the tests compute the partitions of executions
+// and events they expect.
+const AuditPartitionSpan = auditPartitionSpan

@@ -12,19 +12,24 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Attempt records live in range partitions of idem_attempts by created_at,
-// each partitionSpan long and named idem_attempts_pYYYYMMDDHH after the
-// UTC hour it starts at, and a DEFAULT partition for rows whose time has
-// none. Sweep keeps the partition of the current time and the next
-// partitionsAhead, and drops a past partition once none of its rows is
-// within retention (docs/store.md, "Partitions").
+// Attempt records, executions and audit events live in range partitions
+// of their table by a time column, and a DEFAULT partition for rows whose
+// time has none: idem_attempts by created_at in six-hour partitions named
+// idem_attempts_pYYYYMMDDHH after the UTC hour they start at,
+// idem_executions by started_at and idem_audit_events by at in daily
+// partitions named idem_executions_pYYYYMMDD and idem_audit_events_pYYYYMMDD
+// after the UTC day they hold. Sweep keeps the partition of the current
+// time and the next partitionsAhead of each table, drops a past attempt
+// partition once none of its rows is within retention, and a past
+// execution or event partition once its range ended before the audit
+// retention's window (docs/store.md, "Partitions" and "Audit retention").
 
 const (
-	// partitionSpan is the time range of one partition. Every lookup by
-	// key probes every partition that may hold a live record, about
-	// (retention + partitionSpan) / partitionSpan of them, so the span
-	// trades lookup cost against the storage a partition keeps after most
-	// of its records expired (on average half a span past retention).
+	// partitionSpan is the time range of one attempt partition. Every
+	// lookup by key probes every partition that may hold a live record,
+	// about (retention + partitionSpan) / partitionSpan of them, so the
+	// span trades lookup cost against the storage a partition keeps after
+	// most of its records expired (on average half a span past retention).
 	// Six hours keeps a 24 h window to about seven partitions: measured
 	// with parallel clients, Reserve+Complete cost about 1.3x the
 	// unpartitioned table, as with daily partitions, against about 2x
@@ -33,8 +38,12 @@ const (
 	// same grid.
 	partitionSpan = 6 * time.Hour
 
-	partitionPrefix = "idem_attempts_p"
-	partitionLayout = "2006010215"
+	// auditPartitionSpan is the time range of one execution or event
+	// partition. Lookups by execution id probe every partition, about
+	// (audit retention + span) / span of them: ten for the default week;
+	// a partition stays on average half a span past the window. Migration
+	// 005 uses the same grid.
+	auditPartitionSpan = 24 * time.Hour
 
 	// partitionsAhead is how many partitions after the current one are
 	// made in advance.
@@ -42,15 +51,15 @@ const (
 
 	// ddlLockTimeout bounds each partition change's wait for its locks.
 	// Creating or dropping a partition takes an ACCESS EXCLUSIVE lock on
-	// idem_attempts, and reservations queue behind the waiting request, so
-	// this is also the longest a waiting sweeper holds them up before it
-	// gives up until its next round. Once granted, the change itself is
-	// short: catalog work, a scan of the (small) DEFAULT partition, at
-	// most maxMovedRows moved.
+	// its table, and the requests that use the table queue behind the
+	// waiting request, so this is also the longest a waiting sweeper holds
+	// them up before it gives up until its next round. Once granted, the
+	// change itself is short: catalog work, a scan of the (small) DEFAULT
+	// partition, at most maxMovedRows moved.
 	ddlLockTimeout = 100 * time.Millisecond
 
 	// maxMovedRows bounds the rows a new partition takes over from the
-	// DEFAULT partition, all moved while reservations wait.
+	// DEFAULT partition, all moved while requests wait.
 	maxMovedRows = 10000
 
 	// partitionLock is the transaction-scoped advisory lock that serialises
@@ -59,21 +68,45 @@ const (
 	partitionLock int64 = 0x6964656d5f707274
 )
 
-// partitionName names the partition that starts at start.
-func partitionName(start time.Time) string {
-	return partitionPrefix + start.UTC().Format(partitionLayout)
+// partitioned is a table partitioned by range of a time column.
+type partitioned struct {
+	table, column string
+	span          time.Duration
+	// layout formats a partition's start in its name.
+	layout string
+	// live, if set, is the condition ($1: now) under which a row keeps its
+	// past partition; unset, a partition goes once its range ended before
+	// the window, which its rows cannot outlive.
+	live string
 }
 
-// partitionStart is the inverse of partitionName; ok is false for a name
-// partitionName does not make (the DEFAULT partition, say) or a start off
-// the partitionSpan grid.
-func partitionStart(name string) (start time.Time, ok bool) {
-	digits, found := strings.CutPrefix(name, partitionPrefix)
-	if !found || len(digits) != len(partitionLayout) {
+var (
+	attemptPartitions = partitioned{table: "idem_attempts", column: "created_at", span: partitionSpan, layout: "2006010215",
+		live: `expires_at > $1 OR (state = 'in_flight' AND lease_expires_at > $1)`}
+	executionPartitions = partitioned{table: "idem_executions", column: "started_at", span: auditPartitionSpan, layout: "20060102"}
+	eventPartitions     = partitioned{table: "idem_audit_events", column: "at", span: auditPartitionSpan, layout: "20060102"}
+)
+
+// prefix is what every time partition's name starts with.
+func (p partitioned) prefix() string { return p.table + "_p" }
+
+// defaultPartition names the DEFAULT partition.
+func (p partitioned) defaultPartition() string { return p.table + "_default" }
+
+// name names the partition that starts at start.
+func (p partitioned) name(start time.Time) string {
+	return p.prefix() + start.UTC().Format(p.layout)
+}
+
+// start is the inverse of name; ok is false for a name that name does not
+// make (the DEFAULT partition, say) or a start off the span's grid.
+func (p partitioned) start(name string) (start time.Time, ok bool) {
+	digits, found := strings.CutPrefix(name, p.prefix())
+	if !found || len(digits) != len(p.layout) {
 		return time.Time{}, false
 	}
-	start, err := time.Parse(partitionLayout, digits)
-	if err != nil || partitionName(start) != name || !start.Truncate(partitionSpan).Equal(start) {
+	start, err := time.Parse(p.layout, digits)
+	if err != nil || p.name(start) != name || !start.Truncate(p.span).Equal(start) {
 		return time.Time{}, false
 	}
 	return start, true
@@ -82,12 +115,14 @@ func partitionStart(name string) (start time.Time, ok bool) {
 // errSkipped is returned by a partition change that found nothing to do.
 var errSkipped = errors.New("pgstore: partition change skipped")
 
-// maintainPartitions makes the partitions of now and the next
-// partitionsAhead, and drops past partitions that hold no record within
-// retention at now. It counts what it created and dropped.
-func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created, dropped int, err error) {
+// maintainPartitions makes the partitions of p for now and the next
+// partitionsAhead, and drops past partitions: those whose range ended at
+// or before keepFrom, and (with p.live) those that hold no live row at
+// now. A zero keepFrom with no p.live drops nothing. It counts what it
+// created and dropped.
+func (s *Store) maintainPartitions(ctx context.Context, p partitioned, now, keepFrom time.Time) (created, dropped int, err error) {
 	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = 'idem_attempts'::regclass`)
+		WHERE i.inhparent = $1::regclass`, p.table)
 	if err != nil {
 		return 0, 0, interpretError(ctx, "list partitions", err)
 	}
@@ -98,20 +133,21 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created,
 	have := map[time.Time]bool{}
 	var past []time.Time
 	for _, name := range names {
-		if start, ok := partitionStart(name); ok {
+		if start, ok := p.start(name); ok {
 			have[start] = true
-			if !start.Add(partitionSpan).After(now) {
+			end := start.Add(p.span)
+			if p.live != "" && !end.After(now) || p.live == "" && !keepFrom.IsZero() && !end.After(keepFrom) {
 				past = append(past, start)
 			}
 		}
 	}
-	current := now.Truncate(partitionSpan) // UTC: Truncate counts from year 1, and the span divides a day
+	current := now.Truncate(p.span) // UTC: Truncate counts from year 1, and the span divides a day
 	for i := range partitionsAhead + 1 {
-		start := current.Add(time.Duration(i) * partitionSpan)
+		start := current.Add(time.Duration(i) * p.span)
 		if have[start] {
 			continue
 		}
-		ok, err := s.createPartition(ctx, start)
+		ok, err := s.createPartition(ctx, p, start)
 		if err != nil {
 			return created, dropped, err
 		}
@@ -121,7 +157,7 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created,
 	}
 	slices.SortFunc(past, time.Time.Compare)
 	for _, start := range past {
-		ok, err := s.dropPartition(ctx, start, now)
+		ok, err := s.dropPartition(ctx, p, start, now)
 		if err != nil {
 			return created, dropped, err
 		}
@@ -132,22 +168,26 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time) (created,
 	return created, dropped, nil
 }
 
-// createPartition makes the partition that starts at start unless it
+// createPartition makes the partition of p that starts at start unless it
 // exists. Rows of its range already in the DEFAULT partition (a new
 // installation's first minutes, before the first sweep) move into it, up
 // to maxMovedRows; with more, the range goes without a partition and its
 // rows are deleted one by one when they expire. It reports whether it
 // made the partition.
-func (s *Store) createPartition(ctx context.Context, start time.Time) (bool, error) {
-	name := partitionName(start)
+func (s *Store) createPartition(ctx context.Context, p partitioned, start time.Time) (bool, error) {
+	name := p.name(start)
 	table := pgx.Identifier{name}.Sanitize()
-	end := start.Add(partitionSpan)
-	bounds := fmt.Sprintf(`FOR VALUES FROM ('%s') TO ('%s')`, start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
+	parent := pgx.Identifier{p.table}.Sanitize()
+	deflt := pgx.Identifier{p.defaultPartition()}.Sanitize()
+	column := pgx.Identifier{p.column}.Sanitize()
+	end := start.Add(p.span)
+	from, to := start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339)
+	bounds := fmt.Sprintf(`FOR VALUES FROM ('%s') TO ('%s')`, from, to)
 	return s.changePartition(ctx, "create partition "+name, func(tx pgx.Tx) error {
 		var exists bool
 		var inDefault int
 		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) FROM (
-				SELECT FROM idem_attempts_default WHERE created_at >= $2 AND created_at < $3 LIMIT $4) r)`,
+				SELECT FROM `+deflt+` WHERE `+column+` >= $2 AND `+column+` < $3 LIMIT $4) r)`,
 			name, start, end, maxMovedRows+1).Scan(&exists, &inDefault)
 		switch {
 		case err != nil:
@@ -155,18 +195,18 @@ func (s *Store) createPartition(ctx context.Context, start time.Time) (bool, err
 		case exists || inDefault > maxMovedRows:
 			return errSkipped
 		case inDefault == 0:
-			_, err = tx.Exec(ctx, `CREATE TABLE `+table+` PARTITION OF idem_attempts `+bounds)
+			_, err = tx.Exec(ctx, `CREATE TABLE `+table+` PARTITION OF `+parent+` `+bounds)
 			return err
 		}
 		// Under the table lock nothing reads or writes the rows that move.
 		// ATTACH makes the partition's indexes and checks the DEFAULT
 		// partition, now without rows of the range.
 		for _, q := range []string{
-			`LOCK TABLE ONLY idem_attempts IN ACCESS EXCLUSIVE MODE`,
-			`CREATE TABLE ` + table + ` (LIKE idem_attempts INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
-			fmt.Sprintf(`WITH moved AS (DELETE FROM idem_attempts_default WHERE created_at >= '%s' AND created_at < '%s' RETURNING *)
-				INSERT INTO %s SELECT * FROM moved`, start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339), table),
-			`ALTER TABLE idem_attempts ATTACH PARTITION ` + table + ` ` + bounds,
+			`LOCK TABLE ONLY ` + parent + ` IN ACCESS EXCLUSIVE MODE`,
+			`CREATE TABLE ` + table + ` (LIKE ` + parent + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+			fmt.Sprintf(`WITH moved AS (DELETE FROM %s WHERE %s >= '%s' AND %s < '%s' RETURNING *)
+				INSERT INTO %s SELECT * FROM moved`, deflt, column, from, column, to, table),
+			`ALTER TABLE ` + parent + ` ATTACH PARTITION ` + table + ` ` + bounds,
 		} {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return err
@@ -176,12 +216,21 @@ func (s *Store) createPartition(ctx context.Context, start time.Time) (bool, err
 	})
 }
 
-// dropPartition drops the partition that starts at start if none of its
-// rows is within retention, or in flight within its lease, at now. It
-// reports whether it dropped it.
-func (s *Store) dropPartition(ctx context.Context, start, now time.Time) (bool, error) {
-	table := pgx.Identifier{partitionName(start)}.Sanitize()
-	live := `SELECT EXISTS (SELECT FROM ` + table + ` WHERE expires_at > $1 OR (state = 'in_flight' AND lease_expires_at > $1))`
+// dropPartition drops the partition of p that starts at start, if p.live
+// is unset or none of its rows is live at now. It reports whether it
+// dropped it.
+func (s *Store) dropPartition(ctx context.Context, p partitioned, start, now time.Time) (bool, error) {
+	table := pgx.Identifier{p.name(start)}.Sanitize()
+	if p.live == "" {
+		return s.changePartition(ctx, "drop partition "+table, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `LOCK TABLE ONLY `+pgx.Identifier{p.table}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `DROP TABLE `+table)
+			return err
+		})
+	}
+	live := `SELECT EXISTS (SELECT FROM ` + table + ` WHERE ` + p.live + `)`
 	// A first look without the exclusive lock, so that the usual answer
 	// ("not yet") stalls nobody.
 	var busy bool
@@ -197,7 +246,7 @@ func (s *Store) dropPartition(ctx context.Context, start, now time.Time) (bool, 
 	return s.changePartition(ctx, "drop partition "+table, func(tx pgx.Tx) error {
 		// Under the lock no row can arrive (an instance whose clock lags
 		// may still write into a past range), so look again.
-		if _, err := tx.Exec(ctx, `LOCK TABLE ONLY idem_attempts IN ACCESS EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE ONLY `+pgx.Identifier{p.table}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, live, now).Scan(&busy); err != nil {

@@ -3,8 +3,9 @@
 //
 // Each method is one READ COMMITTED transaction; the hot writes (Reserve,
 // Complete, executions and their events) share transactions with the other
-// writes waiting at the same moment (group commit). Attempt records are
-// partitioned by time, so no unique index decides a reservation race:
+// writes waiting at the same moment (group commit). Attempt records,
+// executions and audit events are partitioned by time, so that retention
+// drops whole partitions, and no unique index decides a reservation race:
 // reservations of one key queue on a transaction-scoped advisory lock on
 // the key, from any instance; approvals are consumed
 // by a conditional UPDATE; concurrent approval requests for one intent are

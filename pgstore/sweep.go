@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,16 +57,44 @@ var sweepSteps = []struct {
 		WHERE a.org = b.org AND a.id = b.id`},
 }
 
-// Sweep runs the four steps in one transaction and counts what each did,
-// then creates and drops attempt partitions, each change in a transaction
-// of its own (maintainPartitions).
+// auditSweepSteps remove, past the audit retention ($1 is the window's
+// start), the executions and events of the DEFAULT partitions, $2 rows at
+// most each; the rest go with their partition. An execution and its events
+// may sit in different partitions, so each table is swept on its own: an
+// event left after its execution is never read (GetExecution finds no
+// execution first, and no event is appended to a missing execution), and
+// goes when its own time is past the window.
+var auditSweepSteps = []struct {
+	name string
+	sql  string
+}{
+	{"remove executions", `WITH batch AS MATERIALIZED (
+			SELECT org, id, started_at FROM idem_executions_default WHERE started_at <= $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
+		DELETE FROM idem_executions_default x USING batch b
+		WHERE x.org = b.org AND x.id = b.id AND x.started_at = b.started_at`},
+	{"remove events", `WITH batch AS MATERIALIZED (
+			SELECT org, id, at FROM idem_audit_events_default WHERE at <= $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
+		DELETE FROM idem_audit_events_default e USING batch b
+		WHERE e.org = b.org AND e.id = b.id AND e.at = b.at`},
+}
+
+// Sweep runs the row steps in one transaction and counts what each did,
+// then creates and drops the partitions of attempts, executions and
+// events, each change in a transaction of its own (maintainPartitions).
 func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
 	now := s.now()
 	batch := p.BatchSize
 	if batch <= 0 {
 		batch = defaultBatchSize
 	}
+	var keepFrom time.Time // zero: audit kept forever
+	if p.AuditRetention > 0 {
+		keepFrom = now.Add(-p.AuditRetention)
+	}
 	var counts [4]int
+	var removed [2]int
 	err := s.inTx(ctx, "sweep", func(tx pgx.Tx) error {
 		for i, step := range sweepSteps {
 			tag, err := tx.Exec(ctx, step.sql, now, batch)
@@ -74,15 +103,34 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 			}
 			counts[i] = int(tag.RowsAffected())
 		}
+		if keepFrom.IsZero() {
+			return nil
+		}
+		for i, step := range auditSweepSteps {
+			tag, err := tx.Exec(ctx, step.sql, keepFrom, batch)
+			if err != nil {
+				return fmt.Errorf("%s: %w", step.name, err)
+			}
+			removed[i] = int(tag.RowsAffected())
+		}
 		return nil
 	})
 	if err != nil {
 		return idem.SweepResult{}, err
 	}
-	res := idem.SweepResult{Forgotten: counts[0], SecretsDestroyed: counts[1], LeasesExpired: counts[2], ApprovalsExpired: counts[3]}
-	res.PartitionsCreated, res.PartitionsDropped, err = s.maintainPartitions(ctx, now)
+	res := idem.SweepResult{Forgotten: counts[0], SecretsDestroyed: counts[1], LeasesExpired: counts[2], ApprovalsExpired: counts[3],
+		ExecutionsRemoved: removed[0], EventsRemoved: removed[1]}
+	res.PartitionsCreated, res.PartitionsDropped, err = s.maintainPartitions(ctx, attemptPartitions, now, time.Time{})
 	if err != nil {
 		return idem.SweepResult{}, err
+	}
+	for _, t := range []partitioned{executionPartitions, eventPartitions} {
+		created, dropped, err := s.maintainPartitions(ctx, t, now, keepFrom)
+		if err != nil {
+			return idem.SweepResult{}, err
+		}
+		res.AuditPartitionsCreated += created
+		res.AuditPartitionsDropped += dropped
 	}
 	return res, nil
 }

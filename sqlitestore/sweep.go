@@ -7,7 +7,7 @@ import (
 	"idem"
 )
 
-// Sweep implements idem.Store. One IMMEDIATE transaction runs four bounded
+// Sweep implements idem.Store. One IMMEDIATE transaction runs the bounded
 // steps; concurrent sweepers serialize on the write lock, so each row is
 // counted by exactly one of them.
 func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
@@ -42,6 +42,33 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 		}
 		for _, step := range steps {
 			res, err := tx.ExecContext(ctx, step.sql, micros(now), batch)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			*step.count = int(n)
+		}
+		if p.AuditRetention <= 0 {
+			return nil
+		}
+		// The oldest executions started before the window, at most batch
+		// of them, go with all their events (first: they reference the
+		// execution). Both statements pick the same executions: one order,
+		// in one transaction.
+		cutoff := micros(now.Add(-p.AuditRetention))
+		for _, step := range []struct {
+			count *int
+			sql   string
+		}{
+			{&out.EventsRemoved, `DELETE FROM idem_audit_events WHERE (org, execution_id) IN (
+				SELECT org, id FROM idem_executions WHERE started_at <= ?1 ORDER BY started_at, rowid LIMIT ?2)`},
+			{&out.ExecutionsRemoved, `DELETE FROM idem_executions WHERE rowid IN (
+				SELECT rowid FROM idem_executions WHERE started_at <= ?1 ORDER BY started_at, rowid LIMIT ?2)`},
+		} {
+			res, err := tx.ExecContext(ctx, step.sql, cutoff, batch)
 			if err != nil {
 				return err
 			}

@@ -46,6 +46,9 @@ type executionView struct {
 	// AttemptKey is the key of the signed-in principal's own keyed
 	// execution, for the attempt lookup link; empty otherwise.
 	AttemptKey string
+	// ReinvocationRemoved: the execution ReinvocationOf names is gone
+	// (past the audit retention), so it is shown without a link.
+	ReinvocationRemoved bool
 }
 
 func (c *console) execution(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -58,6 +61,11 @@ func (c *console) execution(w http.ResponseWriter, r *http.Request, sess *sessio
 	v.Timeline = timeline(x, v.Indeterminate)
 	if x.Key != "" && x.Principal == sess.principal.ID {
 		v.AttemptKey = x.Key
+	}
+	if x.ReinvocationOf != nil {
+		// Any other failure keeps the link: the page it leads to says why.
+		_, err := c.cfg.Runner.GetExecution(r.Context(), sess.principal, *x.ReinvocationOf)
+		v.ReinvocationRemoved = idem.ErrorCode(err) == idem.CodeNotFound
 	}
 	c.render(w, r, http.StatusOK, "execution", sess, v)
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,11 +53,23 @@ type fixture struct {
 	runner  *idem.Runner
 	clock   *fakeclock.Clock
 	handler http.Handler
+	// store and storeClock are the runner's store and its own clock.
+	store      idem.Store
+	storeClock *laterClock
 }
+
+// laterClock is the system clock moved ahead by what a test advanced it.
+type laterClock struct{ ahead atomic.Int64 }
+
+func (c *laterClock) Now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+// Advance moves the clock ahead by d.
+func (c *laterClock) Advance(d time.Duration) { c.ahead.Add(int64(d)) }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	storeClock := &laterClock{}
+	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{Clock: storeClock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +99,7 @@ func newFixture(t *testing.T) *fixture {
 	clock := fakeclock.New(time.Now())
 	h := New(Config{Runner: runner, Auth: httpapi.NewTokens(tokens), Clock: clock, Logger: logger,
 		IdleTimeout: 10 * time.Minute, AbsoluteTimeout: time.Hour})
-	return &fixture{t: t, runner: runner, clock: clock, handler: h}
+	return &fixture{t: t, runner: runner, clock: clock, handler: h, store: store, storeClock: storeClock}
 }
 
 // refund calls order.refund as p with key and returns the answer's JSON.

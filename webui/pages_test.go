@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"idem"
 )
@@ -198,4 +199,25 @@ func TestTimeline(t *testing.T) {
 	if steps[1].Text != "attempt 2 after TIMEOUT" || steps[2].ApprovalID != "apr_1" || !strings.Contains(steps[4].Text, "HTTP 500") {
 		t.Fatalf("steps = %+v", steps)
 	}
+}
+
+// An execution whose reinvocationOf names one removed past the audit
+// retention shows the id as text, without a link to a page that would be
+// an error; the removed one's own page is NOT_FOUND.
+func TestExecutionWhoseReinvocationIsRemoved(t *testing.T) {
+	f := newFixture(t)
+	first := f.refund(alice, 100, "")
+	f.storeClock.Advance(2 * time.Hour)
+	second := f.refund(alice, 100, "")
+	xid := func(out map[string]any) string { return out["meta"].(map[string]any)["executionId"].(string) }
+	if _, err := f.store.Sweep(t.Context(), idem.SweepParams{AuditRetention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	cookie := f.signin("t-alice")
+	page := f.do("GET", "/ui/executions/"+xid(second), nil, cookie)
+	if page.status != 200 || !strings.Contains(page.body, `<code id="reinvocation">`+xid(first)+`</code> (removed`) ||
+		strings.Contains(page.body, `href="/ui/executions/`+xid(first)) {
+		t.Fatalf("execution page with its reinvocationOf removed: %d %s", page.status, page.body)
+	}
+	wantError(t, f.do("GET", "/ui/executions/"+xid(first), nil, cookie), 404, idem.CodeNotFound)
 }

@@ -126,3 +126,26 @@ func TestServeRefusesRetentionShorterThanLeases(t *testing.T) {
 		}
 	}
 }
+
+// An audit retention shorter than the attempt retention (or none) is
+// refused at start-up, naming both flags, before anything listens; one as
+// long is accepted.
+func TestServeRefusesAuditRetentionShorterThanRetention(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--audit-retention", "23h"},
+		{"--audit-retention", "0s"},
+		{"--retention", "200h"}, // beyond the default audit retention, 168h
+		{"--retention", "48h", "--audit-retention", "47h59m59s"},
+	} {
+		all := append([]string{"serve", "--demo", "--addr", "127.0.0.1:0", "--store", "sqlite:" + filepath.Join(dir, "idem.db"),
+			"--secret-key-file", filepath.Join(dir, "idem.key")}, args...)
+		code, _, stderr := run(t, nil, all...)
+		if code != exitUsage || !strings.Contains(stderr, "--audit-retention") || !strings.Contains(stderr, "--retention ") || strings.Contains(stderr, "listening") {
+			t.Errorf("idem serve %v = exit %d, stderr %q; want exit %d naming --audit-retention and --retention", args, code, stderr, exitUsage)
+		}
+	}
+	if out := serveUntilListening(t, "--retention", "48h", "--audit-retention", "48h"); !strings.Contains(out, "listening on ") {
+		t.Fatalf("an audit retention equal to the retention was refused:\n%s", out)
+	}
+}

@@ -35,6 +35,7 @@ type serveOptions struct {
 	secretKeyFile  string
 	tokensFile     string
 	retention      time.Duration
+	auditRetention time.Duration
 	secretWindow   time.Duration
 	leaseGrace     time.Duration
 	approvalExpiry time.Duration
@@ -79,6 +80,7 @@ func (m Main) serveCommand() *cobra.Command {
 	f.BoolVar(&o.demo, "demo", false, "serve the reference application of SPEC §12 with its demo tokens")
 	f.StringVar(&o.tokensFile, "tokens-file", "", "file of hashed bearer tokens, one per line: sha256:HEX ORG PRINCIPAL KIND [ROLES] (env IDEM_TOKENS_FILE)")
 	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept; must exceed the longest lease of any operation plus 1 s")
+	f.DurationVar(&o.auditRetention, "audit-retention", 7*24*time.Hour, "how long executions and their audit events are kept after they start; at least --retention")
 	f.DurationVar(&o.secretWindow, "secret-window", 15*time.Minute, "how long a one-time secret result can be replayed")
 	f.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "grace added to an execution's bound before an in-flight record reads as indeterminate")
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
@@ -87,7 +89,7 @@ func (m Main) serveCommand() *cobra.Command {
 	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", idem.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once (a body counts its Content-Length, at least 1 KiB); beyond it a request answers 429 RATE_LIMITED before its body is read (0: no bound)")
 	f.IntVar(&o.maxExecutions, "max-executions", idem.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
 	f.DurationVar(&o.admissionWait, "admission-wait", idem.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
-	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired (jittered ± half)")
+	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired, removes executions past --audit-retention (jittered ± half)")
 	return cmd
 }
 
@@ -112,6 +114,10 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 		if d <= 0 {
 			return usagef("%s must be positive, got %s", name, d)
 		}
+	}
+	if o.auditRetention < o.retention {
+		return usagef("--audit-retention %s is shorter than --retention %s: executions must outlive the attempt records that name them; give --audit-retention %s or more (default 168h)",
+			o.auditRetention, o.retention, o.retention)
 	}
 	origins, err := allowedOrigins(o.allowedOrigins)
 	if err != nil {
@@ -231,7 +237,7 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 
 	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
 	swept := make(chan struct{})
-	go func() { defer close(swept); sweepLoop(sweepCtx, store, o.sweepInterval, logger) }()
+	go func() { defer close(swept); sweepLoop(sweepCtx, store, o.sweepInterval, o.auditRetention, logger) }()
 
 	select {
 	case err := <-served:
@@ -313,8 +319,8 @@ func shutdownBound(reg *idem.Registry) time.Duration {
 
 // sweepLoop sweeps at start and then every interval (± half, jittered, so
 // instances spread out) until ctx ends, running rounds until nothing is
-// left.
-func sweepLoop(ctx context.Context, store idem.Store, interval time.Duration, logger *slog.Logger) {
+// left. Executions and their events go auditRetention after they start.
+func sweepLoop(ctx context.Context, store idem.Store, interval, auditRetention time.Duration, logger *slog.Logger) {
 	const batch = 500
 	// The first round runs at once: it makes the attempt partitions of the
 	// current range (PostgreSQL) before traffic fills the DEFAULT one, and
@@ -329,7 +335,7 @@ func sweepLoop(ctx context.Context, store idem.Store, interval time.Duration, lo
 			}
 		}
 		for {
-			r, err := store.Sweep(ctx, idem.SweepParams{BatchSize: batch})
+			r, err := store.Sweep(ctx, idem.SweepParams{BatchSize: batch, AuditRetention: auditRetention})
 			if err != nil {
 				if ctx.Err() == nil {
 					logger.Warn("sweep", "error", err)
@@ -338,7 +344,9 @@ func sweepLoop(ctx context.Context, store idem.Store, interval time.Duration, lo
 			}
 			if r != (idem.SweepResult{}) {
 				logger.Info("swept", "forgotten", r.Forgotten, "secretsDestroyed", r.SecretsDestroyed, "leasesExpired", r.LeasesExpired, "approvalsExpired", r.ApprovalsExpired,
-					"partitionsCreated", r.PartitionsCreated, "partitionsDropped", r.PartitionsDropped)
+					"executionsRemoved", r.ExecutionsRemoved, "eventsRemoved", r.EventsRemoved,
+					"partitionsCreated", r.PartitionsCreated, "partitionsDropped", r.PartitionsDropped,
+					"auditPartitionsCreated", r.AuditPartitionsCreated, "auditPartitionsDropped", r.AuditPartitionsDropped)
 			}
 			if r.Done(batch) {
 				break
