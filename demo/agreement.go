@@ -92,7 +92,7 @@ func (a *App) agreementOperations() []idem.Operation {
 			Name: "agreement.create", Method: "POST", Path: "/v1/businesses/{slug}/agreements",
 			Summary:    "Confirm an agreement on the given terms for a business",
 			SideEffect: idem.SideEffectWrite,
-			Retry: idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "agreement.list",
+			Retry: idem.RetryContract{Transactional: true, Kind: idem.RetrySameKeyReplay, Reconcile: "agreement.list",
 				Rationale: "Each call creates a new agreement, so a retry must replay the first attempt under its key instead of creating a second one. A replay proves what that attempt created; run agreement.list before reporting current state."},
 			SuccessStatus: http.StatusCreated,
 			Errors:        []idem.DeclaredError{unknownBusiness},
@@ -136,7 +136,7 @@ func (a *App) createAgreement(ctx context.Context, call *idem.Call, in agreement
 		ID: commerceID("agr_"), Business: in.Slug, Terms: in.Terms, Price: priceOf(in.Terms),
 		CreatedBy: call.Principal.ID, CreatedAt: a.now(),
 	}
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		if err := requireBusiness(ctx, tx, org, in.Slug); err != nil {
 			return err
 		}

@@ -72,6 +72,12 @@ func newTestEnv(t *testing.T, storeURL string, cfg Config) *testEnv {
 	return &testEnv{app: app, runner: runner, store: store}
 }
 
+// queryRow reads one row of the demo's tables into dest.
+func (e *testEnv) queryRow(t *testing.T, q string, args []any, dest ...any) error {
+	t.Helper()
+	return e.app.db.InTx(t.Context(), func(tx *Tx) error { return tx.QueryRow(t.Context(), q, args...).Scan(dest...) })
+}
+
 func cutPrefix(s, prefix string) (string, bool) {
 	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
 		return s[len(prefix):], true

@@ -67,10 +67,11 @@ func (a *App) backendBind() idem.Operation {
 		Summary:    "Bind a business's named backend to an origin URL in one environment (desired state)",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:        idem.RetryConvergent,
-			Enforcement: idem.EnforceResourceIdentity,
-			Reconcile:   "backend.list",
-			Preview:     true,
+			Transactional: true,
+			Kind:          idem.RetryConvergent,
+			Enforcement:   idem.EnforceResourceIdentity,
+			Reconcile:     "backend.list",
+			Preview:       true,
 			Rationale: "A desired-state write identified by business, backend name and environment: repeating it converges on the same row, so it takes no key. " +
 				"After an ambiguous bind, list the backends and repeat only if the binding still differs and the intent is still current.",
 		},
@@ -78,7 +79,7 @@ func (a *App) backendBind() idem.Operation {
 	}, func(ctx context.Context, call *idem.Call, in backendBindIn) (Backend, error) {
 		org, now := call.Principal.Org, a.now()
 		var out Backend
-		err := a.db.InTx(ctx, func(tx *Tx) error {
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}
@@ -105,7 +106,7 @@ func (a *App) backendBind() idem.Operation {
 			Environment: in.Environment, Name: in.Name,
 			Desired: BackendDesired{Business: in.Slug, Name: in.Name, Environment: in.Environment, OriginURL: in.OriginURL},
 		}
-		err := a.db.InTx(ctx, func(tx *Tx) error {
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, call.Principal.Org, in.Slug); err != nil {
 				return err
 			}

@@ -46,8 +46,9 @@ func (a *App) businessCreate() idem.Operation {
 		Summary:    "Create a business with a slug unique in the org",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:      idem.RetrySameKeyReplay,
-			Reconcile: "business.show",
+			Transactional: true,
+			Kind:          idem.RetrySameKeyReplay,
+			Reconcile:     "business.show",
 			Rationale: "A create is not repeatable: a blind retry either fails with BUSINESS_EXISTS or, under another slug, makes a second business. " +
 				"A key persisted before the first call lets an ambiguous create be resent and answered with the original result.",
 		},
@@ -57,15 +58,13 @@ func (a *App) businessCreate() idem.Operation {
 		SuccessStatus: http.StatusCreated,
 	}, func(ctx context.Context, call *idem.Call, in businessCreateIn) (Business, error) {
 		b := Business{Slug: in.Slug, Name: in.Name, CreatedBy: call.Principal.ID, CreatedAt: a.now()}
-		err := a.db.InTx(ctx, func(tx *Tx) error {
-			res, err := tx.Exec(ctx, `INSERT INTO idem_demo_businesses (org, slug, name, created_by, created_at) VALUES (?, ?, ?, ?, ?)
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
+			n, err := tx.Exec(ctx, `INSERT INTO idem_demo_businesses (org, slug, name, created_by, created_at) VALUES (?, ?, ?, ?, ?)
 				ON CONFLICT (org, slug) DO NOTHING`, call.Principal.Org, b.Slug, b.Name, b.CreatedBy, micros(b.CreatedAt))
 			if err != nil {
 				return err
 			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n == 0 {
+			if n == 0 {
 				return idem.Errorf(idem.CodeBusinessExists, "a business with slug %q already exists in this org; choose another slug or run business.show", b.Slug)
 			}
 			return nil

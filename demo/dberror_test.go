@@ -2,7 +2,9 @@ package demo
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
+	"fmt"
 	"testing"
 
 	"idem"
@@ -32,10 +34,34 @@ func TestRefusedDataIsInternal(t *testing.T) {
 				t.Fatalf("NUL in text: %v, want INTERNAL", err)
 			}
 		}
-		e.app.db.sql.Close()
+		e.app.db.Close()
 		err = e.app.db.InTx(ctx, func(tx *Tx) error { return nil })
 		if !errors.Is(err, idem.ErrStoreUnavailable) {
 			t.Fatalf("closed pool: %v, want STORE_UNAVAILABLE", err)
 		}
 	})
+}
+
+// TestDeadConnection: only an error raised before COMMIT by a connection
+// that was already gone makes a transaction run again; a refused
+// statement, or anything at COMMIT (it may have applied), does not.
+func TestDeadConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"database/sql bad connection before commit", errBeforeCommit{fmt.Errorf("begin: %w", driver.ErrBadConn)}, true},
+		{"pgx closed connection before commit", errBeforeCommit{errors.New("conn closed")}, true},
+		{"reset connection before commit", errBeforeCommit{errors.New("read: connection reset by peer")}, true},
+		{"bad connection at commit", driver.ErrBadConn, false},
+		{"refused statement before commit", errBeforeCommit{errors.New("duplicate key value violates unique constraint")}, false},
+		{"no error", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := deadConnection(tc.err); got != tc.want {
+				t.Fatalf("deadConnection(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
 }

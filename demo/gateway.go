@@ -75,15 +75,13 @@ func gatewayRefund(ctx context.Context, tx *Tx, now time.Time, p gatewayRefundPa
 		requestKey = &p.RequestKey
 	}
 	ids, _ := json.Marshal([]string{p.ExecutionID})
-	res, err := tx.Exec(ctx, `INSERT INTO idem_demo_gateway_effects (org, `+gatewayColumns+`, created_at, updated_at)
+	n, err := tx.Exec(ctx, `INSERT INTO idem_demo_gateway_effects (org, `+gatewayColumns+`, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT (org, handler_key) DO NOTHING`,
 		p.Org, p.Key, p.Principal, requestKey, p.OrderID, p.Amount, true, string(ids), micros(now), micros(now))
 	if err != nil {
 		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return gatewayEffect{}, false, fmt.Errorf("gateway refund %s: %w", p.Key, err)
-	} else if n == 1 {
+	if n == 1 {
 		return gatewayEffect{
 			Key: p.Key, Principal: p.Principal, RequestKey: requestKey, OrderID: p.OrderID, Amount: p.Amount,
 			Calls: 1, Applied: true, ExecutionIDs: []string{p.ExecutionID},
@@ -119,10 +117,13 @@ const fenceMargin = time.Second
 // with: a paused or late executor's effect cannot commit once a same-key
 // request has been told that the result is indeterminate.
 func checkFence(ctx context.Context, tx *Tx, fence idem.Fence) error {
-	if tx.d.dialect == "postgres" {
-		return pgstore.CheckFence(ctx, tx.tx, fence, fenceMargin)
+	switch q := tx.q.(type) {
+	case pgxTx:
+		return pgstore.CheckFencePgx(ctx, q.tx, fence, fenceMargin)
+	case sqlTx:
+		return sqlitestore.CheckFence(ctx, q.tx, fence, fenceMargin)
 	}
-	return sqlitestore.CheckFence(ctx, tx.tx, fence, fenceMargin)
+	return fmt.Errorf("demo: check the fence of key %q: a %T transaction", fence.Key, tx.q)
 }
 
 // scanGatewayEffect scans the gatewayColumns of a row, then any more

@@ -53,7 +53,7 @@ func (a *App) limitOperations() []idem.Operation {
 			Name: "limit.create", Method: "POST", Path: "/v1/subscriptions/{sub}/limits",
 			Summary:    "Create a usage limit for a subject of a subscription; an exact repeat returns the existing limit",
 			SideEffect: idem.SideEffectWrite,
-			Retry: idem.RetryContract{Kind: idem.RetryConvergent, Enforcement: idem.EnforceResourceIdentity, Reconcile: "limit.list",
+			Retry: idem.RetryContract{Transactional: true, Kind: idem.RetryConvergent, Enforcement: idem.EnforceResourceIdentity, Reconcile: "limit.list",
 				Rationale: "A limit is identified by its subscription and subject, so an exact repeat finds the row the first call created (200) instead of creating another, and a row that differs or changed since answers LIMIT_CONFLICT rather than stale success. After an ambiguous result run limit.list, and repeat only if the limit is still missing."},
 			SuccessStatus: http.StatusCreated,
 			Errors: []idem.DeclaredError{unknownSubscription,
@@ -64,7 +64,7 @@ func (a *App) limitOperations() []idem.Operation {
 			Name: "limit.update", Method: "PUT", Path: "/v1/limits/{id}",
 			Summary:    "Set the quantity of a usage limit",
 			SideEffect: idem.SideEffectWrite,
-			Retry: idem.RetryContract{Kind: idem.RetryConvergent, Enforcement: idem.EnforceResourceIdentity, Reconcile: "limit.list",
+			Retry: idem.RetryContract{Transactional: true, Kind: idem.RetryConvergent, Enforcement: idem.EnforceResourceIdentity, Reconcile: "limit.list",
 				Rationale: "It sets an absolute quantity on a stable limit id, so repeating it converges on the same state; but that quantity may be older than a change someone made since, so after an ambiguous result run limit.list and repeat only if the intent is still current."},
 			Errors: []idem.DeclaredError{idem.Declare(idem.CodeNotFound, "No limit with this id exists in the caller's org.")},
 		}, a.updateLimit),
@@ -108,20 +108,18 @@ func requireSubscription(ctx context.Context, tx *Tx, org, id string) error {
 func (a *App) createLimit(ctx context.Context, call *idem.Call, in limitCreateInput) (limitView, error) {
 	org := call.Principal.Org
 	var out limitView
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		if err := requireSubscription(ctx, tx, org, in.Sub); err != nil {
 			return err
 		}
 		now := a.now()
 		id := commerceID("lim_")
-		res, err := tx.Exec(ctx, `INSERT INTO idem_demo_limits (org, `+limitColumns+`) VALUES (?, ?, ?, ?, ?, 1, ?, ?)
+		n, err := tx.Exec(ctx, `INSERT INTO idem_demo_limits (org, `+limitColumns+`) VALUES (?, ?, ?, ?, ?, 1, ?, ?)
 			ON CONFLICT (org, subscription_id, subject) DO NOTHING`, org, id, in.Sub, in.Subject, in.Quantity, micros(now), micros(now))
 		if err != nil {
 			return fmt.Errorf("create limit: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("create limit: %w", err)
-		} else if n == 1 {
+		if n == 1 {
 			out = limitView{ID: id, Subscription: in.Sub, Subject: in.Subject, Quantity: in.Quantity, Version: 1, CreatedAt: now, UpdatedAt: now}
 			return nil
 		}
@@ -147,7 +145,7 @@ func (a *App) createLimit(ctx context.Context, call *idem.Call, in limitCreateIn
 func (a *App) updateLimit(ctx context.Context, call *idem.Call, in limitUpdateInput) (limitView, error) {
 	org := call.Principal.Org
 	var out limitView
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		current, err := scanLimit(tx.QueryRow(ctx, `SELECT `+limitColumns+` FROM idem_demo_limits
 			WHERE org = ? AND id = ?`+tx.d.forUpdate(), org, in.ID))
 		if errors.Is(err, sql.ErrNoRows) {

@@ -293,7 +293,7 @@ func TestWebhookCreateAndList(t *testing.T) {
 
 		// The table holds the secret sealed, never in clear.
 		var sealed, keyID string
-		if err := e.app.db.sql.QueryRow(e.app.db.rebind(`SELECT secret_sealed, secret_key_id FROM idem_demo_webhooks WHERE org = ? AND id = ?`), "acme", w.ID).Scan(&sealed, &keyID); err != nil {
+		if err := e.queryRow(t, `SELECT secret_sealed, secret_key_id FROM idem_demo_webhooks WHERE org = ? AND id = ?`, []any{"acme", w.ID}, &sealed, &keyID); err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(sealed, w.Secret[6:]) || keyID == "" {
@@ -530,7 +530,7 @@ func TestTokens(t *testing.T) {
 
 		// Only the hash is stored.
 		var hash string
-		if err := e.app.db.sql.QueryRow(e.app.db.rebind(`SELECT secret_sha256 FROM idem_demo_tokens WHERE org = ? AND id = ?`), "acme", tok.ID).Scan(&hash); err != nil {
+		if err := e.queryRow(t, `SELECT secret_sha256 FROM idem_demo_tokens WHERE org = ? AND id = ?`, []any{"acme", tok.ID}, &hash); err != nil {
 			t.Fatal(err)
 		}
 		if sum := sha256.Sum256([]byte(tok.Secret)); hash != hex.EncodeToString(sum[:]) {

@@ -38,7 +38,7 @@ func (a *App) serviceAccountOperations() []idem.Operation {
 			Name: "serviceaccount.approve", Method: "POST", Path: "/v1/service-accounts/{id}/approve",
 			Summary:    "Approve a pending service account (approvers only); repeating returns the same approval",
 			SideEffect: idem.SideEffectWrite,
-			Retry: idem.RetryContract{Kind: idem.RetryIntrinsicReplay, Enforcement: idem.EnforceServerDerivedTransition, Reconcile: "serviceaccount.show",
+			Retry: idem.RetryContract{Transactional: true, Kind: idem.RetryIntrinsicReplay, Enforcement: idem.EnforceServerDerivedTransition, Reconcile: "serviceaccount.show",
 				Rationale: "The service account's one pending-to-approved transition is the identity: the first approval fixes approvedBy and approvedAt, and a repeat, by any approver, returns that same transition, so a caller key would add no safety. Run serviceaccount.show before reporting state."},
 			Errors: []idem.DeclaredError{unknown,
 				idem.Declare(idem.CodeForbidden, "Only principals with the approver role may approve service accounts.")},
@@ -95,7 +95,7 @@ func (a *App) showServiceAccount(ctx context.Context, call *idem.Call, in servic
 func (a *App) approveServiceAccount(ctx context.Context, call *idem.Call, in serviceAccountInput) (serviceAccountView, error) {
 	org := call.Principal.Org
 	var out serviceAccountView
-	err := a.db.InTx(ctx, func(tx *Tx) error {
+	err := a.db.InCall(ctx, call, func(tx *Tx) error {
 		if _, err := loadServiceAccount(ctx, tx, org, in.ID); err != nil {
 			return err
 		}

@@ -72,9 +72,10 @@ func (a *App) tokenMint() idem.Operation {
 		Summary:    "Mint an API token; returns the token once",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:        idem.RetrySameKeyReplay,
-			Enforcement: idem.EnforceTransactionalSecretReplay,
-			Reconcile:   "token.list",
+			Transactional: true,
+			Kind:          idem.RetrySameKeyReplay,
+			Enforcement:   idem.EnforceTransactionalSecretReplay,
+			Reconcile:     "token.list",
 			Rationale: "A mint returns its secret only once: a same-key retry within the 15-minute window recovers the exact token from the encrypted result " +
 				"instead of minting another; after it, list tokens to find the one created and rotate under a new key if a new secret is needed.",
 		},
@@ -86,7 +87,7 @@ func (a *App) tokenMint() idem.Operation {
 		}
 		scopes, _ := json.Marshal(t.Scopes)
 		sum := sha256.Sum256([]byte(t.Secret))
-		err := a.db.InTx(ctx, func(tx *Tx) error {
+		err := a.db.InCall(ctx, call, func(tx *Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO idem_demo_tokens (org, id, name, scopes, secret_sha256, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 				call.Principal.Org, t.ID, t.Name, string(scopes), hex.EncodeToString(sum[:]), t.CreatedBy, micros(t.CreatedAt))
 			return err

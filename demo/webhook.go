@@ -133,9 +133,10 @@ func (a *App) webhookCreate() idem.Operation {
 		Summary:    "Create a webhook endpoint for a business; returns its signing secret once",
 		SideEffect: idem.SideEffectWrite,
 		Retry: idem.RetryContract{
-			Kind:        idem.RetrySameKeyReplay,
-			Enforcement: idem.EnforceTransactionalSecretReplay,
-			Reconcile:   "webhook.list",
+			Transactional: true,
+			Kind:          idem.RetrySameKeyReplay,
+			Enforcement:   idem.EnforceTransactionalSecretReplay,
+			Reconcile:     "webhook.list",
 			Rationale: "Creating a webhook mints a signing secret that is shown only once: a same-key retry within the secret window recovers the exact secret " +
 				"from the encrypted result instead of creating a second webhook; after the window, list webhooks to find it.",
 		},
@@ -152,7 +153,7 @@ func (a *App) webhookCreate() idem.Operation {
 			return CreatedWebhook{}, fmt.Errorf("seal webhook secret: %w", err)
 		}
 		events, _ := json.Marshal(w.Events)
-		err = a.db.InTx(ctx, func(tx *Tx) error {
+		err = a.db.InCall(ctx, call, func(tx *Tx) error {
 			if _, err := getBusiness(ctx, tx, org, in.Slug); err != nil {
 				return err
 			}

@@ -19,6 +19,13 @@ import (
 // Reserve, which knows the caller's fingerprint.
 type noFingerprintStore struct{ idem.Store }
 
+// Transact runs transactional operations (business.create) unbroken:
+// inside the store's transaction there is nothing of the two-phase path to
+// break.
+func (s noFingerprintStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return s.Store.(idem.Transactor).Transact(ctx, p, run)
+}
+
 func (s noFingerprintStore) GetAttempt(context.Context, idem.Scope, string) (idem.Attempt, error) {
 	return idem.Attempt{}, idem.ErrNotFound
 }
@@ -47,6 +54,11 @@ func newNoLockStore(s idem.Store) idem.Store {
 }
 
 func scopedKey(s idem.Scope, key string) string { return s.Org + "\x00" + s.Principal + "\x00" + key }
+
+// Transact runs transactional operations unbroken, as noFingerprintStore's.
+func (s *noLockStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return s.Store.(idem.Transactor).Transact(ctx, p, run)
+}
 
 func (s *noLockStore) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var b [6]byte

@@ -51,6 +51,8 @@ type target struct {
 	key    string
 	path   string
 	bodies [][]byte
+	// transactional: business.create, a transactional operation.
+	transactional bool
 }
 
 // stats counts a history's answers by result.
@@ -86,7 +88,7 @@ func targets(rng *mrand.Rand, run string, w workload) []target {
 				slug = lastSlug
 			}
 			lastSlug = slug
-			t.path = "/v1/businesses"
+			t.path, t.transactional = "/v1/businesses", true
 			for b := range n {
 				t.bodies = append(t.bodies, mustJSON(map[string]any{"slug": slug, "name": fmt.Sprintf("business %d", b)}))
 			}
@@ -154,7 +156,7 @@ func recordHistory(t *testing.T, servers []string, w workload, seed uint64) ([]p
 					t.Errorf("%s body %d: %v", tg.name, body, err)
 					continue
 				}
-				in := input{Record: tg.name, Body: body}
+				in := input{Record: tg.name, Body: body, Transactional: tg.transactional}
 				ops := []porcupine.Operation{{ClientId: c, Input: in, Call: call, Output: out, Return: ret}}
 				switch out.Result {
 				case ambiguous:
@@ -187,7 +189,7 @@ func recordHistory(t *testing.T, servers []string, w workload, seed uint64) ([]p
 			if out.Result == ambiguous {
 				ret = 1 << 62
 			}
-			history = append(history, porcupine.Operation{ClientId: w.Clients, Input: input{Record: tg.name, Body: body}, Call: call, Output: out, Return: ret})
+			history = append(history, porcupine.Operation{ClientId: w.Clients, Input: input{Record: tg.name, Body: body, Transactional: tg.transactional}, Call: call, Output: out, Return: ret})
 			if out.Result == executed {
 				history = append(history, porcupine.Operation{ClientId: w.Clients, Input: input{Record: tg.name, Finish: true}, Call: call, Output: output{Result: finished, ExecutionID: out.ExecutionID}, Return: ret})
 			}

@@ -52,6 +52,11 @@ func (r result) String() string { return resultNames[r] }
 type input struct {
 	Record string
 	Body   int
+	// Transactional marks a record of a transactional operation (SPEC
+	// §6.7): until its transaction commits there is no record to compare
+	// fingerprints with, so a same-key call with any body is answered in
+	// flight while it runs.
+	Transactional bool
 	// Finish marks the finish half of an executed call.
 	Finish bool
 }
@@ -143,6 +148,10 @@ func step(s record, in input, out output) []record {
 		return nil
 	case notStored:
 		return []record{s}
+	case inFlight:
+		if in.Transactional && s.Taken && !s.Final && s.Body != in.Body {
+			return []record{s}
+		}
 	}
 	// The answers below are only for the record's own fingerprint.
 	if !s.Taken || s.Body != in.Body {

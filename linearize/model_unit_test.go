@@ -12,6 +12,11 @@ func TestModel(t *testing.T) {
 	call := func(client, body int, from, to int64, res result, exe string, status int) porcupine.Operation {
 		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Body: body}, Call: from, Return: to, Output: output{Result: res, ExecutionID: exe, Status: status}}
 	}
+	txCall := func(client, body int, from, to int64, res result, exe string, status int) porcupine.Operation {
+		op := call(client, body, from, to, res, exe, status)
+		op.Input = input{Record: "k", Body: body, Transactional: true}
+		return op
+	}
 	finish := func(client int, from, to int64, exe string) porcupine.Operation {
 		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Finish: true}, Call: from, Return: to, Output: output{Result: finished, ExecutionID: exe}}
 	}
@@ -31,6 +36,8 @@ func TestModel(t *testing.T) {
 		{"other body is reused", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), call(1, 1, 11, 12, reused, "", 422)}, true},
 		{"other body replays", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), call(1, 1, 11, 12, replay, "e1", 201)}, false},
 		{"other body in flight", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), call(1, 1, 2, 3, inFlight, "", 409)}, false},
+		{"transactional: other body in flight", []porcupine.Operation{txCall(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), txCall(1, 1, 2, 3, inFlight, "", 409)}, true},
+		{"transactional: other body in flight after the executor answered", []porcupine.Operation{txCall(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), txCall(1, 1, 11, 12, inFlight, "", 409)}, false},
 		{"reused before anything ran", []porcupine.Operation{call(1, 1, 0, 1, reused, "", 422), call(0, 0, 2, 10, executed, "e1", 201), finish(0, 2, 10, "e1")}, false},
 		{"failed execution is indeterminate", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 500), finish(0, 0, 10, "e1"), call(1, 0, 11, 12, indeterminate, "e1", 409)}, true},
 		{"failed execution replays", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 500), finish(0, 0, 10, "e1"), call(1, 0, 11, 12, replay, "e1", 500)}, false},
