@@ -29,6 +29,15 @@ type BusinessList struct {
 type businessCreateIn struct {
 	Slug string `json:"slug" jsonschema:"minLength=1,maxLength=63,pattern=^[a-z0-9]+(-[a-z0-9]+)*$,description=lower-case letters and digits in dash-separated words; unique in the org"`
 	Name string `json:"name" jsonschema:"minLength=1,maxLength=200"`
+	// Simulate is fault injection for the demo's tests and tours.
+	Simulate *businessSimulate `json:"simulate,omitempty" jsonschema:"description=demo fault injection after the insert, inside the transaction"`
+}
+
+// businessSimulate injects faults after the insert, inside the
+// operation's transaction: nothing of them commits when they fail.
+type businessSimulate struct {
+	DelayMs        int  `json:"delayMs,omitempty" jsonschema:"minimum=0,maximum=60000,description=sleep this many milliseconds after the insert, before the commit (honours cancellation)"`
+	FailAfterWrite bool `json:"failAfterWrite,omitempty" jsonschema:"description=fail with 500 after the insert: the transaction rolls back, nothing remains and the key is free"`
 }
 
 type businessSlugIn struct {
@@ -67,7 +76,7 @@ func (a *App) businessCreate() idem.Operation {
 			if n == 0 {
 				return idem.Errorf(idem.CodeBusinessExists, "a business with slug %q already exists in this org; choose another slug or run business.show", b.Slug)
 			}
-			return nil
+			return simulateAfterWrite(ctx, in.Simulate)
 		})
 		if err != nil {
 			return Business{}, err
@@ -75,6 +84,24 @@ func (a *App) businessCreate() idem.Operation {
 		call.Header().Set("Location", "/v1/businesses/"+url.PathEscape(b.Slug))
 		return b, nil
 	})
+}
+
+// simulateAfterWrite applies business.create's fault injection.
+func simulateAfterWrite(ctx context.Context, sim *businessSimulate) error {
+	if sim == nil {
+		return nil
+	}
+	if sim.DelayMs > 0 {
+		select {
+		case <-time.After(time.Duration(sim.DelayMs) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if sim.FailAfterWrite {
+		return errors.New("simulated failure after the insert (simulate.failAfterWrite)")
+	}
+	return nil
 }
 
 func (a *App) businessShow() idem.Operation {
