@@ -104,7 +104,7 @@ func BenchmarkReserveComplete(b *testing.B) {
 
 // openTraced opens a migrated pool on url whose connections count their
 // round trips and statements in t.
-func openTraced(b *testing.B, url string, t *tracer) *pgxpool.Pool {
+func openTraced(b testing.TB, url string, t *tracer) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		b.Fatal(err)
