@@ -127,9 +127,9 @@ func reserveStatement(try, approval bool) string {
 // make (org, principal, key) unique: a transaction-scoped advisory lock on
 // the key makes reservations of one key queue, from any instance, and the
 // reservation statement, sent in the same round trip but run after the
-// lock is granted, reads what the previous holder committed. When
-// reserved, the approval is consumed and the execution started in the
-// same transaction.
+// lock is granted, reads what the previous holder committed. When it
+// reserves, the same statement consumes the approval and starts the
+// execution.
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var res idem.ReserveResult
 	var now time.Time
@@ -224,8 +224,9 @@ func (p prefixed) Scan(dest ...any) error {
 }
 
 // Complete stores the result if the record is still in flight under the
-// caller's fencing token and lease, then finishes the execution. Fencing
-// tokens are unique, so the token picks the one row among the key's.
+// caller's fencing token and lease, and finishes the execution, in one
+// statement. Fencing tokens are unique, so the token picks the one row
+// among the key's.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attempt, error) {
 	headers, err := json.Marshal(idem.FilterReplayedHeaders(p.Headers))
 	if err != nil {
