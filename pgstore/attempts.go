@@ -64,20 +64,37 @@ func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string
 
 // reserveSQL runs under the key's advisory lock. It returns the newest
 // record of the key if it is within retention, or in flight within its
-// lease (reserved = false);
-// otherwise it deletes the key's forgotten rows and inserts the new record
-// (reserved = true). made reads gone so that the delete runs first: a new
-// row may then reuse the primary key of the one it replaces.
-var reserveSQL = reserveStatement("true")
+// lease (reserved = false); otherwise it deletes the key's forgotten rows,
+// inserts the new record (reserved = true) and starts its execution
+// (startCTEs: consumes the approval, inserts the execution and its
+// events). made reads gone so that the delete runs first: a new row may
+// then reuse the primary key of the one it replaces. Parameters: $1 org,
+// $2 principal, $3 key, $4 operation, $5 fingerprint, $6 execution id, $7
+// lease expiry, $8 now, $9 retention expiry, then the approval id (with an
+// approval) and keyLockSeed (try). Indexed by reserveSQLVariant.
+var reserveSQL = [4]string{
+	reserveStatement(false, false), reserveStatement(false, true),
+	reserveStatement(true, false), reserveStatement(true, true),
+}
 
-// tryReserveSQL is reserveSQL for a transaction that only tried the lock:
-// it writes only if the lock is held ($10 is keyLockSeed), so that without
-// the lock it never waits for the holder's rows.
-var tryReserveSQL = reserveStatement(`pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $10))`)
+// reserveSQLVariant is the index in reserveSQL of the statement for a
+// transaction that took (or, with try, only tried) the lock.
+func reserveSQLVariant(try, approval bool) int { return 2*b2i(try) + b2i(approval) }
 
-// reserveStatement is the reservation statement whose writes run only when
-// guard, evaluated once, is true.
-func reserveStatement(guard string) string {
+// reserveStatement is the reservation statement. With try, the
+// transaction only tried the lock: the statement writes only if the lock
+// is held, so that without it it never waits for the holder's rows.
+func reserveStatement(try, approval bool) string {
+	guard := "true"
+	if try {
+		seed := "$10"
+		if approval {
+			seed = "$11"
+		}
+		guard = `pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, ` + seed + `::int8))`
+	}
+	ph := startPlaceholders{org: "$1::text", principal: "$2::text", key: "$3::text", operation: "$4::text",
+		fingerprint: "$5::text", id: "$6::text", now: "$8::timestamptz", approval: "$10::text"}
 	return `WITH locked AS MATERIALIZED (SELECT ` + guard + ` AS held),
 	live AS (
 		SELECT ` + attemptColumns + ` FROM (
@@ -97,10 +114,11 @@ func reserveStatement(guard string) string {
 		SELECT $1, $2, $3, $4::text, $5::text, 'in_flight', $6::text, nextval('idem_fencing_tokens'),
 			$7::timestamptz, $8, $9::timestamptz
 		WHERE NOT EXISTS (SELECT FROM live) AND (SELECT held FROM locked) AND (SELECT count(*) FROM gone) >= 0
-		RETURNING ` + attemptColumns + `)
-	SELECT true, ` + attemptColumns + ` FROM made
+		RETURNING ` + attemptColumns + `),
+	` + startCTEs(ph, approval, "EXISTS (SELECT FROM made)") + `
+	SELECT true, ` + consumedColumn(approval) + `, (SELECT reinvocation_of FROM exe), ` + attemptColumns + ` FROM made
 	UNION ALL
-	SELECT false, ` + attemptColumns + ` FROM live`
+	SELECT false, true, NULL, ` + attemptColumns + ` FROM live`
 }
 
 // Reserve inserts the attempt record, or replaces one past its retention
@@ -109,9 +127,9 @@ func reserveStatement(guard string) string {
 // make (org, principal, key) unique: a transaction-scoped advisory lock on
 // the key makes reservations of one key queue, from any instance, and the
 // reservation statement, sent in the same round trip but run after the
-// lock is granted, reads what the previous holder committed. When
-// reserved, the approval is consumed and the execution started in the
-// same transaction.
+// lock is granted, reads what the previous holder committed. When it
+// reserves, the same statement consumes the approval and starts the
+// execution.
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var res idem.ReserveResult
 	var now time.Time
@@ -134,19 +152,27 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 }
 
 // reserveTx takes the key's lock in tx and reserves the key as Reserve
-// does. With try, the lock is only tried: when another transaction holds
-// it, busy is true and tx has written nothing (its caller rolls it back).
+// does, in one round trip: the lock, then one statement that reserves
+// and, only when it did, starts the execution. With try, the lock is only
+// tried: when another transaction holds it, busy is true and tx has
+// written nothing (its caller rolls it back). An approval that is not
+// consumable is ErrApprovalNotConsumable, with the record written: the
+// caller rolls tx back.
 func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time, try bool) (res idem.ReserveResult, busy bool, err error) {
 	var b pgx.Batch
+	approval := p.ApprovalID != ""
 	args := []any{p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
 		now.Add(p.Lease), now, now.Add(p.Retention)}
+	if approval {
+		args = append(args, p.ApprovalID)
+	}
 	if try {
 		queueTryKeyLock(&b, p.Scope, p.Key)
-		b.Queue(tryReserveSQL, append(args, keyLockSeed)...)
+		args = append(args, keyLockSeed)
 	} else {
 		queueKeyLock(&b, p.Scope, p.Key)
-		b.Queue(reserveSQL, args...)
 	}
+	b.Queue(reserveSQL[reserveSQLVariant(try, approval)], args...)
 	br := tx.SendBatch(ctx, &b)
 	got := true
 	if try {
@@ -156,8 +182,10 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 	}
 	var a idem.Attempt
 	found := false
+	consumed := true
+	var reinvocationOf *string
 	if err == nil {
-		a, err = scanAttempt(prefixed{br.QueryRow(), &res.Reserved})
+		a, err = scanAttempt(prefixed{br.QueryRow(), []any{&res.Reserved, &consumed, &reinvocationOf}})
 		found = err == nil
 		if !got && errors.Is(err, pgx.ErrNoRows) {
 			err = nil
@@ -184,24 +212,29 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 	if !res.Reserved {
 		return res, false, nil
 	}
-	res.Execution, err = startExecution(ctx, tx, p.StartParams, p.Key, now)
-	return res, false, err
+	if !consumed {
+		return idem.ReserveResult{}, false, idem.ErrApprovalNotConsumable
+	}
+	res.Execution = newExecution(p.StartParams, p.Key, now)
+	res.Execution.ReinvocationOf = reinvocationOf
+	return res, false, nil
 }
 
-// prefixed scans its first column into first and the rest into the
+// prefixed scans its first columns into first and the rest into the
 // destinations it is given.
 type prefixed struct {
 	row   scanner
-	first any
+	first []any
 }
 
 func (p prefixed) Scan(dest ...any) error {
-	return p.row.Scan(append([]any{p.first}, dest...)...)
+	return p.row.Scan(append(p.first[:len(p.first):len(p.first)], dest...)...)
 }
 
 // Complete stores the result if the record is still in flight under the
-// caller's fencing token and lease, then finishes the execution. Fencing
-// tokens are unique, so the token picks the one row among the key's.
+// caller's fencing token and lease, and finishes the execution, in one
+// statement. Fencing tokens are unique, so the token picks the one row
+// among the key's.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attempt, error) {
 	headers, err := json.Marshal(idem.FilterReplayedHeaders(p.Headers))
 	if err != nil {
@@ -221,37 +254,61 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 	return a.Observe(now), nil
 }
 
-// completeTx completes the record in tx as Complete does; headers are
-// p.Headers filtered and encoded.
+// completeSQL completes a record and finishes its execution in one
+// statement: the fenced update of the record ($1 org, $2 principal, $3
+// key, $4 fencing token, $5 state, $6 status, $7 headers, $8 body, $9
+// sealed key id, $10 now, $11 secret expiry), then, only if it matched,
+// the execution's finish ($12 outcome, $13 code, $14 attempts, events
+// from $16; finishCTEs) and, when the record is watched, the NOTIFY of
+// $15 on idem_completed at commit. By eventSQLVariant.
+var completeSQL = func() (qs [manyEvents + 2]string) {
+	ph := finishPlaceholders{org: "$1::text", id: "(SELECT execution_id FROM done)", outcome: "$12::text",
+		code: "$13::text", attempts: "$14::int", now: "$10::timestamptz", events: 16}
+	for n := range qs {
+		qs[n] = `WITH done AS (
+		UPDATE idem_attempts SET
+			state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,
+			completed_at = $10, secret_expires_at = $11
+		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
+			AND state = 'in_flight' AND lease_expires_at > $10
+		RETURNING watched, ` + attemptColumns + `),
+	` + finishCTEs(ph, n) + `,
+	notified AS (SELECT pg_notify('` + completedChannel + `', $15::text) FROM done WHERE watched)
+	SELECT ` + finishColumns + `, (SELECT count(*) FROM notified), ` + attemptColumns + ` FROM done`
+	}
+	return qs
+}()
+
+// completeTx completes the record in tx as Complete does, in one
+// statement; headers are p.Headers filtered and encoded. When the fence
+// or the lease fails, it is ErrFenced and nothing is written.
 func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers []byte, now time.Time) (idem.Attempt, error) {
 	var secretExpiresAt *time.Time
 	if p.SealedKeyID != "" {
 		t := now.Add(p.SecretWindow)
 		secretExpiresAt = &t
 	}
-	var watched bool
-	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, `UPDATE idem_attempts SET
-			state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,
-			completed_at = $10, secret_expires_at = $11
-		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
-			AND state = 'in_flight' AND lease_expires_at > $10
-		RETURNING watched, `+attemptColumns,
-		p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
-		string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt), &watched})
+	fin := p.Finish
+	args := []any{p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
+		string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt,
+		string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts,
+		notifyPayload(p.Scope, p.Key)} // signalled only if a waiter on another instance asked (Watch)
+	args, err := appendEventArgs(args, fin.Events, now)
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	var r finishResult
+	var notified int
+	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, completeSQL[eventSQLVariant(len(fin.Events))], args...),
+		append(r.dest(), &notified)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Attempt{}, idem.ErrFenced
 	}
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	// The record names its execution; finish that one.
-	fin := p.Finish
-	fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
-	notify := ""
-	if watched { // a waiter on another instance asked to be told (Watch)
-		notify = notifyPayload(p.Scope, p.Key)
-	}
-	return a, finishExecution(ctx, tx, fin, now, notify)
+	// The record names its execution, the one finished.
+	return a, r.check(a.ExecutionID, len(fin.Events))
 }
 
 // GetAttempt reads the key's newest record; a forgotten one that is not

@@ -1,10 +1,18 @@
 package pgstore_test
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"idem"
 	"idem/internal/fakeclock"
@@ -16,13 +24,19 @@ import (
 // transactions (Reserve of a fresh key, then Complete) on a database that
 // already holds eight days of hourly records, swept with 24 h retention
 // and the default week of audit retention, so that lookups see the
-// partitions such a deployment keeps. Run with
+// partitions such a deployment keeps. Besides ns/op it reports the round
+// trips and statements (BEGIN and COMMIT not counted) each execution
+// sends, and, when IDEM_BENCH_PG_PID names the postmaster of a server on
+// this machine that serves nothing else, the CPU its processes spend per
+// execution. Run with
 //
 //	scripts/test.sh -run '^$' -bench ReserveComplete ./pgstore/
 func BenchmarkReserveComplete(b *testing.B) {
 	url := pgtest.NewDatabase(b)
+	var trace tracer
+	pool := openTraced(b, url, &trace)
 	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 30, 0, 0, time.UTC))
-	s, err := pgstore.Open(b.Context(), url, idem.StoreConfig{Clock: clock})
+	s, err := pgstore.New(b.Context(), pool, idem.StoreConfig{Clock: clock})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,18 +76,22 @@ func BenchmarkReserveComplete(b *testing.B) {
 		}
 		_, err = s.Complete(b.Context(), idem.CompleteParams{
 			Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200, Body: []byte(`{}`),
-			Finish: idem.FinishParams{Org: scope.Org, ExecutionID: res.Attempt.ExecutionID, Outcome: idem.OutcomeSucceeded, Attempts: 1},
+			Finish: idem.FinishParams{Org: scope.Org, ExecutionID: res.Attempt.ExecutionID, Outcome: idem.OutcomeSucceeded, Attempts: 1,
+				Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}},
 		})
 		return err
 	}
 	b.Run("serial", func(b *testing.B) {
+		m := startMeasure(&trace)
 		for b.Loop() {
 			if err := run(); err != nil {
 				b.Fatal(err)
 			}
 		}
+		m.report(b)
 	})
 	b.Run("parallel", func(b *testing.B) {
+		m := startMeasure(&trace)
 		b.SetParallelism(4)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -83,5 +101,113 @@ func BenchmarkReserveComplete(b *testing.B) {
 				}
 			}
 		})
+		m.report(b)
 	})
+}
+
+// openTraced opens a migrated pool on url whose connections count their
+// round trips and statements in t.
+func openTraced(b testing.TB, url string, t *tracer) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = pgstore.DefaultMaxConns
+	cfg.ConnConfig.Tracer = t
+	pool, err := pgxpool.NewWithConfig(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if err := pgstore.Migrate(b.Context(), pool); err != nil {
+		b.Fatal(err)
+	}
+	return pool
+}
+
+// tracer counts what a pool sends: round trips (a query or a batch) and
+// statements, BEGIN and COMMIT apart.
+type tracer struct{ roundTrips, statements, txControl atomic.Int64 }
+
+func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	t.roundTrips.Add(1)
+	switch strings.ToLower(strings.Fields(d.SQL + " x")[0]) {
+	case "begin", "commit", "rollback":
+		t.txControl.Add(1)
+	default:
+		t.statements.Add(1)
+	}
+	return ctx
+}
+
+func (t *tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.roundTrips.Add(1)
+	return ctx
+}
+
+func (t *tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	t.statements.Add(1)
+}
+
+func (t *tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// measure holds the counters at the start of a benchmark.
+type measure struct {
+	t                                 *tracer
+	roundTrips, statements, txControl int64
+	dbCPU                             time.Duration
+	dbPID                             int
+}
+
+func startMeasure(t *tracer) measure {
+	m := measure{t: t, roundTrips: t.roundTrips.Load(), statements: t.statements.Load(), txControl: t.txControl.Load()}
+	if pid, err := strconv.Atoi(os.Getenv("IDEM_BENCH_PG_PID")); err == nil {
+		m.dbPID = pid
+		m.dbCPU = clusterCPU(pid)
+	}
+	return m
+}
+
+func (m measure) report(b *testing.B) {
+	n := float64(b.N)
+	b.ReportMetric(float64(m.t.roundTrips.Load()-m.roundTrips)/n, "roundtrips/op")
+	b.ReportMetric(float64(m.t.statements.Load()-m.statements)/n, "stmts/op")
+	b.ReportMetric(float64(m.t.txControl.Load()-m.txControl)/n, "begin+commit/op")
+	if m.dbPID != 0 {
+		b.ReportMetric(float64((clusterCPU(m.dbPID)-m.dbCPU).Microseconds())/n, "dbcpu-µs/op")
+	}
+}
+
+// clusterCPU is the user and system CPU spent so far by the postmaster pid,
+// its live children and its children that have exited.
+func clusterCPU(pid int) time.Duration {
+	const tick = 10 * time.Millisecond // USER_HZ = 100
+	fields := func(p string) []string {
+		b, err := os.ReadFile(filepath.Join("/proc", p, "stat"))
+		if err != nil {
+			return nil
+		}
+		s := string(b)
+		return strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // from field 3 (state)
+	}
+	sum := func(f []string, idx ...int) (t time.Duration) {
+		for _, i := range idx {
+			v, _ := strconv.ParseInt(f[i-3], 10, 64)
+			t += time.Duration(v) * tick
+		}
+		return t
+	}
+	total := time.Duration(0)
+	if f := fields(strconv.Itoa(pid)); f != nil {
+		total += sum(f, 14, 15, 16, 17) // utime, stime, cutime, cstime
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if f := fields(p.Name()); len(f) > 15 && f[1] == strconv.Itoa(pid) { // field 4: ppid
+			total += sum(f, 14, 15)
+		}
+	}
+	return total
 }

@@ -71,7 +71,7 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 			return idem.TransactResult{Attempt: r.Attempt}, nil
 		}
 		fence = r.Attempt.FencingToken
-	} else if _, err := startExecution(ctx, tx, p.StartParams, "", now); err != nil {
+	} else if _, err := startExecution(ctx, tx, p.StartParams, now); err != nil {
 		return idem.TransactResult{}, err
 	}
 	if _, err := tx.Exec(ctx, `SAVEPOINT idem_handler`); err != nil {
@@ -93,7 +93,7 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	if p.Key == "" {
 		fin := out.Result.Finish
 		fin.Org, fin.ExecutionID = p.Scope.Org, p.ExecutionID
-		err = finishExecution(ctx, tx, fin, now, "")
+		err = finishExecution(ctx, tx, fin, now)
 	} else {
 		c := out.Result
 		c.Scope, c.Key, c.FencingToken = p.Scope, p.Key, fence

@@ -47,16 +47,13 @@ func reserveTx(ctx context.Context, tx txn, p idem.ReserveParams, now time.Time)
 			return idem.ReserveResult{}, err
 		}
 	}
-	var token int64
-	if err := tx.QueryRowContext(ctx,
-		`UPDATE idem_counters SET value = value + 1 WHERE name = 'fencing_token' RETURNING value`).Scan(&token); err != nil {
-		return idem.ReserveResult{}, err
-	}
+	// The fencing token is the counter's next value; a trigger advances
+	// the counter (migration 003).
 	a, err = scanAttempt(tx.QueryRowContext(ctx, `INSERT INTO idem_attempts
 		(org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, 'in_flight', ?, (SELECT value + 1 FROM idem_counters WHERE name = 'fencing_token'), ?, ?, ?)
 		RETURNING `+attemptColumns,
-		p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID, token,
+		p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
 		micros(now.Add(p.Lease)), micros(now), micros(now.Add(p.Retention))))
 	if err != nil {
 		return idem.ReserveResult{}, err

@@ -44,11 +44,8 @@ func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.Aud
 				}
 				known[ev.ExecutionID] = true
 			}
-			if err := insertEvent(ctx, tx, now, org, ev); err != nil {
-				return err
-			}
 		}
-		return nil
+		return insertEvents(ctx, tx, now, org, events)
 	})
 }
 
@@ -106,26 +103,22 @@ func startExecution(ctx context.Context, tx txn, now time.Time, p idem.StartPara
 			Data: map[string]string{"approvalId": p.ApprovalID}})
 	}
 
+	// The execution, linked to the most recent earlier one of its intent,
+	// and its events: two statements.
 	var previous sql.NullString
-	err := tx.QueryRowContext(ctx, `SELECT id FROM idem_executions
-		WHERE org = ? AND principal = ? AND operation = ? AND fingerprint = ?
-		ORDER BY started_at DESC, rowid DESC LIMIT 1`,
-		x.Org, x.Principal, x.Operation, x.Fingerprint).Scan(&previous)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := tx.QueryRowContext(ctx, `INSERT INTO idem_executions
+		(org, id, principal, operation, fingerprint, key, attempts, outcome, reinvocation_of, started_at)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (
+			SELECT id FROM idem_executions
+			WHERE org = ?1 AND principal = ?3 AND operation = ?4 AND fingerprint = ?5
+			ORDER BY started_at DESC, rowid DESC LIMIT 1), ?9)
+		RETURNING reinvocation_of`,
+		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullString(key), x.Attempts, x.Outcome, micros(now)).Scan(&previous); err != nil {
 		return idem.Execution{}, err
 	}
 	x.ReinvocationOf = stringPtr(previous)
-
-	if _, err := tx.ExecContext(ctx, `INSERT INTO idem_executions
-		(org, id, principal, operation, fingerprint, key, attempts, outcome, reinvocation_of, started_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullString(key), x.Attempts, x.Outcome, previous, micros(now)); err != nil {
+	if err := insertEvents(ctx, tx, now, x.Org, x.Events); err != nil {
 		return idem.Execution{}, err
-	}
-	for _, ev := range x.Events {
-		if err := insertEvent(ctx, tx, now, x.Org, ev); err != nil {
-			return idem.Execution{}, err
-		}
 	}
 	return x, nil
 }
@@ -142,35 +135,54 @@ func finishExecution(ctx context.Context, tx txn, now time.Time, p idem.FinishPa
 	} else if n == 0 {
 		return executionNotFound(p.ExecutionID)
 	}
-	for _, ev := range p.Events {
+	events := make([]idem.AuditEvent, len(p.Events))
+	for i, ev := range p.Events {
 		ev.ExecutionID = p.ExecutionID
-		if err := insertEvent(ctx, tx, now, p.Org, ev); err != nil {
+		events[i] = ev
+	}
+	return insertEvents(ctx, tx, now, p.Org, events)
+}
+
+// foldedEvents is how many events one INSERT appends at most.
+const foldedEvents = 16
+
+// insertEventsSQL[n] appends n events in one statement.
+var insertEventsSQL = func() (qs [foldedEvents + 1]string) {
+	for n := 1; n <= foldedEvents; n++ {
+		qs[n] = `INSERT INTO idem_audit_events
+			(org, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data)
+			VALUES ` + strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	}
+	return qs
+}()
+
+// insertEvents appends events to their executions in order, a statement
+// per foldedEvents; an event without a time happens now.
+func insertEvents(ctx context.Context, tx txn, now time.Time, org string, events []idem.AuditEvent) error {
+	for len(events) > 0 {
+		chunk := events[:min(len(events), foldedEvents)]
+		events = events[len(chunk):]
+		args := make([]any, 0, 10*len(chunk))
+		for _, ev := range chunk {
+			if ev.At.IsZero() {
+				ev.At = now
+			}
+			var data sql.NullString
+			if len(ev.Data) > 0 {
+				b, err := json.Marshal(ev.Data)
+				if err != nil {
+					return err
+				}
+				data = sql.NullString{String: string(b), Valid: true}
+			}
+			args = append(args, org, ev.ExecutionID, ev.Type, micros(ev.At), nullInt(int64(ev.Attempt)), nullString(string(ev.Code)),
+				nullString(string(ev.PreviousErrorCode)), nullInt(int64(ev.Attempts)), nullInt(ev.DurationMs), data)
+		}
+		if _, err := tx.ExecContext(ctx, insertEventsSQL[len(chunk)], args...); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// insertEvent appends ev to its execution; an event without a time happens
-// now.
-func insertEvent(ctx context.Context, tx txn, now time.Time, org string, ev idem.AuditEvent) error {
-	if ev.At.IsZero() {
-		ev.At = now
-	}
-	var data sql.NullString
-	if len(ev.Data) > 0 {
-		b, err := json.Marshal(ev.Data)
-		if err != nil {
-			return err
-		}
-		data = sql.NullString{String: string(b), Valid: true}
-	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO idem_audit_events
-		(org, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		org, ev.ExecutionID, ev.Type, micros(ev.At), nullInt(int64(ev.Attempt)), nullString(string(ev.Code)),
-		nullString(string(ev.PreviousErrorCode)), nullInt(int64(ev.Attempts)), nullInt(ev.DurationMs), data)
-	return err
 }
 
 func listEvents(ctx context.Context, tx txn, org, executionID string) ([]idem.AuditEvent, error) {

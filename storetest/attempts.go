@@ -267,6 +267,13 @@ func testRetention(t *testing.T, e *env) {
 	if got := mustGet(t, s, scopeA, "key-1"); got.Fingerprint != fpTwo || got.State != idem.AttemptInFlight {
 		t.Errorf("Sweep touched the new attempt: %+v", got)
 	}
+	// Tokens are never reused, not even those of records swept away.
+	next := mustReserve(t, s, reserveParams(scopeA, "key-3", fpOne))
+	for _, old := range []idem.ReserveResult{first, other, again} {
+		if next.Attempt.FencingToken == old.Attempt.FencingToken {
+			t.Errorf("fencing token %d reused", old.Attempt.FencingToken)
+		}
+	}
 }
 
 func testKeysAreScoped(t *testing.T, e *env) {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ func init() {
 	register("ExecutionsAndAuditEvents", testExecutions)
 	register("ReinvocationOfMostRecent", testReinvocation)
 	register("ListExecutionsNewestFirstFiltered", testListExecutions)
+	register("FinishAppendsEventsInOrderOrNotAtAll", testFinishEvents)
 }
 
 func testExecutions(t *testing.T, e *env) {
@@ -163,5 +165,81 @@ func testListExecutions(t *testing.T, e *env) {
 		*x.Code != idem.CodeExecutionFailed || x.FinishedAt == nil || !x.StartedAt.Equal(a3.StartedAt) ||
 		x.ReinvocationOf == nil || *x.ReinvocationOf != a1.ID {
 		t.Errorf("listed execution = %+v", x)
+	}
+}
+
+// testFinishEvents finishes executions, keyed (Complete) and unkeyed,
+// with more final events than a short list (a call retried several
+// times): they land in order, those without an execution id on the
+// finished one. Finishing an unknown execution fails with NOT_FOUND
+// naming it; a fenced Complete appends no event.
+func testFinishEvents(t *testing.T, e *env) {
+	s := e.s(t)
+	finalEvents := func(id string) []idem.AuditEvent {
+		var events []idem.AuditEvent
+		for i := range 6 {
+			events = append(events, idem.AuditEvent{ExecutionID: id, Type: idem.EventRetried, Attempt: i + 2, PreviousErrorCode: idem.CodeTimeout})
+		}
+		events[1].ExecutionID = "" // the finished execution's
+		return append(events, idem.AuditEvent{Type: idem.EventSucceeded, Attempts: 7, Data: map[string]string{"n": "last"}})
+	}
+	check := func(id string, want int) {
+		t.Helper()
+		x, err := s.GetExecution(ctx(t), scopeA.Org, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(x.Events) != want {
+			t.Fatalf("execution %s has events %v, want %d", id, eventTypes(x), want)
+		}
+		if want == 1 {
+			if x.Outcome != idem.OutcomeRunning {
+				t.Fatalf("a failed finish recorded outcome %s", x.Outcome)
+			}
+			return
+		}
+		for i, ev := range x.Events[1 : want-1] {
+			if ev.Type != idem.EventRetried || ev.Attempt != i+2 || ev.ExecutionID != id {
+				t.Fatalf("event %d = %+v, want execution.retried attempt %d", i+1, ev, i+2)
+			}
+		}
+		if last := x.Events[want-1]; last.Type != idem.EventSucceeded || last.Data["n"] != "last" || x.Outcome != idem.OutcomeSucceeded || x.Attempts != 7 {
+			t.Fatalf("final event %+v, execution %+v", last, x)
+		}
+	}
+
+	// Keyed: a fenced Complete first, then the real one.
+	res := mustReserve(t, s, reserveParams(scopeA, "key-1", fpOne))
+	p := completeParams(res.Attempt, 200, `{}`)
+	p.Finish.Attempts, p.Finish.Events = 7, finalEvents(res.Attempt.ExecutionID)
+	stale := p
+	stale.FencingToken++
+	if _, err := s.Complete(ctx(t), stale); !errors.Is(err, idem.ErrFenced) {
+		t.Fatalf("fenced Complete: err = %v", err)
+	}
+	check(res.Attempt.ExecutionID, 1)
+	if _, err := s.Complete(ctx(t), p); err != nil {
+		t.Fatal(err)
+	}
+	check(res.Attempt.ExecutionID, 8)
+
+	// Unkeyed, with a short and a long list.
+	for _, n := range []int{1, 7} {
+		x, err := s.StartExecution(ctx(t), idem.StartParams{ExecutionID: newID("exe_"), Scope: scopeA, Operation: "business.list", Fingerprint: fpOne})
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := finalEvents(x.ID)
+		fin := idem.FinishParams{Org: scopeA.Org, ExecutionID: x.ID, Outcome: idem.OutcomeSucceeded, Attempts: 7, Events: events[len(events)-n:]}
+		unknown := fin
+		unknown.ExecutionID = "exe_unknown"
+		if err := s.FinishExecution(ctx(t), unknown); !errors.Is(err, idem.ErrNotFound) || !strings.Contains(err.Error(), "exe_unknown") {
+			t.Fatalf("finish of an unknown execution: err = %v, want NOT_FOUND naming exe_unknown", err)
+		}
+		check(x.ID, 1)
+		if err := s.FinishExecution(ctx(t), fin); err != nil {
+			t.Fatal(err)
+		}
+		check(x.ID, n+1)
 	}
 }

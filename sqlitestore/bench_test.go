@@ -1,0 +1,80 @@
+package sqlitestore_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"idem"
+	"idem/internal/fakeclock"
+	"idem/sqlitestore"
+)
+
+// BenchmarkReserveComplete measures one keyed execution's two store
+// transactions (Reserve of a fresh key, then Complete, with its final
+// event), one after the other ("serial") and from several goroutines
+// ("parallel", sharing commits). Besides ns/op it reports the CPU the
+// process spends per execution (user and system, fsyncs included).
+func BenchmarkReserveComplete(b *testing.B) {
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 30, 0, 0, time.UTC))
+	s, err := sqlitestore.Open(b.Context(), filepath.Join(b.TempDir(), "idem.db"), idem.StoreConfig{Clock: clock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	scope := idem.Scope{Org: "acme", Principal: "bench"}
+	var n atomic.Int64
+	run := func() error {
+		key := fmt.Sprint("k-", n.Add(1))
+		res, err := s.Reserve(b.Context(), idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: "exe_" + key, Scope: scope, Operation: "op", Fingerprint: "fp"},
+			Key:         key, Lease: time.Minute, Retention: 24 * time.Hour,
+		})
+		if err != nil {
+			return err
+		}
+		if !res.Reserved {
+			return fmt.Errorf("%s not reserved", key)
+		}
+		_, err = s.Complete(b.Context(), idem.CompleteParams{
+			Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200, Body: []byte(`{}`),
+			Finish: idem.FinishParams{Org: scope.Org, ExecutionID: res.Attempt.ExecutionID, Outcome: idem.OutcomeSucceeded, Attempts: 1,
+				Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}},
+		})
+		return err
+	}
+	b.Run("serial", func(b *testing.B) {
+		cpu := processCPU()
+		for b.Loop() {
+			if err := run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	})
+	b.Run("parallel", func(b *testing.B) {
+		cpu := processCPU()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := run(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	})
+}
+
+// processCPU is the user and system CPU this process has spent.
+func processCPU() time.Duration {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
+		return 0
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
