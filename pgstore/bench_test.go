@@ -81,28 +81,73 @@ func BenchmarkReserveComplete(b *testing.B) {
 		})
 		return err
 	}
-	b.Run("serial", func(b *testing.B) {
-		m := startMeasure(&trace)
-		for b.Loop() {
-			if err := run(); err != nil {
-				b.Fatal(err)
+	// transact is the transactional shape: the reservation, one handler
+	// write and the completion in one transaction, one commit.
+	transact := func() error {
+		key := fmt.Sprint("t-", n.Add(1))
+		res, err := s.Transact(b.Context(), params(key), func(ctx context.Context, tx any) idem.TxOutcome {
+			if _, err := tx.(pgx.Tx).Exec(ctx, `INSERT INTO bench_effects (name) VALUES ($1)`, key); err != nil {
+				return idem.TxOutcome{Abort: true}
 			}
+			return idem.TxOutcome{Result: idem.CompleteParams{Status: 200, Body: []byte(`{}`),
+				Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1,
+					Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}}}}
+		})
+		if err == nil && !res.Committed {
+			err = fmt.Errorf("%s not committed: %+v", key, res)
 		}
-		m.report(b)
-	})
-	b.Run("parallel", func(b *testing.B) {
-		m := startMeasure(&trace)
-		b.SetParallelism(4)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if err := run(); err != nil {
-					b.Error(err)
-					return
+		return err
+	}
+	// withWrite is the two-phase shape with the same handler write, in a
+	// transaction of its own between the phases.
+	withWrite := func() error {
+		key := fmt.Sprint("w-", n.Add(1))
+		res, err := s.Reserve(b.Context(), params(key))
+		if err != nil {
+			return err
+		}
+		if _, err := pool.Exec(b.Context(), `INSERT INTO bench_effects (name) VALUES ($1)`, key); err != nil {
+			return err
+		}
+		_, err = s.Complete(b.Context(), idem.CompleteParams{
+			Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200, Body: []byte(`{}`),
+			Finish: idem.FinishParams{Org: scope.Org, ExecutionID: res.Attempt.ExecutionID, Outcome: idem.OutcomeSucceeded, Attempts: 1,
+				Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}},
+		})
+		return err
+	}
+	if _, err := pool.Exec(b.Context(), `CREATE TABLE bench_effects (name text NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	// Sub-benchmarks: serial and parallel; the sub-benchmark names
+	// without a shape are Reserve+Complete alone, as before.
+	for _, shape := range []struct {
+		name string
+		run  func() error
+	}{{"", run}, {"two-phase+write/", withWrite}, {"transactional/", transact}} {
+		b.Run(shape.name+"serial", func(b *testing.B) {
+			m := startMeasure(&trace)
+			for b.Loop() {
+				if err := shape.run(); err != nil {
+					b.Fatal(err)
 				}
 			}
+			m.report(b)
 		})
-		m.report(b)
-	})
+		b.Run(shape.name+"parallel", func(b *testing.B) {
+			m := startMeasure(&trace)
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := shape.run(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			m.report(b)
+		})
+	}
 }
 
 // openTraced opens a migrated pool on url whose connections count their

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"idem"
 )
@@ -49,19 +50,25 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 }
 
 func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return idem.TransactResult{}, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer conn.Release()
 	now := s.now()
+	// One round trip begins the transaction, bounds its idle time,
+	// reserves and opens the handler's savepoint.
+	open := &pipelined{conn: conn.Conn(), after: []string{`SAVEPOINT idem_handler`}}
+	defer func() {
+		if open.Tx != nil {
+			open.Tx.Rollback(context.WithoutCancel(ctx)) // a no-op once committed
+		}
+	}()
 	var fence int64
 	if p.Key != "" {
-		if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
-			strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)); err != nil {
-			return idem.TransactResult{}, err
-		}
-		r, busy, err := reserveTx(ctx, tx, p, now, true)
+		open.before = []queued{{`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
+			[]any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
+		r, busy, err := reserveTx(ctx, open, p, now, true)
 		switch {
 		case err != nil:
 			return idem.TransactResult{}, err
@@ -71,35 +78,31 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 			return idem.TransactResult{Attempt: r.Attempt}, nil
 		}
 		fence = r.Attempt.FencingToken
-	} else if _, err := startExecution(ctx, tx, p.StartParams, now); err != nil {
+	} else if _, err := startExecution(ctx, open, p.StartParams, now); err != nil {
 		return idem.TransactResult{}, err
 	}
-	if _, err := tx.Exec(ctx, `SAVEPOINT idem_handler`); err != nil {
-		return idem.TransactResult{}, err
-	}
+	tx := open.Tx
 	out := run(ctx, tx)
 	if out.Abort {
 		return idem.TransactResult{Reserved: true}, nil // rolled back by the deferred Rollback
 	}
-	end := `RELEASE SAVEPOINT idem_handler`
+	// The savepoint's end goes in the completion's round trip.
+	end := &pipelined{Tx: tx, before: []queued{{`RELEASE SAVEPOINT idem_handler`, nil}}}
 	if out.Undo {
-		end = `ROLLBACK TO SAVEPOINT idem_handler`
-	}
-	if _, err := tx.Exec(ctx, end); err != nil {
-		return idem.TransactResult{}, err
+		end.before[0].sql = `ROLLBACK TO SAVEPOINT idem_handler`
 	}
 	now = s.now() // the handler took time: the lease is checked against now
 	res := idem.TransactResult{Reserved: true, Committed: true}
 	if p.Key == "" {
 		fin := out.Result.Finish
 		fin.Org, fin.ExecutionID = p.Scope.Org, p.ExecutionID
-		err = finishExecution(ctx, tx, fin, now)
+		err = finishExecution(ctx, end, fin, now)
 	} else {
 		c := out.Result
 		c.Scope, c.Key, c.FencingToken = p.Scope, p.Key, fence
 		var headers []byte
 		if headers, err = json.Marshal(idem.FilterReplayedHeaders(c.Headers)); err == nil {
-			res.Attempt, err = completeTx(ctx, tx, c, headers, now)
+			res.Attempt, err = completeTx(ctx, end, c, headers, now)
 			res.Attempt = res.Attempt.Observe(now)
 		}
 	}
@@ -115,3 +118,85 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	}
 	return res, nil
 }
+
+// queued is one statement and its arguments.
+type queued struct {
+	sql  string
+	args []any
+}
+
+// pipelined is a pgx.Tx whose next batch or query carries more statements
+// in the same round trip: before runs first (their results are read and
+// checked here), after runs last (an error in them surfaces when the
+// batch closes). With conn set and no Tx yet, that batch also begins the
+// transaction on conn (Batch.BeginTx), which becomes Tx. Use each
+// pipelined for one batch or query.
+type pipelined struct {
+	pgx.Tx
+	conn   *pgx.Conn
+	before []queued
+	after  []string
+}
+
+func (t *pipelined) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	all := &pgx.Batch{}
+	begin := t.Tx == nil
+	if begin {
+		all.BeginTx(pgx.TxOptions{})
+	}
+	for _, q := range t.before {
+		all.Queue(q.sql, q.args...)
+	}
+	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
+	for _, q := range t.after {
+		all.Queue(q)
+	}
+	var br pgx.BatchResults
+	if begin {
+		br = t.conn.SendBatch(ctx, all)
+		t.Tx = br.Tx()
+	} else {
+		br = t.Tx.SendBatch(ctx, all)
+	}
+	for range len(t.before) + b2i(begin) {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return failedBatch{err}
+		}
+	}
+	return br
+}
+
+func (t *pipelined) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := t.SendBatch(ctx, b)
+	return batchRow{br.QueryRow(), br}
+}
+
+// batchRow is the one row of a batch, which Scan closes.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// failedBatch is the results of a batch whose first statements failed.
+type failedBatch struct{ err error }
+
+func (f failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, f.err }
+func (f failedBatch) Query() (pgx.Rows, error)         { return nil, f.err }
+func (f failedBatch) QueryRow() pgx.Row                { return errRow{f.err} }
+func (f failedBatch) Close() error                     { return f.err }
+func (f failedBatch) Tx() pgx.Tx                       { return nil }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
