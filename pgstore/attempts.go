@@ -168,8 +168,14 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 		return idem.ReserveResult{}, false, err
 	}
 	if !got {
-		// The reservation statement ran without the lock: what it read or
-		// wrote is not to be trusted, and the caller rolls it back.
+		// The reservation statement ran without the lock: what it wrote is
+		// not to be trusted, and the caller rolls it back. A final record
+		// it read is: committed before the holder's transaction, which then
+		// only answers from it, as this one does (a reader holds the lock
+		// too, and is no execution in flight).
+		if err == nil && !res.Reserved && a.State != "" && a.State != idem.AttemptInFlight {
+			return idem.ReserveResult{Attempt: a.Observe(now)}, false, nil
+		}
 		return idem.ReserveResult{}, true, nil
 	}
 	res.Attempt = a.Observe(now)

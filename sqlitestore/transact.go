@@ -25,9 +25,11 @@ func Tx(call *idem.Call) *sql.Tx {
 // never leaves the store.
 var errAborted = errors.New("sqlitestore: transactional execution aborted")
 
-// busyKeys holds the keys whose transactional execution is queued for or
-// running in this store's writer: a same-key request answers at once
-// instead of waiting for the writer behind it. The single writer makes
+// busyKeys holds the keys whose transactional call is queued for or
+// running in this store's writer (an execution, or a request that will
+// find the key's record there): a same-key request answers at once
+// instead of waiting for the writer behind it, from the key's final
+// record if it has one. The single writer makes
 // this per-process set enough for one process; another process sharing
 // the file waits for the file's lock instead (busy timeout).
 type busyKeys struct {
@@ -65,6 +67,13 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	if p.Key != "" {
 		k := idem.ScopedKey{Scope: p.Scope, Key: p.Key}
 		if !s.busy.take(k) {
+			// The holder may only be reading the key's final record (a
+			// same-key request answered from it, queued for the writer):
+			// this one answers from it too. No record, or one in flight,
+			// is the holder's execution.
+			if a, err := s.GetAttempt(ctx, p.Scope, p.Key); err == nil && a.State != idem.AttemptInFlight {
+				return idem.TransactResult{Attempt: a}, nil
+			}
 			return idem.TransactResult{}, idem.ErrKeyBusy
 		}
 		defer s.busy.release(k)
