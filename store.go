@@ -148,7 +148,9 @@ type Transactor interface {
 	// When the key has a record, run is not called, nothing is written and
 	// the record comes back with Reserved false, as from Reserve. When a
 	// transactional execution of the key is running now (uncommitted), run
-	// is not called and the error is ErrKeyBusy, at once. When run asks for
+	// is not called and the error is ErrKeyBusy, at once; never while the
+	// key has a final record (another same-key call that only reads it
+	// does not make the key busy). When run asks for
 	// Abort, the whole transaction is rolled back: the result is Reserved
 	// and not Committed, and nothing of the call remains (no record, no
 	// execution, no effect). With Undo, only the handler's writes are

@@ -39,7 +39,9 @@ func TestTransactionalCrashLeavesNothing(t *testing.T) {
 			}
 			var wg sync.WaitGroup
 			for i := 1; i < n; i += 2 {
-				wg.Go(func() { _, _ = a.try("POST", "/v1/businesses", "demo-agent", calls[i].body, "Idempotency-Key", calls[i].key) })
+				wg.Go(func() {
+					_, _ = a.try("POST", "/v1/businesses", "demo-agent", calls[i].body, "Idempotency-Key", calls[i].key)
+				})
 			}
 			time.Sleep(300 * time.Millisecond) // let every slow create start before the probes
 			// Kill once every slow create holds its key: a same-key request

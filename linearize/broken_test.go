@@ -4,13 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/http"
 	"sync"
 
 	"idem"
 )
 
 // Deliberately broken stores, to show that the checker has teeth: each
-// wraps a real store and breaks one guarantee of the attempt record.
+// wraps a real store and breaks one guarantee of the attempt record. Each
+// is an idem.Transactor too (the runner runs lin.put only on one): the
+// first two pass transactional executions through unbroken.
+
+// transact runs a transactional execution on s, the wrapped store.
+func transact(ctx context.Context, s idem.Store, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return s.(idem.Transactor).Transact(ctx, p, run)
+}
 
 // noFingerprintStore skips the fingerprint check: an existing record comes
 // back carrying the caller's fingerprint, so a same-key request with a
@@ -19,15 +27,12 @@ import (
 // Reserve, which knows the caller's fingerprint.
 type noFingerprintStore struct{ idem.Store }
 
-// Transact runs transactional operations (business.create) unbroken:
-// inside the store's transaction there is nothing of the two-phase path to
-// break.
-func (s noFingerprintStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
-	return s.Store.(idem.Transactor).Transact(ctx, p, run)
-}
-
 func (s noFingerprintStore) GetAttempt(context.Context, idem.Scope, string) (idem.Attempt, error) {
 	return idem.Attempt{}, idem.ErrNotFound
+}
+
+func (s noFingerprintStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return transact(ctx, s.Store, p, run)
 }
 
 func (s noFingerprintStore) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
@@ -55,11 +60,6 @@ func newNoLockStore(s idem.Store) idem.Store {
 
 func scopedKey(s idem.Scope, key string) string { return s.Org + "\x00" + s.Principal + "\x00" + key }
 
-// Transact runs transactional operations unbroken, as noFingerprintStore's.
-func (s *noLockStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
-	return s.Store.(idem.Transactor).Transact(ctx, p, run)
-}
-
 func (s *noLockStore) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -75,6 +75,10 @@ func (s *noLockStore) Reserve(ctx context.Context, p idem.ReserveParams) (idem.R
 	s.mu.Unlock()
 	res.Attempt.Key = key
 	return res, nil
+}
+
+func (s *noLockStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return transact(ctx, s.Store, p, run)
 }
 
 func (s *noLockStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
@@ -99,4 +103,25 @@ func (s *noLockStore) Complete(ctx context.Context, p idem.CompleteParams) (idem
 	a, err := s.Store.Complete(ctx, p)
 	a.Key = key
 	return a, err
+}
+
+// abortCommitsStore ignores Abort: a transactional execution whose handler
+// failed commits anyway, its handler's writes with its record, completed
+// with a 500 (and so indeterminate), while its caller is told, as the
+// runner says of a rolled-back failure, that nothing was committed and the
+// same key may be sent again. That retry then finds the record that should
+// not exist.
+type abortCommitsStore struct{ idem.Store }
+
+func (s abortCommitsStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return transact(ctx, s.Store, p, func(ctx context.Context, tx any) idem.TxOutcome {
+		out := run(ctx, tx)
+		if out.Abort {
+			out = idem.TxOutcome{Result: idem.CompleteParams{
+				Status: http.StatusInternalServerError, Body: []byte(`{}`),
+				Finish: idem.FinishParams{Outcome: idem.OutcomeFailed, Code: idem.CodeExecutionFailed, Attempts: 1},
+			}}
+		}
+		return out
+	})
 }

@@ -31,13 +31,17 @@ type workload struct {
 	Records int
 	// FailRate is the share of refund bodies with simulate.failAfterEffect.
 	FailRate float64
+	// TxFailRate is the share of lin.put bodies with failAfterWrite (a
+	// rolled-back failure), TxDeclareRate of those with declare (a stored
+	// 409 whose write is undone).
+	TxFailRate, TxDeclareRate float64
 	// ShortTimeoutRate is the share of calls whose client gives up after
 	// 1–30 ms, often before the answer (an ambiguous outcome).
 	ShortTimeoutRate float64
 }
 
 // defaultWorkload is the short mode's shape.
-var defaultWorkload = workload{Clients: 12, Ops: 500, Records: 20, FailRate: 0.1, ShortTimeoutRate: 0.12}
+var defaultWorkload = workload{Clients: 12, Ops: 500, Records: 20, FailRate: 0.1, TxFailRate: 0.35, TxDeclareRate: 0.1, ShortTimeoutRate: 0.12}
 
 // principals are demo tokens: two principals of one org and one of
 // another, sharing key names, so that scopes are exercised too.
@@ -49,14 +53,18 @@ type target struct {
 	name   string // principal token and key: the partition
 	token  string
 	key    string
+	op     string // the operation's name
 	path   string
 	bodies [][]byte
-	// transactional: business.create, a transactional operation.
-	transactional bool
+	// tx is set when op is transactional (SPEC §6.7), from the catalog.
+	tx bool
+	// linID is the lin.put record id whose committed effects the table
+	// holds; empty for other operations.
+	linID string
 }
 
 // stats counts a history's answers by result.
-type stats [finished + 1]int
+type stats [released + 1]int
 
 func (s *stats) add(o stats) {
 	for i := range s {
@@ -66,33 +74,52 @@ func (s *stats) add(o stats) {
 
 func (s stats) String() string {
 	var b bytes.Buffer
-	for r := executed; r < finished; r++ {
+	for r := executed; r <= rolledBack; r++ {
 		fmt.Fprintf(&b, "%s %d, ", r, s[r])
 	}
 	return b.String()[:b.Len()-2]
 }
 
-// targets makes w.Records records: refunds of distinct orders with small
-// amounts, delays of 0–50 ms and sometimes failAfterEffect, and business
-// creates whose slugs sometimes collide (a stored 409 BUSINESS_EXISTS).
-func targets(rng *mrand.Rand, run string, w workload) []target {
+// targets makes w.Records records, a third of each: refunds of distinct
+// orders with small amounts, delays of 0–50 ms and sometimes
+// failAfterEffect; business creates whose slugs sometimes collide (a
+// stored 409 BUSINESS_EXISTS); and lin.put records (transactional) with
+// delays of 0–50 ms, sometimes failAfterWrite (rolled back) or declare (a
+// stored 409). transactional tells which operations are transactional.
+func targets(rng *mrand.Rand, run string, w workload, transactional func(op string) bool) []target {
 	var out []target
 	lastSlug := ""
 	for i := range w.Records {
 		t := target{token: principals[i%len(principals)], key: fmt.Sprintf("lin-%s-%d", run, i/len(principals))}
 		t.name = t.token + "/" + t.key
 		n := 2 + rng.IntN(2)
-		if rng.IntN(3) == 0 {
+		switch rng.IntN(3) {
+		case 0:
+			t.op = "business.create"
 			slug := fmt.Sprintf("lin-%s-%d", run, i)
 			if lastSlug != "" && rng.IntN(3) == 0 {
 				slug = lastSlug
 			}
 			lastSlug = slug
-			t.path, t.transactional = "/v1/businesses", true
+			t.path = "/v1/businesses"
 			for b := range n {
 				t.bodies = append(t.bodies, mustJSON(map[string]any{"slug": slug, "name": fmt.Sprintf("business %d", b)}))
 			}
-		} else {
+		case 1:
+			t.op, t.linID = linPutOp, fmt.Sprintf("%s-%d", run, i)
+			t.path = "/v1/lin/" + t.linID
+			for b := range n {
+				in := map[string]any{"body": b, "delayMs": rng.IntN(51)}
+				switch f := rng.Float64(); {
+				case f < w.TxFailRate:
+					in["failAfterWrite"] = true
+				case f < w.TxFailRate+w.TxDeclareRate:
+					in["declare"] = true
+				}
+				t.bodies = append(t.bodies, mustJSON(in))
+			}
+		default:
+			t.op = "order.refund"
 			t.path = fmt.Sprintf("/v1/orders/ord_%d/refund", 1+rng.IntN(100))
 			for b := range n {
 				sim := map[string]any{"delayMs": rng.IntN(51)}
@@ -102,6 +129,7 @@ func targets(rng *mrand.Rand, run string, w workload) []target {
 				t.bodies = append(t.bodies, mustJSON(map[string]any{"amount": b + 1, "simulate": sim}))
 			}
 		}
+		t.tx = transactional(t.op)
 		out = append(out, t)
 	}
 	return out
@@ -115,16 +143,17 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// recordHistory runs one history of w against servers (clients pick one at
-// random per call), then a closing round of one call per record and body,
-// and returns it as porcupine operations, with counts of answers by result.
-// Answers the model has no class for fail the test.
-func recordHistory(t *testing.T, servers []string, w workload, seed uint64) ([]porcupine.Operation, stats) {
+// recordHistory runs one history of w against the servers of cl (clients
+// pick one at random per call), then a closing round of one call per
+// record and body, and returns it as porcupine operations, with counts of
+// answers by result and the records it aimed at. Answers the model has no
+// class for fail the test.
+func recordHistory(t *testing.T, cl *cluster, w workload, seed uint64) ([]porcupine.Operation, stats, []target) {
 	t.Helper()
 	var runID [4]byte
 	_, _ = rand.Read(runID[:])
 	setup := mrand.New(mrand.NewPCG(seed, 0))
-	pool := targets(setup, hex.EncodeToString(runID[:]), w)
+	pool := targets(setup, hex.EncodeToString(runID[:]), w, cl.transactional)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = w.Clients
 	defer transport.CloseIdleConnections()
@@ -138,6 +167,21 @@ func recordHistory(t *testing.T, servers []string, w workload, seed uint64) ([]p
 		next    atomic.Int64
 		wg      sync.WaitGroup
 	)
+	// send makes one call as client id and records it.
+	send := func(id int, url string, tg target, body int, timeout time.Duration) {
+		call := time.Since(start).Nanoseconds()
+		out, err := do(client, url+tg.path, tg, tg.bodies[body], timeout)
+		ret := time.Since(start).Nanoseconds()
+		if err != nil {
+			t.Errorf("%s body %d: %v", tg.name, body, err)
+			return
+		}
+		ops := operations(id, tg, body, call, ret, out)
+		mu.Lock()
+		history = append(history, ops...)
+		counts[out.Result]++
+		mu.Unlock()
+	}
 	for c := range w.Clients {
 		wg.Go(func() {
 			rng := mrand.New(mrand.NewPCG(seed, uint64(c)+1))
@@ -148,28 +192,7 @@ func recordHistory(t *testing.T, servers []string, w workload, seed uint64) ([]p
 				if rng.Float64() < w.ShortTimeoutRate {
 					timeout = time.Duration(1+rng.IntN(30)) * time.Millisecond
 				}
-				url := servers[rng.IntN(len(servers))] + tg.path
-				call := time.Since(start).Nanoseconds()
-				out, err := do(client, url, tg, tg.bodies[body], timeout)
-				ret := time.Since(start).Nanoseconds()
-				if err != nil {
-					t.Errorf("%s body %d: %v", tg.name, body, err)
-					continue
-				}
-				in := input{Record: tg.name, Body: body, Transactional: tg.transactional}
-				ops := []porcupine.Operation{{ClientId: c, Input: in, Call: call, Output: out, Return: ret}}
-				switch out.Result {
-				case ambiguous:
-					// It may take effect any time after the call: its
-					// interval is open.
-					ops[0].Return = 1 << 62
-				case executed:
-					ops = append(ops, porcupine.Operation{ClientId: c, Input: input{Record: tg.name, Finish: true}, Call: call, Output: output{Result: finished, ExecutionID: out.ExecutionID}, Return: ret})
-				}
-				mu.Lock()
-				history = append(history, ops...)
-				counts[out.Result]++
-				mu.Unlock()
+				send(c, cl.urls[rng.IntN(len(cl.urls))], tg, body, timeout)
 			}
 		})
 	}
@@ -179,24 +202,32 @@ func recordHistory(t *testing.T, servers []string, w workload, seed uint64) ([]p
 	// down records that only ambiguous calls reached).
 	for _, tg := range pool {
 		for body := range tg.bodies {
-			call := time.Since(start).Nanoseconds()
-			out, err := do(client, servers[0]+tg.path, tg, tg.bodies[body], 10*time.Second)
-			ret := time.Since(start).Nanoseconds()
-			if err != nil {
-				t.Errorf("%s body %d: %v", tg.name, body, err)
-				continue
-			}
-			if out.Result == ambiguous {
-				ret = 1 << 62
-			}
-			history = append(history, porcupine.Operation{ClientId: w.Clients, Input: input{Record: tg.name, Body: body, Transactional: tg.transactional}, Call: call, Output: out, Return: ret})
-			if out.Result == executed {
-				history = append(history, porcupine.Operation{ClientId: w.Clients, Input: input{Record: tg.name, Finish: true}, Call: call, Output: output{Result: finished, ExecutionID: out.ExecutionID}, Return: ret})
-			}
-			counts[out.Result]++
+			send(w.Clients, cl.urls[0], tg, body, 10*time.Second)
 		}
 	}
-	return history, counts
+	return history, counts, pool
+}
+
+// operations are the history's operations for one call of client id on
+// tg, sent at call and answered at ret: the call, and the finish half of
+// an executed call or the release half of a rolled-back one, both over
+// the call's interval.
+func operations(id int, tg target, body int, call, ret int64, out output) []porcupine.Operation {
+	in := input{Record: tg.name, Body: body, Tx: tg.tx}
+	if out.Result == ambiguous {
+		// It may take effect any time after the call: its interval is
+		// open.
+		ret = 1 << 62
+	}
+	ops := []porcupine.Operation{{ClientId: id, Input: in, Call: call, Output: out, Return: ret}}
+	half := input{Record: tg.name, Tx: tg.tx, Finish: true}
+	switch out.Result {
+	case executed:
+		ops = append(ops, porcupine.Operation{ClientId: id, Input: half, Call: call, Output: output{Result: finished, ExecutionID: out.ExecutionID}, Return: ret})
+	case rolledBack:
+		ops = append(ops, porcupine.Operation{ClientId: id, Input: half, Call: call, Output: output{Result: released, ExecutionID: out.ExecutionID}, Return: ret})
+	}
+	return ops
 }
 
 // do sends one keyed call and classifies its answer.
@@ -224,9 +255,10 @@ func do(client *http.Client, url string, tg target, body []byte, timeout time.Du
 
 // answer is the part of an envelope or problem object the model reads.
 type answer struct {
-	Code    idem.Code      `json:"code"`
-	Details map[string]any `json:"details"`
-	Meta    *struct {
+	Code      idem.Code      `json:"code"`
+	Retryable bool           `json:"retryable"`
+	Details   map[string]any `json:"details"`
+	Meta      *struct {
 		ExecutionID string `json:"executionId"`
 		Idempotency *struct {
 			Replayed bool `json:"replayed"`
@@ -263,6 +295,10 @@ func classify(status int, h http.Header, raw []byte) (output, error) {
 		return output{Result: reused, Status: status}, nil
 	case a.Code == idem.CodeStoreUnavailable && status == http.StatusServiceUnavailable:
 		return output{Result: notStored, Status: status}, nil
+	case exe != "" && status >= 500 && a.Retryable:
+		// Only a transactional execution, rolled back whole, fails
+		// retryably once started (SPEC §6.7); the model checks that it is.
+		return output{Result: rolledBack, ExecutionID: exe, Status: status}, nil
 	case exe != "":
 		return output{Result: executed, ExecutionID: exe, Status: status}, nil
 	}

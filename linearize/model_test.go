@@ -18,6 +18,16 @@ import (
 // at a moment no call observes; the model lets any observation that needs
 // a final record (a replay, an indeterminate answer) make that move, and
 // an in-flight answer is only possible before it.
+//
+// A transactional operation (SPEC §6.7) takes the record uncommitted: no
+// read can see it, so every same-key request answers in flight, whatever
+// its body, and nothing else. Its commit makes the record final at once
+// (committed is final); a 422 or a replay observes the commit. A call that
+// failed is rolled back whole: it is split likewise into the call, which
+// takes the record uncommitted, and its release, after which the record is
+// absent again and the key runs afresh. A record taken by an ambiguous
+// call of a transactional operation may have rolled back: until its commit
+// is observed, it may revert to absent at any moment no call observes.
 
 // result classifies one answer.
 type result int
@@ -39,11 +49,17 @@ const (
 	// ambiguous: client timeout or network error; the call may or may not
 	// have taken the record, and nothing is known of its answer.
 	ambiguous
+	// rolledBack: a transactional call that ran and failed, rolled back
+	// whole (a 5xx with retryable true and meta.executionId, replayed
+	// false).
+	rolledBack
 	// finished: the finish half of an executed call.
 	finished
+	// released: the release half of a rolled-back call.
+	released
 )
 
-var resultNames = [...]string{"executed", "replay", "in-flight", "indeterminate", "reused", "not-stored", "ambiguous", "finished"}
+var resultNames = [...]string{"executed", "replay", "in-flight", "indeterminate", "reused", "not-stored", "ambiguous", "rolled-back", "finished", "released"}
 
 func (r result) String() string { return resultNames[r] }
 
@@ -52,12 +68,11 @@ func (r result) String() string { return resultNames[r] }
 type input struct {
 	Record string
 	Body   int
-	// Transactional marks a record of a transactional operation (SPEC
-	// §6.7): until its transaction commits there is no record to compare
-	// fingerprints with, so a same-key call with any body is answered in
-	// flight while it runs.
-	Transactional bool
-	// Finish marks the finish half of an executed call.
+	// Tx marks a call of a transactional operation (SPEC §6.7); every call
+	// of a record has the same.
+	Tx bool
+	// Finish marks the second half of a call: the finish of an executed
+	// one, the release of a rolled-back one (by its output's result).
 	Finish bool
 }
 
@@ -77,6 +92,7 @@ const (
 	unknownOutcome outcome = iota // taken by an ambiguous call: not known yet
 	completedOutcome
 	indeterminateOutcome
+	rolledBackOutcome // a transactional execution that failed: rolling back
 )
 
 // record is the state of one attempt record. It is comparable, so states
@@ -90,7 +106,8 @@ type record struct {
 	ExecutionID string
 	Status      int
 	Outcome     outcome
-	// Final: completed or indeterminate, no longer in flight.
+	// Final: completed or indeterminate, no longer in flight; for a
+	// transactional operation, committed.
 	Final bool
 }
 
@@ -102,7 +119,7 @@ func (r record) String() string {
 	if r.Final {
 		phase = "final"
 	}
-	out := [...]string{"?", "completed", "indeterminate"}[r.Outcome]
+	out := [...]string{"?", "completed", "indeterminate", "rolling back"}[r.Outcome]
 	exe := r.ExecutionID
 	if exe == "" {
 		exe = "?"
@@ -113,15 +130,50 @@ func (r record) String() string {
 // step returns every state the record may be in after the call, none when
 // the answer is impossible from s.
 func step(s record, in input, out output) []record {
+	var next []record
+	for _, from := range unobserved(s, in) {
+		for _, to := range stepFrom(from, in, out) {
+			if !slices.Contains(next, to) {
+				next = append(next, to)
+			}
+		}
+	}
+	return next
+}
+
+// unobserved returns s and the states it may have moved to meanwhile
+// without any call observing it: a transactional record taken by an
+// ambiguous call (its execution unknown) and not seen committed may have
+// rolled back.
+func unobserved(s record, in input) []record {
+	if in.Tx && s.Taken && !s.Final && s.ExecutionID == "" {
+		return []record{s, {}}
+	}
+	return []record{s}
+}
+
+func stepFrom(s record, in input, out output) []record {
 	if in.Finish {
-		// The executor's own answer is written after the record is final.
-		if s.Taken && s.ExecutionID == out.ExecutionID {
+		switch {
+		case !s.Taken || s.ExecutionID != out.ExecutionID:
+		case out.Result == released && s.Outcome == rolledBackOutcome:
+			return []record{{}}
+		case out.Result == finished && s.Outcome != rolledBackOutcome:
+			// The executor's own answer is written after the record is
+			// final.
 			s.Final = true
 			return []record{s}
 		}
 		return nil
 	}
 	switch out.Result {
+	case notStored:
+		if !in.Tx {
+			return []record{s}
+		}
+		// A transactional call whose commit was cut off: it may have
+		// committed, or rolled back; as ambiguous.
+		fallthrough
 	case ambiguous:
 		// Either nothing happened, or this call took the record (and then
 		// its execution, result and outcome are unknown).
@@ -137,24 +189,34 @@ func step(s record, in input, out output) []record {
 		}
 		o := completedOutcome
 		if out.Status >= 500 {
+			if in.Tx {
+				return nil // a transactional failure rolls back
+			}
 			o = indeterminateOutcome
 		}
 		return []record{{Taken: true, Body: in.Body, ExecutionID: out.ExecutionID, Status: out.Status, Outcome: o}}
+	case rolledBack:
+		if !in.Tx || s.Taken {
+			return nil
+		}
+		return []record{{Taken: true, Body: in.Body, ExecutionID: out.ExecutionID, Status: out.Status, Outcome: rolledBackOutcome}}
+	}
+	if !s.Taken {
+		return nil
+	}
+	if in.Tx {
+		return observeTx(s, in, out)
+	}
+	switch out.Result {
 	case reused:
 		// The fingerprint is checked first, whatever the record's state.
-		if s.Taken && s.Body != in.Body {
+		if s.Body != in.Body {
 			return []record{s}
 		}
 		return nil
-	case notStored:
-		return []record{s}
-	case inFlight:
-		if in.Transactional && s.Taken && !s.Final && s.Body != in.Body {
-			return []record{s}
-		}
 	}
 	// The answers below are only for the record's own fingerprint.
-	if !s.Taken || s.Body != in.Body {
+	if s.Body != in.Body {
 		return nil
 	}
 	switch out.Result {
@@ -176,28 +238,61 @@ func step(s record, in input, out output) []record {
 	return nil
 }
 
+// observeTx is stepFrom for answers read from the taken record s of a
+// transactional operation: uncommitted, every same-key request answers in
+// flight; committed, the record answers as a completed one (never
+// indeterminate: a failure leaves no record).
+func observeTx(s record, in input, out output) []record {
+	if out.Result == inFlight {
+		if !s.Final {
+			return []record{s}
+		}
+		return nil
+	}
+	if s.Outcome == rolledBackOutcome || s.Outcome == indeterminateOutcome {
+		return nil // rolling back: nothing to read
+	}
+	// The answer observes the commit, now if not before.
+	s.Final, s.Outcome = true, completedOutcome
+	switch out.Result {
+	case reused:
+		if s.Body != in.Body {
+			return []record{s}
+		}
+	case replay:
+		if s.Body == in.Body && out.Status < 500 && sameOrUnknown(s.ExecutionID, out.ExecutionID) && (s.Status == 0 || s.Status == out.Status) {
+			s.ExecutionID, s.Status = out.ExecutionID, out.Status
+			return []record{s}
+		}
+	}
+	return nil
+}
+
 func sameOrUnknown(have, got string) bool { return have == "" || have == got }
+
+// attemptPartition splits a history by record, records sorted by name.
+func attemptPartition(history []porcupine.Operation) [][]porcupine.Operation {
+	byRecord := map[string][]porcupine.Operation{}
+	var names []string
+	for _, op := range history {
+		r := op.Input.(input).Record
+		if _, ok := byRecord[r]; !ok {
+			names = append(names, r)
+		}
+		byRecord[r] = append(byRecord[r], op)
+	}
+	slices.Sort(names)
+	out := make([][]porcupine.Operation, 0, len(names))
+	for _, n := range names {
+		out = append(out, byRecord[n])
+	}
+	return out
+}
 
 // attemptModel is the porcupine model of one attempt record per partition.
 var attemptModel = (&porcupine.NondeterministicModel{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byRecord := map[string][]porcupine.Operation{}
-		var names []string
-		for _, op := range history {
-			r := op.Input.(input).Record
-			if _, ok := byRecord[r]; !ok {
-				names = append(names, r)
-			}
-			byRecord[r] = append(byRecord[r], op)
-		}
-		slices.Sort(names)
-		out := make([][]porcupine.Operation, 0, len(names))
-		for _, n := range names {
-			out = append(out, byRecord[n])
-		}
-		return out
-	},
-	Init: func() []any { return []any{record{}} },
+	Partition: attemptPartition,
+	Init:      func() []any { return []any{record{}} },
 	Step: func(state, in, out any) []any {
 		var next []any
 		for _, s := range step(state.(record), in.(input), out.(output)) {
@@ -208,9 +303,16 @@ var attemptModel = (&porcupine.NondeterministicModel{
 	DescribeOperation: func(in, out any) string {
 		i, o := in.(input), out.(output)
 		if i.Finish {
-			return fmt.Sprintf("%s finish %s", i.Record, o.ExecutionID)
+			verb := "finish"
+			if o.Result == released {
+				verb = "release"
+			}
+			return fmt.Sprintf("%s %s %s", i.Record, verb, o.ExecutionID)
 		}
 		s := fmt.Sprintf("%s body %d → %s", i.Record, i.Body, o.Result)
+		if i.Tx {
+			s = fmt.Sprintf("%s (tx) body %d → %s", i.Record, i.Body, o.Result)
+		}
 		if o.ExecutionID != "" {
 			s += fmt.Sprintf(" %s/%d", o.ExecutionID, o.Status)
 		}

@@ -12,11 +12,6 @@ func TestModel(t *testing.T) {
 	call := func(client, body int, from, to int64, res result, exe string, status int) porcupine.Operation {
 		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Body: body}, Call: from, Return: to, Output: output{Result: res, ExecutionID: exe, Status: status}}
 	}
-	txCall := func(client, body int, from, to int64, res result, exe string, status int) porcupine.Operation {
-		op := call(client, body, from, to, res, exe, status)
-		op.Input = input{Record: "k", Body: body, Transactional: true}
-		return op
-	}
 	finish := func(client int, from, to int64, exe string) porcupine.Operation {
 		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Finish: true}, Call: from, Return: to, Output: output{Result: finished, ExecutionID: exe}}
 	}
@@ -36,8 +31,6 @@ func TestModel(t *testing.T) {
 		{"other body is reused", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), call(1, 1, 11, 12, reused, "", 422)}, true},
 		{"other body replays", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), call(1, 1, 11, 12, replay, "e1", 201)}, false},
 		{"other body in flight", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), call(1, 1, 2, 3, inFlight, "", 409)}, false},
-		{"transactional: other body in flight", []porcupine.Operation{txCall(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), txCall(1, 1, 2, 3, inFlight, "", 409)}, true},
-		{"transactional: other body in flight after the executor answered", []porcupine.Operation{txCall(0, 0, 0, 10, executed, "e1", 201), finish(0, 0, 10, "e1"), txCall(1, 1, 11, 12, inFlight, "", 409)}, false},
 		{"reused before anything ran", []porcupine.Operation{call(1, 1, 0, 1, reused, "", 422), call(0, 0, 2, 10, executed, "e1", 201), finish(0, 2, 10, "e1")}, false},
 		{"failed execution is indeterminate", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 500), finish(0, 0, 10, "e1"), call(1, 0, 11, 12, indeterminate, "e1", 409)}, true},
 		{"failed execution replays", []porcupine.Operation{call(0, 0, 0, 10, executed, "e1", 500), finish(0, 0, 10, "e1"), call(1, 0, 11, 12, replay, "e1", 500)}, false},
@@ -55,4 +48,93 @@ func TestModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestModelTransactional checks the model's transactional steps (SPEC
+// §6.7) on hand-written histories: the uncommitted window, rolled-back
+// failures that free the key, and ambiguous calls that may have rolled
+// back.
+func TestModelTransactional(t *testing.T) {
+	call := func(client, body int, from, to int64, res result, exe string, status int) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Body: body, Tx: true}, Call: from, Return: to, Output: output{Result: res, ExecutionID: exe, Status: status}}
+	}
+	half := func(client int, from, to int64, res result, exe string) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Tx: true, Finish: true}, Call: from, Return: to, Output: output{Result: res, ExecutionID: exe}}
+	}
+	executes := func(client, body int, from, to int64, exe string, status int) []porcupine.Operation {
+		return []porcupine.Operation{call(client, body, from, to, executed, exe, status), half(client, from, to, finished, exe)}
+	}
+	rollsBack := func(client, body int, from, to int64, exe string) []porcupine.Operation {
+		return []porcupine.Operation{call(client, body, from, to, rolledBack, exe, 500), half(client, from, to, released, exe)}
+	}
+	h := func(parts ...any) []porcupine.Operation {
+		var out []porcupine.Operation
+		for _, p := range parts {
+			switch p := p.(type) {
+			case porcupine.Operation:
+				out = append(out, p)
+			case []porcupine.Operation:
+				out = append(out, p...)
+			}
+		}
+		return out
+	}
+	const never = 1 << 40
+	tests := []struct {
+		name    string
+		history []porcupine.Operation
+		ok      bool
+	}{
+		{"execute then replay", h(executes(0, 0, 0, 10, "e1", 201), call(1, 0, 11, 12, replay, "e1", 201)), true},
+		{"declared error replays", h(executes(0, 0, 0, 10, "e1", 409), call(1, 0, 11, 12, replay, "e1", 409)), true},
+		{"other body in flight while uncommitted", h(executes(0, 0, 0, 10, "e1", 201), call(1, 1, 2, 3, inFlight, "", 409)), true},
+		{"in flight after the commit was seen", h(executes(0, 0, 0, 10, "e1", 201), call(1, 0, 2, 3, replay, "e1", 201), call(2, 1, 4, 5, inFlight, "", 409)), false},
+		{"in flight after a 422 saw the commit", h(executes(0, 0, 0, 10, "e1", 201), call(1, 1, 2, 3, reused, "", 422), call(2, 0, 4, 5, inFlight, "", 409)), false},
+		{"in flight after the executor answered", h(executes(0, 0, 0, 10, "e1", 201), call(1, 0, 11, 12, inFlight, "", 409)), false},
+		{"a 5xx execution is not transactional", h(executes(0, 0, 0, 10, "e1", 500), call(1, 0, 11, 12, indeterminate, "e1", 409)), false},
+		{"rolled back, then the key runs afresh", h(rollsBack(0, 0, 0, 10, "e1"), executes(1, 0, 11, 20, "e2", 201), call(2, 0, 21, 22, replay, "e2", 201)), true},
+		{"rolled back twice, other bodies", h(rollsBack(0, 0, 0, 10, "e1"), rollsBack(1, 1, 11, 20, "e2"), executes(2, 2, 21, 30, "e3", 201)), true},
+		{"in flight, any body, while rolling back", h(rollsBack(0, 0, 0, 10, "e1"), call(1, 1, 2, 3, inFlight, "", 409), call(2, 0, 4, 5, inFlight, "", 409)), true},
+		{"in flight after the rollback", h(rollsBack(0, 0, 0, 10, "e1"), call(1, 0, 11, 12, inFlight, "", 409)), false},
+		{"rolled back, then replayed", h(rollsBack(0, 0, 0, 10, "e1"), call(1, 0, 11, 12, replay, "e1", 500)), false},
+		{"rolled back, then indeterminate", h(rollsBack(0, 0, 0, 10, "e1"), call(1, 0, 11, 12, indeterminate, "e1", 409)), false},
+		{"rolled back, then reused", h(rollsBack(0, 0, 0, 10, "e1"), call(1, 1, 11, 12, reused, "", 422)), false},
+		{"reused while rolling back", h(rollsBack(0, 0, 0, 10, "e1"), call(1, 1, 2, 3, reused, "", 422)), false},
+		{"rolled back while another executes", h(executes(0, 0, 0, 10, "e1", 201), rollsBack(1, 0, 11, 20, "e2")), false},
+		{"overlapping rollbacks in turn", h(rollsBack(0, 0, 0, 10, "e1"), rollsBack(1, 0, 0, 10, "e2")), true},
+		{"ambiguous call rolled back, then the key runs afresh", h(call(0, 0, 0, never, ambiguous, "", 0), call(1, 0, 1, 2, inFlight, "", 409), executes(2, 0, 3, 10, "e1", 201), call(3, 1, 11, 12, reused, "", 422)), true},
+		{"ambiguous call committed, then another execution", h(call(0, 0, 0, never, ambiguous, "", 0), call(1, 0, 1, 2, replay, "e9", 201), executes(2, 0, 3, 10, "e1", 201)), false},
+		{"ambiguous call committed, then in flight", h(call(0, 0, 0, never, ambiguous, "", 0), call(1, 1, 1, 2, reused, "", 422), call(2, 0, 3, 4, inFlight, "", 409)), false},
+		{"commit cut off (503) may have committed", h(call(0, 0, 0, 10, notStored, "", 503), call(1, 0, 11, 12, replay, "e9", 201)), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := porcupine.CheckOperations(attemptModel, tt.history); got != tt.ok {
+				t.Errorf("CheckOperations = %v, want %v", got, tt.ok)
+			}
+		})
+	}
+	// Without the declaration, the same answers mean the old contract.
+	t.Run("rolled back on a two-phase operation", func(t *testing.T) {
+		ops := h(rollsBack(0, 0, 0, 10, "e1"))
+		for i := range ops {
+			in := ops[i].Input.(input)
+			in.Tx = false
+			ops[i].Input = in
+		}
+		if porcupine.CheckOperations(attemptModel, ops) {
+			t.Error("a rolled-back answer of a two-phase operation was accepted")
+		}
+	})
+	t.Run("ambiguous two-phase call never reverts", func(t *testing.T) {
+		ops := h(call(0, 0, 0, never, ambiguous, "", 0), call(1, 0, 1, 2, inFlight, "", 409), executes(2, 0, 3, 10, "e1", 201))
+		for i := range ops {
+			in := ops[i].Input.(input)
+			in.Tx = false
+			ops[i].Input = in
+		}
+		if porcupine.CheckOperations(attemptModel, ops) {
+			t.Error("a two-phase record taken by an ambiguous call was freed")
+		}
+	})
 }

@@ -18,11 +18,23 @@ import (
 	"idem/sqlitestore"
 )
 
-// startServer starts the demo application on storeURL (sqlite:PATH or a
-// PostgreSQL URL) behind a real HTTP listener, with its own store (its own
-// pool) wrapped by wrap when set, and returns the server's URL. The server
-// and store close when the test ends; Close waits for running requests.
-func startServer(t *testing.T, storeURL string, wrap func(idem.Store) idem.Store) string {
+// cluster is the servers a history runs against, on one database.
+type cluster struct {
+	urls []string
+	// transactional tells whether the catalog's operation op is
+	// transactional (SPEC §6.7).
+	transactional func(op string) bool
+	// lin is the table of lin.put's committed effects.
+	lin *linTable
+}
+
+// startServer starts the demo application, with lin.put and lin.show
+// (linop_test.go) on lin, on storeURL (sqlite:PATH or a PostgreSQL URL)
+// behind a real HTTP listener, with its own store (its own pool) wrapped
+// by wrap when set, and returns the server's URL and its registry. The
+// server and store close when the test ends; Close waits for running
+// requests.
+func startServer(t *testing.T, storeURL string, lin *linTable, wrap func(idem.Store) idem.Store) (string, *idem.Registry) {
 	t.Helper()
 	ctx := context.Background()
 	var (
@@ -52,7 +64,7 @@ func startServer(t *testing.T, storeURL string, wrap func(idem.Store) idem.Store
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { app.Close() })
-	reg, err := idem.NewRegistry(app.Operations()...)
+	reg, err := idem.NewRegistry(append(app.Operations(), linOperations(lin)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,17 +79,35 @@ func startServer(t *testing.T, storeURL string, wrap func(idem.Store) idem.Store
 	// Registered last, so it runs first: requests finish before the
 	// application and the store close.
 	t.Cleanup(ts.Close)
-	return ts.URL
+	return ts.URL, reg
+}
+
+// startCluster starts n servers on storeURL.
+func startCluster(t *testing.T, storeURL string, n int, wrap func(idem.Store) idem.Store) *cluster {
+	c := &cluster{lin: openLinTable(t, storeURL)}
+	var reg *idem.Registry
+	for range n {
+		var url string
+		url, reg = startServer(t, storeURL, c.lin, wrap)
+		c.urls = append(c.urls, url)
+	}
+	c.transactional = func(op string) bool {
+		d, ok := reg.Describe(op)
+		if !ok {
+			t.Fatalf("no operation %s in the catalog", op)
+		}
+		return d.Retry.Transactional
+	}
+	return c
 }
 
 // sqliteServers is one server on a fresh SQLite file.
-func sqliteServers(t *testing.T, wrap func(idem.Store) idem.Store) []string {
-	return []string{startServer(t, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), wrap)}
+func sqliteServers(t *testing.T, wrap func(idem.Store) idem.Store) *cluster {
+	return startCluster(t, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), 1, wrap)
 }
 
 // postgresServers is two servers, each with its own runner and pool, on
 // one fresh PostgreSQL database.
-func postgresServers(t *testing.T, wrap func(idem.Store) idem.Store) []string {
-	url := pgtest.NewDatabase(t)
-	return []string{startServer(t, url, wrap), startServer(t, url, wrap)}
+func postgresServers(t *testing.T, wrap func(idem.Store) idem.Store) *cluster {
+	return startCluster(t, pgtest.NewDatabase(t), 2, wrap)
 }

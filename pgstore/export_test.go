@@ -54,3 +54,7 @@ func OpenWithLocalClock(ctx context.Context, url string, local func() time.Time)
 // AuditPartitionSpan lets the tests compute the partitions of executions
 // and events they expect.
 const AuditPartitionSpan = auditPartitionSpan
+
+// KeyLockSeed is the seed of the key's advisory lock, for tests that hold
+// it as another transaction would.
+const KeyLockSeed = keyLockSeed

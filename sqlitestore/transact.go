@@ -25,9 +25,11 @@ func Tx(call *idem.Call) *sql.Tx {
 // never leaves the store.
 var errAborted = errors.New("sqlitestore: transactional execution aborted")
 
-// busyKeys holds the keys whose transactional execution is queued for or
-// running in this store's writer: a same-key request answers at once
-// instead of waiting for the writer behind it. The single writer makes
+// busyKeys holds the keys whose transactional call is queued for or
+// running in this store's writer (an execution, or a request that will
+// find the key's record there): a same-key request answers at once
+// instead of waiting for the writer behind it, from the key's final
+// record if it has one. The single writer makes
 // this per-process set enough for one process; another process sharing
 // the file waits for the file's lock instead (busy timeout).
 type busyKeys struct {

@@ -1,0 +1,56 @@
+package sqlitestore
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"idem"
+)
+
+// A same-key request that only reads the key's completed record holds the
+// key busy while it waits for the writer; another same-key request
+// meanwhile answers from the record too, not busy (409
+// IDEMPOTENCY_KEY_IN_FLIGHT for a record that is completed).
+func TestTransactBesideAReaderAnswersFromTheRecord(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	params := func(key, exe string) idem.ReserveParams {
+		return idem.ReserveParams{
+			StartParams: idem.StartParams{Scope: scope, ExecutionID: exe, Operation: "thing.create", Fingerprint: "fp"},
+			Key:         key, Lease: idem.DefaultTimeout, Retention: 24 * time.Hour,
+		}
+	}
+	committed := func(context.Context, any) idem.TxOutcome {
+		return idem.TxOutcome{Result: idem.CompleteParams{Status: http.StatusCreated, Body: []byte(`{"data":{}}`),
+			Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}}
+	}
+	if res, err := s.Transact(t.Context(), params("done", "exe_1"), committed); err != nil || !res.Committed {
+		t.Fatalf("Transact = %+v, %v", res, err)
+	}
+	// Hold "done" (completed) and "open" (no record) busy, as a queued
+	// reader and a queued execution would.
+	for _, key := range []string{"done", "open"} {
+		k := idem.ScopedKey{Scope: scope, Key: key}
+		s.busy.take(k)
+		defer s.busy.release(k)
+	}
+	ran := func(context.Context, any) idem.TxOutcome {
+		t.Error("the function ran while another call held the key")
+		return idem.TxOutcome{Abort: true}
+	}
+	res, err := s.Transact(t.Context(), params("done", "exe_2"), ran)
+	if err != nil || res.Reserved || res.Attempt.ExecutionID != "exe_1" || res.Attempt.State != idem.AttemptCompleted {
+		t.Errorf("Transact of a completed key held busy = %+v, %v; want the completed record", res, err)
+	}
+	if _, err := s.Transact(t.Context(), params("open", "exe_3"), ran); !errors.Is(err, idem.ErrKeyBusy) {
+		t.Errorf("Transact of a key without record held busy: %v, want ErrKeyBusy", err)
+	}
+}
