@@ -67,9 +67,9 @@ type exampleAnswer struct {
 	} `json:"meta"`
 }
 
-func readAnswer(resp idem.Response) exampleAnswer {
+func readAnswer(resp idem.Result) exampleAnswer {
 	var a exampleAnswer
-	if err := json.Unmarshal(resp.Body, &a); err != nil {
+	if err := json.Unmarshal(resp.Body(), &a); err != nil {
 		log.Fatal(err)
 	}
 	return a

@@ -119,7 +119,7 @@ type call struct {
 	wait      time.Duration
 }
 
-func (f *fixture) do(ctx context.Context, c call) idem.Response {
+func (f *fixture) do(ctx context.Context, c call) idem.Result {
 	f.t.Helper()
 	req := idem.Request{Operation: c.op, Principal: c.principal, PathParams: c.path, Query: c.query, Wait: c.wait}
 	if req.Principal.ID == "" {
@@ -156,21 +156,21 @@ type decoded struct {
 	} `json:"meta"`
 }
 
-func decode(t *testing.T, r idem.Response) decoded {
+func decode(t *testing.T, r idem.Result) decoded {
 	t.Helper()
 	var d decoded
-	if err := json.Unmarshal(r.Body, &d); err != nil {
-		t.Fatalf("response body %q: %v", r.Body, err)
+	if err := json.Unmarshal(r.Body(), &d); err != nil {
+		t.Fatalf("response body %q: %v", r.Body(), err)
 	}
 	return d
 }
 
 // expect checks status and code of a response and returns its body.
-func expect(t *testing.T, r idem.Response, status int, code idem.Code) decoded {
+func expect(t *testing.T, r idem.Result, status int, code idem.Code) decoded {
 	t.Helper()
 	d := decode(t, r)
 	if r.Status != status || d.Code != code {
-		t.Fatalf("got %d %s, want %d %s; body %s", r.Status, d.Code, status, code, r.Body)
+		t.Fatalf("got %d %s, want %d %s; body %s", r.Status, d.Code, status, code, r.Body())
 	}
 	return d
 }
