@@ -65,7 +65,8 @@ func newID(prefix string, now time.Time) string {
 }
 
 // Call runs one call through the pipeline and returns its one final
-// answer. It never returns an error: every failure is a Result.
+// answer, typed (Result). It never returns an error: a failure is a Result
+// with a Problem.
 func (r *Runner) Call(ctx context.Context, req Request) Result {
 	start := r.cfg.Clock.Now()
 	x := &execution{r: r, req: req, start: start}
