@@ -50,7 +50,7 @@ func TestCallBeyondDecodeBudget(t *testing.T) {
 	req := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"k1"}}
 	resp := r.Call(t.Context(), req)
 	if resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || !resp.Problem.Retryable || resp.Header.Get(idem.HeaderRetryAfter) == "" {
-		t.Fatalf("Call beyond the budget = %d %s %v", resp.Status, resp.Body, resp.Header)
+		t.Fatalf("Call beyond the budget = %d %s %v", resp.Status, resp.Body(), resp.Header)
 	}
 	if store.writes.Load() != 0 || runs.Load() != 0 {
 		t.Fatalf("the refused call wrote %d times and ran %d", store.writes.Load(), runs.Load())
@@ -60,7 +60,7 @@ func TestCallBeyondDecodeBudget(t *testing.T) {
 	}
 	held()
 	if resp := r.Call(t.Context(), req); resp.Status != 201 || resp.Replayed || runs.Load() != 1 {
-		t.Fatalf("the same key after release = %d %s", resp.Status, resp.Body)
+		t.Fatalf("the same key after release = %d %s", resp.Status, resp.Body())
 	}
 }
 
@@ -90,27 +90,27 @@ func TestExecutionBoundLeavesReplays(t *testing.T) {
 	}
 	done := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"done"}`), KeyHeader: []string{"k-done"}}
 	if resp := r.Call(t.Context(), done); resp.Status != 201 {
-		t.Fatalf("first = %d %s", resp.Status, resp.Body)
+		t.Fatalf("first = %d %s", resp.Status, resp.Body())
 	}
-	held := make(chan idem.Response, 1)
+	held := make(chan idem.Result, 1)
 	go func() { held <- r.Call(context.Background(), idem.Request{Operation: "thing.hold", Principal: agent}) }()
 	<-started
 	writes := store.writes.Load()
 	fresh := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"b"}`), KeyHeader: []string{"k-new"}}
 	if resp := r.Call(t.Context(), fresh); resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || resp.Header.Get(idem.HeaderRetryAfter) == "" {
-		t.Fatalf("execution beyond the bound = %d %s", resp.Status, resp.Body)
+		t.Fatalf("execution beyond the bound = %d %s", resp.Status, resp.Body())
 	}
 	if store.writes.Load() != writes {
 		t.Fatal("the refused execution wrote to the store")
 	}
 	if resp := r.Call(t.Context(), done); resp.Status != 201 || !resp.Replayed {
-		t.Fatalf("replay with every place taken = %d %s", resp.Status, resp.Body)
+		t.Fatalf("replay with every place taken = %d %s", resp.Status, resp.Body())
 	}
 	close(release)
 	if resp := <-held; resp.Status != 200 {
-		t.Fatalf("holder = %d %s", resp.Status, resp.Body)
+		t.Fatalf("holder = %d %s", resp.Status, resp.Body())
 	}
 	if resp := r.Call(t.Context(), fresh); resp.Status != 201 {
-		t.Fatalf("the refused key once there is room = %d %s", resp.Status, resp.Body)
+		t.Fatalf("the refused key once there is room = %d %s", resp.Status, resp.Body())
 	}
 }

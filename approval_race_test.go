@@ -55,20 +55,20 @@ func TestApprovalRaceAnswersAsStageFive(t *testing.T) {
 			t.Run("completed meanwhile: replay", func(t *testing.T) {
 				f, s, runs, _ := raceFixture(t, open)
 				approve(t, f, 6000, "k-done")
-				var first idem.Response
+				var first idem.Result
 				s.afterMiss.Store(ptr(func() { first = f.do(context.Background(), refundCall(6000, "k-done")) }))
 				second := f.do(t.Context(), refundCall(6000, "k-done"))
 				d1 := expect(t, first, 200, "")
 				d2 := expect(t, second, 200, "")
 				if !second.Replayed || d2.Meta.ExecutionID != d1.Meta.ExecutionID || runs.Load() != 1 {
-					t.Fatalf("second = %s (runs %d), want the replay of %s", second.Body, runs.Load(), d1.Meta.ExecutionID)
+					t.Fatalf("second = %s (runs %d), want the replay of %s", second.Body(), runs.Load(), d1.Meta.ExecutionID)
 				}
 				noNewApproval(t, f)
 			})
 			t.Run("in flight meanwhile: 409", func(t *testing.T) {
 				f, s, runs, hold := raceFixture(t, open)
 				approve(t, f, 7000, "k-running")
-				done := make(chan idem.Response, 1)
+				done := make(chan idem.Result, 1)
 				s.afterMiss.Store(ptr(func() {
 					go func() { done <- f.do(context.Background(), refundCall(7000, "k-running")) }()
 					select { // running, or answered without running
@@ -99,12 +99,12 @@ func TestApprovalRaceAnswersAsStageFive(t *testing.T) {
 			t.Run("approval consumed before the reservation: replay", func(t *testing.T) {
 				f, s, runs, _ := raceFixture(t, open)
 				approve(t, f, 6000, "k-late")
-				var first idem.Response
+				var first idem.Result
 				s.beforeReserve.Store(ptr(func() { first = f.do(context.Background(), refundCall(6000, "k-late")) }))
 				second := f.do(t.Context(), refundCall(6000, "k-late"))
 				d1 := expect(t, first, 200, "")
 				if d2 := expect(t, second, 200, ""); !second.Replayed || d2.Meta.ExecutionID != d1.Meta.ExecutionID || runs.Load() != 1 {
-					t.Fatalf("second = %s (runs %d)", second.Body, runs.Load())
+					t.Fatalf("second = %s (runs %d)", second.Body(), runs.Load())
 				}
 				noNewApproval(t, f)
 			})
@@ -124,7 +124,7 @@ func TestApprovalRaceAcrossInstances(t *testing.T) {
 	}
 	approve(t, fixtures[0], 9000, "k-storm")
 	var wg sync.WaitGroup
-	resps := make([]idem.Response, 64)
+	resps := make([]idem.Result, 64)
 	for i := range resps {
 		wg.Add(1)
 		go func() {
@@ -135,7 +135,7 @@ func TestApprovalRaceAcrossInstances(t *testing.T) {
 	wg.Wait()
 	for i, r := range resps {
 		if r.Status != 200 && (r.Problem == nil || r.Problem.Code != idem.CodeIdempotencyKeyInFlight) {
-			t.Fatalf("request %d answered %d %s", i, r.Status, r.Body)
+			t.Fatalf("request %d answered %d %s", i, r.Status, r.Body())
 		}
 	}
 	if runs.Load() != 1 {

@@ -65,7 +65,7 @@ func BenchmarkLargeBody(b *testing.B) {
 		i++
 		resp := r.Call(b.Context(), idem.Request{Operation: "bulk.create", Principal: agent, Body: body, KeyHeader: []string{fmt.Sprint("k", i)}})
 		if resp.Status != 201 {
-			b.Fatalf("status %d: %.200s", resp.Status, resp.Body)
+			b.Fatalf("status %d: %.200s", resp.Status, resp.Body())
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package idem
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 )
@@ -63,17 +65,94 @@ const (
 // StatusClientClosedRequest is the status of CANCELLED.
 const StatusClientClosedRequest = 499
 
-// Response is the runner's one final answer to a call, ready for any
-// surface: HTTP writes it as is, MCP puts Body in structuredContent.
-type Response struct {
+// Result is the runner's one final answer to a call, typed: a success's
+// Data and Meta, or a failure's Problem. Every surface renders it once with
+// Body (HTTP writes it as is, MCP puts it in structuredContent and reads
+// the code from Problem); a stored answer stays bytes, so that a replay
+// keeps data byte for byte.
+//
+// A Result's slices and pointers may be shared with the runner's replay
+// cache: treat them as read-only.
+type Result struct {
 	Status int
 	Header http.Header
-	// Body is the envelope (Status < 400) or the problem object.
-	Body []byte
-	// Problem is the parsed problem when Status >= 400.
+	// Data is the success data (Status < 400), the JSON the handler's
+	// output encoded to, byte for byte as stored for a replay.
+	Data json.RawMessage
+	// Problem is the problem object when Status >= 400. Its Details hold
+	// the values the runner built for a fresh answer, and JSON-decoded
+	// values (map[string]any, []any, float64) for a replayed or parsed
+	// one.
 	Problem *Problem
+	// Meta says how the answer was produced (Problem.Meta on a problem).
+	Meta *Meta
 	// Replayed is set when the answer came from a stored attempt.
 	Replayed bool
+	// body is the rendering of the fields above, made once by the runner.
+	body []byte
+}
+
+// Body is the answer's wire body: the envelope {data, meta} (Status < 400)
+// or the problem object. The runner renders it once when it builds the
+// answer; a Result built field by field is rendered on each call.
+func (r Result) Body() []byte {
+	if r.body != nil {
+		return r.body
+	}
+	if r.Problem != nil {
+		return marshalProblem(r.Problem)
+	}
+	body, _ := json.Marshal(Envelope{Data: r.Data, Meta: r.Meta})
+	return body
+}
+
+// Err returns the answer's error as an *Error (its code, status, detail as
+// message, retryability and details), or nil for a success.
+func (r Result) Err() error {
+	switch p := r.Problem; {
+	case p != nil:
+		return &Error{Code: p.Code, Status: p.Status, Message: p.Detail, Retryable: p.Retryable, Details: p.Details}
+	case r.Status >= 400:
+		return &Error{Code: CodeInternal, Status: r.Status, Message: "the answer has no problem object"}
+	}
+	return nil
+}
+
+// Decode unmarshals the success data into v; for a failure it returns Err
+// and leaves v alone.
+func (r Result) Decode(v any) error {
+	if err := r.Err(); err != nil {
+		return err
+	}
+	return json.Unmarshal(r.Data, v)
+}
+
+// ErrNotAnAnswer is ParseResult's error for a body that is neither an
+// envelope nor a problem object.
+var ErrNotAnAnswer = errors.New("idem: the body is not an idem envelope or problem object")
+
+// ParseResult is the Result of an answer received as bytes (the HTTP API's
+// status, headers and body), so that a remote answer reads like a local
+// one; Body returns body unchanged. A failure (a status outside 200–399)
+// must be a problem object with a code, a success a JSON object (the
+// envelope); anything else is ErrNotAnAnswer.
+func ParseResult(status int, header http.Header, body []byte) (Result, error) {
+	r := Result{Status: status, Header: header, body: body}
+	if status < 200 || status >= 400 {
+		var p Problem
+		if json.Unmarshal(body, &p) != nil || p.Code == "" {
+			return Result{}, ErrNotAnAnswer
+		}
+		r.Problem, r.Meta = &p, p.Meta
+	} else {
+		var e Envelope
+		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' || json.Unmarshal(body, &e) != nil {
+			return Result{}, ErrNotAnAnswer
+		}
+		r.Data, r.Meta = e.Data, e.Meta
+	}
+	r.Replayed = r.Meta != nil && r.Meta.Idempotency != nil && r.Meta.Idempotency.Replayed
+	return r, nil
 }
 
 // NewProblem builds the problem object of e.
@@ -89,49 +168,71 @@ func NewProblem(e *Error, meta *Meta) *Problem {
 	}
 }
 
-// problemResponse is the Response for a problem.
-func problemResponse(p *Problem) Response {
-	body, err := json.Marshal(p)
-	if err != nil { // a detail value that cannot be encoded: drop the details
-		p.Details = nil
-		body, _ = json.Marshal(p)
-	}
+// problemResult is the Result for a problem, rendered.
+func problemResult(p *Problem) Result {
 	h := http.Header{"Content-Type": {ContentTypeProblem}}
 	if p.Code == CodeIdempotencyKeyInFlight || p.Code == CodeStoreUnavailable || p.Code == CodeRateLimited {
 		h.Set(HeaderRetryAfter, strconv.Itoa(1))
 	}
-	return Response{Status: p.Status, Header: h, Body: body, Problem: p}
+	return Result{Status: p.Status, Header: h, Problem: p, Meta: p.Meta, body: marshalProblem(p)}
 }
 
-// ErrorResponse is the Response for an error raised outside the pipeline
+// marshalProblem renders p; a detail value that cannot be encoded drops
+// the details.
+func marshalProblem(p *Problem) []byte {
+	body, err := json.Marshal(p)
+	if err != nil {
+		p.Details = nil
+		body, _ = json.Marshal(p)
+	}
+	return body
+}
+
+// successResult is the Result for data, rendered as the envelope.
+func successResult(status int, h http.Header, data json.RawMessage, meta *Meta) Result {
+	body, _ := json.Marshal(Envelope{Data: data, Meta: meta})
+	return Result{Status: status, Header: h, Data: data, Meta: meta, body: body}
+}
+
+// ErrorResult is the Result for an error raised outside the pipeline
 // (routing, auth, body limits), with the same shape as the pipeline's.
-func ErrorResponse(err error, meta *Meta) Response {
-	return problemResponse(NewProblem(AsError(err), meta))
+func ErrorResult(err error, meta *Meta) Result {
+	return problemResult(NewProblem(AsError(err), meta))
 }
 
-// markReplayed rewrites a stored body (envelope or problem) with
-// meta.idempotency.replayed = true, keeping data byte for byte.
-func markReplayed(status int, body []byte, key string) ([]byte, *Problem, error) {
+// markReplayed is the replay of a stored body (envelope or problem): the
+// same answer with meta.idempotency.replayed = true, data kept byte for
+// byte.
+func markReplayed(status int, header http.Header, stored []byte, key string) (Result, error) {
+	replayed := &IdempotencyMeta{Key: key, Replayed: true}
 	if status >= 400 {
 		var p Problem
-		if err := json.Unmarshal(body, &p); err != nil {
-			return nil, nil, err
+		if err := json.Unmarshal(stored, &p); err != nil {
+			return Result{}, err
 		}
 		if p.Meta == nil {
 			p.Meta = &Meta{}
 		}
-		p.Meta.Idempotency = &IdempotencyMeta{Key: key, Replayed: true}
-		out, err := json.Marshal(&p)
-		return out, &p, err
+		p.Meta.Idempotency = replayed
+		body, err := json.Marshal(&p)
+		return Result{Status: status, Header: header, Problem: &p, Meta: p.Meta, Replayed: true, body: body}, err
 	}
 	var e Envelope
-	if err := json.Unmarshal(body, &e); err != nil {
-		return nil, nil, err
+	if err := json.Unmarshal(stored, &e); err != nil {
+		return Result{}, err
 	}
 	if e.Meta == nil {
 		e.Meta = &Meta{}
 	}
-	e.Meta.Idempotency = &IdempotencyMeta{Key: key, Replayed: true}
-	out, err := json.Marshal(&e)
-	return out, nil, err
+	e.Meta.Idempotency = replayed
+	body, err := json.Marshal(&e)
+	// Data is the prefix of the body's rendering when stored compact, as
+	// the runner stores it: share it rather than keep a copy.
+	if n := len(envelopePrefix); bytes.HasPrefix(body, envelopePrefix) && bytes.HasPrefix(body[n:], e.Data) {
+		e.Data = body[n : n+len(e.Data) : n+len(e.Data)]
+	}
+	return Result{Status: status, Header: header, Data: e.Data, Meta: e.Meta, Replayed: true, body: body}, err
 }
+
+// envelopePrefix opens every rendered envelope.
+var envelopePrefix = []byte(`{"data":`)

@@ -2,7 +2,6 @@ package idem_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 
@@ -47,32 +45,6 @@ func exampleRunner(store idem.Store, ops ...idem.Operation) *idem.Runner {
 		log.Fatal(err)
 	}
 	return runner
-}
-
-// exampleAnswer is what the examples read from an answer's body.
-type exampleAnswer struct {
-	Data    json.RawMessage `json:"data"`
-	Code    idem.Code       `json:"code"`
-	Details struct {
-		Errors []struct {
-			Path string `json:"path"`
-		} `json:"errors"`
-	} `json:"details"`
-	Meta struct {
-		Attempts    int `json:"attempts"`
-		Idempotency struct {
-			Replayed bool `json:"replayed"`
-		} `json:"idempotency"`
-		ExecutionID string `json:"executionId"`
-	} `json:"meta"`
-}
-
-func readAnswer(resp idem.Response) exampleAnswer {
-	var a exampleAnswer
-	if err := json.Unmarshal(resp.Body, &a); err != nil {
-		log.Fatal(err)
-	}
-	return a
 }
 
 // The input of business.create: org fills the route's {org} segment, name
@@ -141,26 +113,33 @@ func ExampleDefine() {
 	// The agent sends the request, then (say its connection dropped) sends
 	// it again with the same key.
 	for range 2 {
+		// The answer is typed: Data is the output's JSON, byte for byte
+		// the same on the replay, and Decode reads it into a Go value.
 		resp := runner.Call(context.Background(), req)
-		a := readAnswer(resp)
-		fmt.Printf("%d %s replayed=%v Location=%s\n", resp.Status, a.Data, a.Meta.Idempotency.Replayed, resp.Header.Get("Location"))
+		var b exampleBusiness
+		if err := resp.Decode(&b); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%d %s replayed=%v Location=%s\n", resp.Status, resp.Data, resp.Meta.Idempotency.Replayed, resp.Header.Get("Location"))
+		fmt.Println("slug:", b.Slug)
 	}
 	fmt.Println("handler runs:", created)
 
-	// Input that breaks the schema never reaches the handler.
+	// Input that breaks the schema never reaches the handler. Decode
+	// returns the answer's problem as an *idem.Error.
 	req.Body, req.KeyHeader = []byte(`{"name": "", "plan": "gold"}`), []string{"create-nameless"}
 	resp := runner.Call(context.Background(), req)
-	var paths []string
-	for _, e := range readAnswer(resp).Details.Errors {
-		paths = append(paths, e.Path)
+	var e *idem.Error
+	if err := resp.Decode(new(exampleBusiness)); errors.As(err, &e) {
+		fmt.Println(resp.Status, e.Code, "retryable:", e.Retryable, "handler runs:", created)
 	}
-	slices.Sort(paths)
-	fmt.Println(resp.Status, resp.Problem.Code, paths, "handler runs:", created)
 	// Output:
 	// 201 {"slug":"corner-bakery","name":"Corner Bakery","plan":"pro"} replayed=false Location=/v1/orgs/acme/businesses/corner-bakery
+	// slug: corner-bakery
 	// 201 {"slug":"corner-bakery","name":"Corner Bakery","plan":"pro"} replayed=true Location=/v1/orgs/acme/businesses/corner-bakery
+	// slug: corner-bakery
 	// handler runs: 1
-	// 400 INVALID_INPUT [/name /plan] handler runs: 1
+	// 400 INVALID_INPUT retryable: false handler runs: 1
 }
 
 type exampleRefundIn struct {
@@ -228,7 +207,11 @@ func ExamplePolicyFor() {
 
 	// The same request with the same key now runs, consuming the approval.
 	again := runner.Call(ctx, refundReq(250_00, "refund-large"))
-	fmt.Println("large refund again:", again.Status, string(readAnswer(again).Data))
+	var refunded exampleRefund
+	if err := again.Decode(&refunded); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("large refund again:", again.Status, refunded.AmountCents)
 	a, err := runner.GetApproval(ctx, agent, approvalID)
 	if err != nil {
 		log.Fatal(err)
@@ -238,7 +221,7 @@ func ExamplePolicyFor() {
 	// small refund: 201
 	// large refund: 403 APPROVAL_REQUIRED - refunds above 100.00 need approval
 	// decision: approved
-	// large refund again: 201 {"order":"ord_1","amountCents":25000}
+	// large refund again: 201 25000
 	// approval: consumed
 }
 
@@ -305,11 +288,10 @@ func ExampleCall_IdempotencyKey() {
 		Operation: "payment.charge", Principal: agent,
 		Body: []byte(`{"amountCents": 4200}`), KeyHeader: []string{"invoice-17-payment"},
 	})
-	a := readAnswer(resp)
-	fmt.Println("status:", resp.Status, "attempts:", a.Meta.Attempts)
+	fmt.Println("status:", resp.Status, "attempts:", resp.Meta.Attempts)
 	fmt.Println("gateway calls:", gateway.calls, "charges applied:", len(gateway.charges))
 
-	x, err := runner.GetExecution(context.Background(), agent, a.Meta.ExecutionID)
+	x, err := runner.GetExecution(context.Background(), agent, resp.Meta.ExecutionID)
 	if err != nil {
 		log.Fatal(err)
 	}

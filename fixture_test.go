@@ -119,7 +119,7 @@ type call struct {
 	wait      time.Duration
 }
 
-func (f *fixture) do(ctx context.Context, c call) idem.Response {
+func (f *fixture) do(ctx context.Context, c call) idem.Result {
 	f.t.Helper()
 	req := idem.Request{Operation: c.op, Principal: c.principal, PathParams: c.path, Query: c.query, Wait: c.wait}
 	if req.Principal.ID == "" {
@@ -156,21 +156,47 @@ type decoded struct {
 	} `json:"meta"`
 }
 
-func decode(t *testing.T, r idem.Response) decoded {
+func decode(t *testing.T, r idem.Result) decoded {
 	t.Helper()
 	var d decoded
-	if err := json.Unmarshal(r.Body, &d); err != nil {
-		t.Fatalf("response body %q: %v", r.Body, err)
+	if err := json.Unmarshal(r.Body(), &d); err != nil {
+		t.Fatalf("response body %q: %v", r.Body(), err)
 	}
+	checkTyped(t, r)
 	return d
 }
 
+// checkTyped checks that r's typed fields are its body: the fields render
+// the same bytes, and the body parses back to the same fields.
+func checkTyped(t *testing.T, r idem.Result) {
+	t.Helper()
+	if (r.Problem != nil) != (r.Status >= 400) || (r.Problem != nil && (r.Problem.Meta != r.Meta || r.Data != nil)) {
+		t.Fatalf("status %d with problem %+v, data %s", r.Status, r.Problem, r.Data)
+	}
+	fields := idem.Result{Status: r.Status, Data: r.Data, Problem: r.Problem, Meta: r.Meta}
+	if !bytes.Equal(fields.Body(), r.Body()) {
+		t.Fatalf("the fields render\n%s\nthe body is\n%s", fields.Body(), r.Body())
+	}
+	p, err := idem.ParseResult(r.Status, r.Header, r.Body())
+	if err != nil {
+		t.Fatalf("ParseResult of %s: %v", r.Body(), err)
+	}
+	if !bytes.Equal(p.Data, r.Data) || p.Replayed != r.Replayed || !bytes.Equal(p.Body(), r.Body()) || idem.ErrorCode(p.Err()) != idem.ErrorCode(r.Err()) {
+		t.Fatalf("ParseResult gives %+v, the runner %+v", p, r)
+	}
+	pm, _ := json.Marshal(p.Meta)
+	rm, _ := json.Marshal(r.Meta)
+	if !bytes.Equal(pm, rm) {
+		t.Fatalf("parsed meta %s, typed %s", pm, rm)
+	}
+}
+
 // expect checks status and code of a response and returns its body.
-func expect(t *testing.T, r idem.Response, status int, code idem.Code) decoded {
+func expect(t *testing.T, r idem.Result, status int, code idem.Code) decoded {
 	t.Helper()
 	d := decode(t, r)
 	if r.Status != status || d.Code != code {
-		t.Fatalf("got %d %s, want %d %s; body %s", r.Status, d.Code, status, code, r.Body)
+		t.Fatalf("got %d %s, want %d %s; body %s", r.Status, d.Code, status, code, r.Body())
 	}
 	return d
 }

@@ -69,7 +69,7 @@ func TestGuaranteeOneFinalizationPerExecution(t *testing.T) {
 	resp := f.do(t.Context(), call{op: "slow.read", principal: approver})
 	d := expect(t, resp, 504, idem.CodeTimeout)
 	<-late
-	if strings.Contains(string(resp.Body), "LATE") {
+	if strings.Contains(string(resp.Body()), "LATE") {
 		t.Fatal("a late handler result reached the answer")
 	}
 	x, err := f.runner.GetExecution(t.Context(), approver, d.Meta.ExecutionID)
@@ -183,8 +183,8 @@ func TestCancelledCallNeverRetries(t *testing.T) {
 	go func() { <-started; cancel() }()
 	resp := f.do(ctx, refundCall(100, "c1"))
 	d := expect(t, resp, 499, idem.CodeCancelled)
-	if runs.Load() != 1 || d.Retryable || d.Details["reconcile"] != "thing.show" || strings.Contains(string(resp.Body), "-1") {
-		t.Fatalf("cancelled keyed call: runs %d, answer %s", runs.Load(), resp.Body)
+	if runs.Load() != 1 || d.Retryable || d.Details["reconcile"] != "thing.show" || strings.Contains(string(resp.Body()), "-1") {
+		t.Fatalf("cancelled keyed call: runs %d, answer %s", runs.Load(), resp.Body())
 	}
 	// Cancelled after its handler started, a keyed execution is indeterminate.
 	expect(t, f.do(t.Context(), refundCall(100, "c1")), 409, idem.CodeIdempotencyResultIndeterminate)
@@ -197,7 +197,7 @@ func TestKeyedCallDetachedFromConnection(t *testing.T) {
 	release := make(chan struct{})
 	f := newFixture(t, []idem.Operation{slowOp(release, &runs, time.Minute), showOp()})
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan idem.Response, 1)
+	done := make(chan idem.Result, 1)
 	go func() {
 		done <- f.runner.Call(ctx, idem.Request{Operation: "slow.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"d1"}, Detachable: true})
 	}()
@@ -467,7 +467,7 @@ func TestGuaranteeKeyedHandlerAtMostOnceAcrossInstances(t *testing.T) {
 			defer wg.Done()
 			resp := fixtures[i%2].do(context.Background(), call{op: "thing.create", body: `{"name":"a"}`, key: "one"})
 			if resp.Status != 201 && resp.Status != 409 {
-				t.Errorf("answer %d %s", resp.Status, resp.Body)
+				t.Errorf("answer %d %s", resp.Status, resp.Body())
 			}
 		}()
 	}

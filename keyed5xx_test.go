@@ -34,11 +34,11 @@ func failingOp() idem.Operation {
 	})
 }
 
-func problemOf(t *testing.T, r idem.Response) idem.Problem {
+func problemOf(t *testing.T, r idem.Result) idem.Problem {
 	t.Helper()
 	var p idem.Problem
-	if err := json.Unmarshal(r.Body, &p); err != nil {
-		t.Fatalf("body %s: %v", r.Body, err)
+	if err := json.Unmarshal(r.Body(), &p); err != nil {
+		t.Fatalf("body %s: %v", r.Body(), err)
 	}
 	return p
 }
@@ -55,7 +55,7 @@ func TestKeyed5xxAfterStartSaysTheCallMayHaveExecuted(t *testing.T) {
 			resp := f.do(t.Context(), call{op: "thing.create", body: map[string]string{"name": name}, key: "k-" + name})
 			p := problemOf(t, resp)
 			if p.Code != want || p.Status < 500 || p.Retryable || p.Details["reconcile"] != "thing.show" {
-				t.Fatalf("keyed %s: %s", name, resp.Body)
+				t.Fatalf("keyed %s: %s", name, resp.Body())
 			}
 			if strings.Contains(p.Detail, "nothing was executed") || !strings.Contains(p.Detail, "may have executed") ||
 				!strings.Contains(p.Detail, "run thing.show") || strings.Contains(p.Detail, "retry later") {
@@ -66,7 +66,7 @@ func TestKeyed5xxAfterStartSaysTheCallMayHaveExecuted(t *testing.T) {
 	// Unkeyed, the handler's own store failure still claims nothing.
 	resp := f.do(t.Context(), call{op: "thing.create", principal: browser, body: map[string]string{"name": "store"}})
 	if p := problemOf(t, resp); p.Code != idem.CodeStoreUnavailable || strings.Contains(p.Detail, "nothing was executed") {
-		t.Fatalf("unkeyed store failure after start: %s", resp.Body)
+		t.Fatalf("unkeyed store failure after start: %s", resp.Body())
 	}
 }
 
@@ -89,6 +89,6 @@ func TestStoreUnavailableBeforeStartSaysNothingRan(t *testing.T) {
 	resp := f.do(t.Context(), call{op: "thing.create", body: map[string]string{"name": "a"}, key: "k"})
 	p := problemOf(t, resp)
 	if p.Code != idem.CodeStoreUnavailable || !p.Retryable || !strings.Contains(p.Detail, "nothing was executed") {
-		t.Fatalf("store failure before start: %s", resp.Body)
+		t.Fatalf("store failure before start: %s", resp.Body())
 	}
 }

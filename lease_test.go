@@ -70,11 +70,11 @@ func TestRetryNotStartedOnceStoreSaysLeasePassed(t *testing.T) {
 	if len(calls) != 1 || d.Meta.Attempts != 1 {
 		t.Fatalf("handler ran %d times (meta.attempts %d); want only attempt 1: the lease passed before attempt 2", len(calls), d.Meta.Attempts)
 	}
-	if msg := string(resp.Body); !strings.Contains(msg, "passed before attempt 2 could start") {
+	if msg := string(resp.Body()); !strings.Contains(msg, "passed before attempt 2 could start") {
 		t.Errorf("the answer does not say the lease passed before attempt 2: %s", msg)
 	}
 	if d.Retryable || d.Details["reconcile"] != "thing.show" {
-		t.Errorf("a keyed TIMEOUT after the handler started must be final and name the reconcile read: %s", resp.Body)
+		t.Errorf("a keyed TIMEOUT after the handler started must be final and name the reconcile read: %s", resp.Body())
 	}
 	a, err := f.store.GetAttempt(t.Context(), agent.Scope(), "lease-1")
 	if err != nil {
@@ -109,7 +109,7 @@ func TestRetryNotStartedOnceStoreSaysLeasePassed(t *testing.T) {
 		t.Errorf("unkeyed call: FencingToken %d, LeaseDeadline %v", last.FencingToken, last.LeaseDeadline)
 	}
 	if d := decode(t, resp); d.Meta.Attempts != 2 {
-		t.Errorf("unkeyed call ran %d attempts, want 2 (its retry needs no lease): %s", d.Meta.Attempts, resp.Body)
+		t.Errorf("unkeyed call ran %d attempts, want 2 (its retry needs no lease): %s", d.Meta.Attempts, resp.Body())
 	}
 }
 
@@ -133,8 +133,8 @@ func TestRetryNotStartedAfterLocalLease(t *testing.T) {
 	if len(calls) != 1 || d.Meta.Attempts != 1 {
 		t.Fatalf("handler ran %d times (meta.attempts %d); want 1: attempt 2 would start past the lease", len(calls), d.Meta.Attempts)
 	}
-	if !strings.Contains(string(resp.Body), "passed before attempt 2 could start") {
-		t.Errorf("answer: %s", resp.Body)
+	if !strings.Contains(string(resp.Body()), "passed before attempt 2 could start") {
+		t.Errorf("answer: %s", resp.Body())
 	}
 	if want := calls[0].LeaseDeadline.Add(-idem.DefaultLeaseMargin); deadlines[0].After(want) {
 		t.Errorf("attempt 1's context ends at %v, after the lease deadline less the margin (%v)", deadlines[0], want)
@@ -165,8 +165,8 @@ func TestHandlerContextEndsWithLease(t *testing.T) {
 	if deadlines[0].IsZero() || deadlines[0].After(calls[0].LeaseDeadline) || deadlines[0].After(calls[0].LeaseDeadline.Add(-margin)) {
 		t.Fatalf("handler ctx deadline %v is later than the lease deadline %v less the margin %s", deadlines[0], calls[0].LeaseDeadline, margin)
 	}
-	if !strings.Contains(string(resp.Body), "reached the end of the lease") {
-		t.Errorf("answer: %s", resp.Body)
+	if !strings.Contains(string(resp.Body()), "reached the end of the lease") {
+		t.Errorf("answer: %s", resp.Body())
 	}
 }
 

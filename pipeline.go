@@ -65,8 +65,9 @@ func newID(prefix string, now time.Time) string {
 }
 
 // Call runs one call through the pipeline and returns its one final
-// answer. It never returns an error: every failure is a Response.
-func (r *Runner) Call(ctx context.Context, req Request) Response {
+// answer, typed (Result). It never returns an error: a failure is a Result
+// with a Problem.
+func (r *Runner) Call(ctx context.Context, req Request) Result {
 	start := r.cfg.Clock.Now()
 	x := &execution{r: r, req: req, start: start}
 	resp := x.run(ctx)
@@ -119,11 +120,11 @@ func (x *execution) meta() *Meta {
 }
 
 // fail answers with e and the meta known so far.
-func (x *execution) fail(e *Error) Response {
-	return problemResponse(NewProblem(e, x.meta()))
+func (x *execution) fail(e *Error) Result {
+	return problemResult(NewProblem(e, x.meta()))
 }
 
-func (x *execution) run(ctx context.Context) Response {
+func (x *execution) run(ctx context.Context) Result {
 	r, req := x.r, x.req
 	// Stage 2: resolve.
 	op, ok := r.ops[req.Operation]
@@ -279,7 +280,7 @@ func (r *Runner) getAttempt(ctx context.Context, scope Scope, key string) (Attem
 // or expired since the gate means the gate answers again, and it reads the
 // key's record first: an execution of this key that consumed the approval
 // answers as stage 5 would.
-func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) Response {
+func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) Result {
 	if errors.Is(err, ErrApprovalNotConsumable) {
 		_, existing, gerr := x.approvalGate(ctx, raw, reason)
 		switch {
@@ -327,7 +328,7 @@ func storeFailure(ctx context.Context, err error) *Error {
 	return e
 }
 
-func (x *execution) log(resp Response, took time.Duration) {
+func (x *execution) log(resp Result, took time.Duration) {
 	attrs := []any{
 		slog.String("executionId", x.executionID), slog.String("operation", x.req.Operation),
 		slog.String("org", x.req.Principal.Org), slog.String("principal", x.req.Principal.ID),

@@ -10,7 +10,7 @@ import (
 
 // answerExisting answers from an attempt record (stage 5, or stage 8 when a
 // record appeared concurrently).
-func (x *execution) answerExisting(ctx context.Context, a Attempt) Response {
+func (x *execution) answerExisting(ctx context.Context, a Attempt) Result {
 	m := x.op.meta
 	if a.Fingerprint != x.fingerprint {
 		return x.fail(Errorf(CodeIdempotencyKeyReused, "idempotency key %q already names a different request (method, path, query or body differ); use a new key for a new intent", x.key))
@@ -32,7 +32,7 @@ func (x *execution) answerExisting(ctx context.Context, a Attempt) Response {
 }
 
 // replay answers with the stored result, marked as a replay.
-func (x *execution) replay(ctx context.Context, a Attempt) Response {
+func (x *execution) replay(ctx context.Context, a Attempt) Result {
 	stored := a.Body
 	if a.SealedKeyID != "" {
 		plain, err := x.r.cfg.Sealer.Open(a.Body, x.aad(), a.SealedKeyID)
@@ -43,34 +43,36 @@ func (x *execution) replay(ctx context.Context, a Attempt) Response {
 		}
 		stored = plain
 	}
-	scope := x.req.Principal.Scope()
-	body, problem, err := x.r.cache.replayBody(scope, x.key, a.ExecutionID), (*Problem)(nil), error(nil)
-	if body == nil {
-		body, problem, err = markReplayed(a.Status, stored, x.key)
-		if err == nil && problem == nil && a.SealedKeyID == "" {
-			x.r.cache.keepReplayBody(scope, x.key, a.ExecutionID, body)
-		}
-	}
-	if err != nil {
-		e := Errorf(CodeInternal, "the stored result of idempotency key %q is unreadable", x.key)
-		e.Err = err
-		return x.fail(e)
-	}
 	h := http.Header{}
 	for k, v := range a.Headers {
 		h[k] = v
 	}
 	h.Set(HeaderIdempotentReplayed, "true")
+	scope := x.req.Principal.Scope()
+	res, ok := x.r.cache.replayOf(scope, x.key, a.ExecutionID)
+	if ok {
+		res.Status, res.Header = a.Status, h
+	} else {
+		var err error
+		if res, err = markReplayed(a.Status, h, stored, x.key); err != nil {
+			e := Errorf(CodeInternal, "the stored result of idempotency key %q is unreadable", x.key)
+			e.Err = err
+			return x.fail(e)
+		}
+		if res.Problem == nil && a.SealedKeyID == "" {
+			x.r.cache.keepReplay(scope, x.key, a.ExecutionID, res)
+		}
+	}
 	x.replayed = true
 	x.executionID = a.ExecutionID
 	x.r.audit.add(a.Scope.Org, AuditEvent{ExecutionID: a.ExecutionID, Type: EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}})
-	return Response{Status: a.Status, Header: h, Body: body, Problem: problem, Replayed: true}
+	return res
 }
 
 // waitAndAnswer honours Prefer: wait on an in-flight record: it polls the
 // record until it is final or the wait (capped) passes, then answers as
 // usual, saying which wait it applied.
-func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Response {
+func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Result {
 	wait := min(x.req.Wait, x.r.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	// A key this instance runs wakes its waiters when it finishes, and so

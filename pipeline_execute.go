@@ -12,7 +12,7 @@ import (
 
 // execute runs stages 10 to 13 for a reserved (fence != 0) or started
 // execution.
-func (x *execution) execute(ctx context.Context, in any, fence int64) Response {
+func (x *execution) execute(ctx context.Context, in any, fence int64) Result {
 	if x.key != "" && x.req.Detachable {
 		// Reserved: a dropped connection no longer cancels the execution,
 		// so that the same-key retry finds its result (SPEC §7).
@@ -275,23 +275,22 @@ func (x *execution) encodeOutput(out any) (json.RawMessage, *Error) {
 
 // preview answers a dry run: the preview handler, no retries, nothing
 // stored (SPEC §6.6).
-func (x *execution) preview(ctx context.Context, in any) Response {
+func (x *execution) preview(ctx context.Context, in any) Result {
 	x.executionID = newID("exe_", x.r.cfg.Clock.Now())
 	x.attempts = 1
 	out, err := x.runOne(ctx, x.newCall(1, true), in, x.op.preview)
 	meta := x.meta()
 	meta.DryRun = true
 	if err != nil {
-		return problemResponse(NewProblem(classify(x.op.meta, err), meta))
+		return problemResult(NewProblem(classify(x.op.meta, err), meta))
 	}
 	data, jerr := json.Marshal(out)
 	if jerr != nil {
 		e := Errorf(CodeOutputInvalid, "the preview of %s cannot be encoded", x.op.meta.Name)
 		e.Err = jerr
-		return problemResponse(NewProblem(e, meta))
+		return problemResult(NewProblem(e, meta))
 	}
-	body, _ := json.Marshal(Envelope{Data: data, Meta: meta})
-	return Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {ContentTypeJSON}}, Body: body}
+	return successResult(http.StatusOK, http.Header{"Content-Type": {ContentTypeJSON}}, data, meta)
 }
 
 // retryable marks a handler error as safe to retry.

@@ -25,7 +25,7 @@ type outcome struct {
 
 // finalize runs stage 12 once: it builds the answer, completes the attempt
 // record (keyed) or finishes the execution, with the final audit event.
-func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Response {
+func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result {
 	m := x.op.meta
 	if o.err != nil && x.key != "" && (o.err.Status >= 500 || o.err.Code == CodeCancelled) {
 		// The record is indeterminate now: a same-key retry can only say
@@ -78,22 +78,21 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Respon
 
 // answer builds the response to o and the execution's end, with the final
 // audit event after o's execution.retried events.
-func (x *execution) answer(o outcome) (Response, FinishParams) {
+func (x *execution) answer(o outcome) (Result, FinishParams) {
 	meta := x.meta()
-	var resp Response
+	var resp Result
 	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
 	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
 	if o.err == nil {
-		body, _ := json.Marshal(Envelope{Data: o.data, Meta: meta})
 		h := http.Header{}
 		for k, v := range o.header {
 			h[k] = v
 		}
 		h.Set("Content-Type", ContentTypeJSON)
-		resp = Response{Status: o.status, Header: h, Body: body}
+		resp = successResult(o.status, h, o.data, meta)
 		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
 	} else {
-		resp = problemResponse(NewProblem(o.err, meta))
+		resp = problemResult(NewProblem(o.err, meta))
 		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, o.err.Code, OutcomeFailed, o.err.Code
 	}
 	fin.Events = append(o.retried, final)
@@ -104,11 +103,11 @@ func (x *execution) answer(o outcome) (Response, FinishParams) {
 // transactional_secret_replay success, its body sealed (keyID names the
 // key); otherwise resp as is. ok is false when the secret could not be
 // sealed: it must not reach the store in clear text.
-func (x *execution) sealIfSecret(resp Response) (status int, stored []byte, keyID string, ok bool) {
+func (x *execution) sealIfSecret(resp Result) (status int, stored []byte, keyID string, ok bool) {
 	if x.op.meta.Retry.Enforcement != EnforceTransactionalSecretReplay || resp.Status >= 400 {
-		return resp.Status, resp.Body, "", true
+		return resp.Status, resp.body, "", true
 	}
-	sealed, id, err := x.r.cfg.Sealer.Seal(resp.Body, x.aad())
+	sealed, id, err := x.r.cfg.Sealer.Seal(resp.body, x.aad())
 	if err != nil {
 		x.r.cfg.Logger.Error("seal secret result", "executionId", x.executionID, "error", err)
 		return 0, nil, "", false

@@ -237,7 +237,7 @@ func TestInvalidInputListsBoundedErrors(t *testing.T) {
 			Errors []map[string]string `json:"errors"`
 		} `json:"details"`
 	}
-	if err := json.Unmarshal(resp.Body, &p); err != nil {
+	if err := json.Unmarshal(resp.Body(), &p); err != nil {
 		t.Fatal(err)
 	}
 	if resp.Status != http.StatusBadRequest || p.Code != idem.CodeInvalidInput {

@@ -12,7 +12,7 @@ import (
 // audit events commit together, or nothing does. So a failure answers
 // retryable, with the key free again, where a two-phase operation's would
 // be indeterminate.
-func (x *execution) transact(ctx context.Context, in any, start StartParams, raw []byte, reason string, releaseExecution func()) Response {
+func (x *execution) transact(ctx context.Context, in any, start StartParams, raw []byte, reason string, releaseExecution func()) Result {
 	r, m := x.r, x.op.meta
 	scope := x.req.Principal.Scope()
 	lease := m.Lease(r.cfg.LeaseGrace)
@@ -31,7 +31,7 @@ func (x *execution) transact(ctx context.Context, in any, start StartParams, raw
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease+finalizeTimeout)
 	defer cancel()
 	var (
-		resp  Response
+		resp  Result
 		asked TxOutcome
 		ran   bool
 		fin   FinishParams // the execution's end, for the audit of an aborted one
@@ -95,7 +95,7 @@ func (x *execution) transact(ctx context.Context, in any, start StartParams, raw
 // keeps of it. A failure (5xx, timeout, cancellation) asks for Abort and
 // answers retryable; a declared business error (4xx) undoes the handler's
 // writes and is stored as the answer.
-func (x *execution) runInTx(ctx, cancelling context.Context, in any, tx any) (Response, TxOutcome, FinishParams) {
+func (x *execution) runInTx(ctx, cancelling context.Context, in any, tx any) (Result, TxOutcome, FinishParams) {
 	r, m := x.r, x.op.meta
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -137,7 +137,7 @@ func (x *execution) runInTx(ctx, cancelling context.Context, in any, tx any) (Re
 
 // abort answers e for a transactional execution rolled back whole: nothing
 // happened, so it is retryable.
-func (x *execution) abort(e *Error) (Response, TxOutcome, FinishParams) {
+func (x *execution) abort(e *Error) (Result, TxOutcome, FinishParams) {
 	c := *e
 	c.Retryable = true
 	c.Message += "; nothing was committed (the operation is transactional): " + x.resendAdvice()

@@ -46,7 +46,7 @@ func TestReplaysServedFromMemoryUntilRetentionNears(t *testing.T) {
 	for range 3 {
 		again := f.do(t.Context(), call{op: "thing.create", body: `{"name":"a"}`, key: "k1"})
 		if d := expect(t, again, 201, ""); !again.Replayed || d.Meta.ExecutionID != first.Meta.ExecutionID {
-			t.Fatalf("replay = %s", again.Body)
+			t.Fatalf("replay = %s", again.Body())
 		}
 	}
 	if got := store.gets.Load() - before; got != 0 {

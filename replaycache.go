@@ -36,9 +36,10 @@ type cached struct {
 	k    cacheKey
 	a    Attempt
 	size int
-	// replayBody is the record's success envelope marked as a replay,
-	// made by the first replay served from this copy.
-	replayBody []byte
+	// replay is the record's success answer marked as a replay (its
+	// rendering, data and meta), made by the first replay served from this
+	// copy; Status and Header are the record's.
+	replay *Result
 }
 
 // newReplayCache returns a cache bounded to maxBytes; nil (no caching) when
@@ -80,35 +81,40 @@ func (c *replayCache) get(scope Scope, key string, now time.Time) (Attempt, bool
 	return v.a, true
 }
 
-// replayBody returns the marked replay body kept for (scope, key) if the
-// cached copy is still the record of executionID.
-func (c *replayCache) replayBody(scope Scope, key, executionID string) []byte {
+// replayOf returns the marked replay kept for (scope, key) if the cached
+// copy is still the record of executionID.
+func (c *replayCache) replayOf(scope Scope, key, executionID string) (Result, bool) {
 	if c == nil {
-		return nil
+		return Result{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.byKey[keyOf(scope, key)]; ok {
-		if v := e.Value.(*cached); v.a.ExecutionID == executionID {
-			return v.replayBody
+		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replay != nil {
+			return *v.replay, true
 		}
 	}
-	return nil
+	return Result{}, false
 }
 
-// keepReplayBody keeps body as the marked replay of the cached copy of
-// (scope, key), if that copy is the record of executionID.
-func (c *replayCache) keepReplayBody(scope Scope, key, executionID string, body []byte) {
+// keepReplay keeps res as the marked replay of the cached copy of (scope,
+// key), if that copy is the record of executionID.
+func (c *replayCache) keepReplay(scope Scope, key, executionID string, res Result) {
 	if c == nil {
 		return
 	}
+	size := len(res.body)
+	if n := len(envelopePrefix); len(res.Data) > 0 && (len(res.body) <= n || &res.Data[0] != &res.body[n]) {
+		size += len(res.Data) // a copy, not a part of the body
+	}
+	res.Status, res.Header = 0, nil
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.byKey[keyOf(scope, key)]; ok {
-		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replayBody == nil {
-			v.replayBody = body
-			v.size += len(body)
-			c.bytes += len(body)
+		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replay == nil {
+			v.replay = &res
+			v.size += size
+			c.bytes += size
 		}
 	}
 }

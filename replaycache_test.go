@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -73,5 +74,46 @@ func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	if newReplayCache(-1) != nil {
 		t.Error("a negative bound did not turn the cache off")
+	}
+}
+
+// A cached replay's data is a part of its body, not a copy, when the
+// record is stored compact (as the runner stores it), and the cache counts
+// its bytes once; otherwise it keeps and counts both.
+func TestReplayCacheKeepsReplayDataOnce(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	scope := Scope{Org: "acme", Principal: "agent-1"}
+	for _, tc := range []struct {
+		stored string
+		shared bool
+	}{
+		{`{"data":{"id":"t_1","n":[1,2]},"meta":{"executionId":"exe_1"}}`, true},
+		{`{"data": {"id": "t_1"}, "meta": {"executionId": "exe_1"}}`, false},
+	} {
+		c := newReplayCache(0)
+		a := completedAttempt("k", 0, now)
+		a.Body, a.ExecutionID = []byte(tc.stored), "exe_1"
+		c.put(a, now)
+		before := c.bytes
+		res, err := markReplayed(a.Status, nil, a.Body, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.keepReplay(scope, "k", "exe_1", res)
+		got, ok := c.replayOf(scope, "k", "exe_1")
+		if !ok || !bytes.Equal(got.body, res.body) || !bytes.Equal(got.Data, res.Data) {
+			t.Fatalf("%s: cached %+v", tc.stored, got)
+		}
+		shared := &got.Data[0] == &got.body[len(envelopePrefix)]
+		want := len(res.body)
+		if !shared {
+			want += len(res.Data)
+		}
+		if shared != tc.shared || c.bytes-before != want {
+			t.Fatalf("%s: shared %v, counted %d bytes, want %d", tc.stored, shared, c.bytes-before, want)
+		}
+		if _, ok := c.replayOf(scope, "k", "exe_2"); ok {
+			t.Fatalf("%s: the replay of another execution was served", tc.stored)
+		}
 	}
 }

@@ -29,7 +29,7 @@ func BenchmarkKeyedCall(b *testing.B) {
 					resp := r.Call(b.Context(), idem.Request{Operation: "thing.create", Principal: agent,
 						Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
 					if resp.Status != 201 || resp.Replayed {
-						b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body)
+						b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body())
 					}
 				}
 			})
@@ -41,7 +41,7 @@ func BenchmarkKeyedCall(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if resp := r.Call(b.Context(), req); !resp.Replayed {
-						b.Fatalf("status %d not replayed: %s", resp.Status, resp.Body)
+						b.Fatalf("status %d not replayed: %s", resp.Status, resp.Body())
 					}
 				}
 			})

@@ -76,7 +76,7 @@ func TestReplayOfCompletedKey(t *testing.T) {
 		t.Fatalf("replay headers = %v", again.Header)
 	}
 	if !d2.Meta.Idempotency.Replayed || d2.Meta.ExecutionID != d1.Meta.ExecutionID || string(d2.Data) != string(d1.Data) {
-		t.Fatalf("replay = %s, first = %s", again.Body, first.Body)
+		t.Fatalf("replay = %s, first = %s", again.Body(), first.Body())
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs.Load())
@@ -165,7 +165,7 @@ func TestContractChecksInOrder(t *testing.T) {
 				t.Fatal("a rejected call ran the handler")
 			}
 			if tt.name == "dry run on preview" && (!d.Meta.DryRun || !strings.Contains(string(d.Data), `"dryRun":true`) || runs.Load() != before) {
-				t.Fatalf("dry run = %s (live runs %d→%d)", resp.Body, before, runs.Load())
+				t.Fatalf("dry run = %s (live runs %d→%d)", resp.Body(), before, runs.Load())
 			}
 		})
 	}
@@ -202,7 +202,7 @@ func TestDeclaredErrorIsStoredAndReplayed(t *testing.T) {
 	again := f.do(t.Context(), call{op: "thing.create", body: `{"name":"taken"}`, key: "k"})
 	second := expect(t, again, 409, idem.CodeBusinessExists)
 	if !second.Meta.Idempotency.Replayed || second.Meta.ExecutionID != first.Meta.ExecutionID || again.Header.Get("Content-Type") != idem.ContentTypeProblem {
-		t.Fatalf("replayed 409 = %s %v", again.Body, again.Header)
+		t.Fatalf("replayed 409 = %s %v", again.Body(), again.Header)
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("handler ran %d times", runs.Load())
@@ -216,7 +216,7 @@ func TestServerErrorIsIndeterminateNeverRerun(t *testing.T) {
 	if d.Retryable || d.Details["reconcile"] != "thing.show" || d.Meta.ExecutionID == "" || d.Meta.Attempts != 1 {
 		t.Fatalf("keyed 500 = %+v", d)
 	}
-	if strings.Contains(string(f.do(t.Context(), call{op: "thing.create", body: `{"name":"boom"}`, key: "k"}).Body), "exploded") {
+	if strings.Contains(string(f.do(t.Context(), call{op: "thing.create", body: `{"name":"boom"}`, key: "k"}).Body()), "exploded") {
 		t.Fatal("the handler's internal error leaked to the caller")
 	}
 	again := expect(t, f.do(t.Context(), call{op: "thing.create", body: `{"name":"boom"}`, key: "k"}), 409, idem.CodeIdempotencyResultIndeterminate)
@@ -253,7 +253,7 @@ func TestInFlightAndPreferWait(t *testing.T) {
 	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	watched := &watchedStore{Store: newSQLiteStore(t, clock), gets: make(chan struct{}, 64)}
 	f := newFixtureOn(t, clock, watched, []idem.Operation{slowOp(release, &runs, time.Minute), showOp()})
-	done := make(chan idem.Response, 1)
+	done := make(chan idem.Result, 1)
 	go func() { done <- f.do(context.Background(), call{op: "slow.create", body: `{"name":"a"}`, key: "k"}) }()
 	waitFor(t, func() bool {
 		v, err := f.runner.GetAttempt(t.Context(), agent, "k")
@@ -262,9 +262,9 @@ func TestInFlightAndPreferWait(t *testing.T) {
 	busy := f.do(t.Context(), call{op: "slow.create", body: `{"name":"a"}`, key: "k"})
 	d := expect(t, busy, 409, idem.CodeIdempotencyKeyInFlight)
 	if !d.Retryable || busy.Header.Get("Retry-After") == "" || d.Meta.Idempotency == nil {
-		t.Fatalf("in-flight answer = %s %v", busy.Body, busy.Header)
+		t.Fatalf("in-flight answer = %s %v", busy.Body(), busy.Header)
 	}
-	waiter := make(chan idem.Response, 1)
+	waiter := make(chan idem.Result, 1)
 	watched.armed.Store(true)
 	gets := watched.gets
 	go func() {
@@ -278,7 +278,7 @@ func TestInFlightAndPreferWait(t *testing.T) {
 	expect(t, first, 201, "")
 	w := expect(t, waited, 201, "")
 	if !waited.Replayed || !w.Meta.Idempotency.Replayed || waited.Header.Get("Preference-Applied") != "wait=30" {
-		t.Fatalf("Prefer: wait answer = %s %v", waited.Body, waited.Header)
+		t.Fatalf("Prefer: wait answer = %s %v", waited.Body(), waited.Header)
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("handler ran %d times", runs.Load())

@@ -206,7 +206,7 @@ type stressCall struct {
 }
 
 type stressResult struct {
-	resp      idem.Response
+	resp      idem.Result
 	cancelled bool // the caller's cancellation fired before the answer
 }
 
@@ -350,8 +350,8 @@ func stressCheck(t *testing.T, runner *idem.Runner, rec *stressRecorder, calls [
 	for i, res := range results {
 		c, resp := calls[i], res.resp
 		var d decoded
-		if err := json.Unmarshal(resp.Body, &d); err != nil {
-			rep.fail("definite answer", "call %d (%s %s): status %d, body %q: %v", i, c.kind, c.op, resp.Status, resp.Body, err)
+		if err := json.Unmarshal(resp.Body(), &d); err != nil {
+			rep.fail("definite answer", "call %d (%s %s): status %d, body %q: %v", i, c.kind, c.op, resp.Status, resp.Body(), err)
 			continue
 		}
 		bodies[i] = d
@@ -361,8 +361,8 @@ func stressCheck(t *testing.T, runner *idem.Runner, rec *stressRecorder, calls [
 			label += " (replay)"
 		}
 		outcomes[label]++
-		if strings.Contains(string(resp.Body), stressLate) {
-			rep.fail("late result reflected", "call %d (%s %s): %s", i, c.kind, c.op, resp.Body)
+		if strings.Contains(string(resp.Body()), stressLate) {
+			rep.fail("late result reflected", "call %d (%s %s): %s", i, c.kind, c.op, resp.Body())
 		}
 		wantType := idem.ContentTypeJSON
 		if resp.Status >= 400 {
@@ -371,7 +371,7 @@ func stressCheck(t *testing.T, runner *idem.Runner, rec *stressRecorder, calls [
 				rep.fail("definite answer", "call %d: status %d with problem %+v", i, resp.Status, resp.Problem)
 			}
 		} else if d.Code != "" || len(d.Data) == 0 {
-			rep.fail("definite answer", "call %d: status %d with body %s", i, resp.Status, resp.Body)
+			rep.fail("definite answer", "call %d: status %d with body %s", i, resp.Status, resp.Body())
 		}
 		if got := resp.Header.Get("Content-Type"); got != wantType {
 			rep.fail("definite answer", "call %d: status %d with Content-Type %q", i, resp.Status, got)
@@ -380,7 +380,7 @@ func stressCheck(t *testing.T, runner *idem.Runner, rec *stressRecorder, calls [
 			rep.fail("definite answer", "call %d: Replayed %v but header %v", i, resp.Replayed, resp.Header)
 		}
 		if !slices.Contains(stressAllowed[c.kind], answer) && !(resp.Replayed && c.kind == stressKeyed) {
-			rep.fail("unexpected answer", "call %d (%s %s, cancel fired %v): %s", i, c.kind, c.op, res.cancelled, resp.Body)
+			rep.fail("unexpected answer", "call %d (%s %s, cancel fired %v): %s", i, c.kind, c.op, res.cancelled, resp.Body())
 		}
 		if d.Code == idem.CodeCancelled && !res.cancelled {
 			rep.fail("unexpected answer", "call %d: CANCELLED though its caller never cancelled", i)
@@ -391,7 +391,7 @@ func stressCheck(t *testing.T, runner *idem.Runner, rec *stressRecorder, calls [
 				rep.fail("definite answer", "keyed call %d: meta.idempotency = %+v, replayed %v", i, d.Meta.Idempotency, resp.Replayed)
 			}
 			if resp.Status >= 500 && (d.Retryable || d.Details["reconcile"] != stressReadOp) {
-				rep.fail("definite answer", "keyed call %d: a 5xx must be retryable false with details.reconcile: %s", i, resp.Body)
+				rep.fail("definite answer", "keyed call %d: a 5xx must be retryable false with details.reconcile: %s", i, resp.Body())
 			}
 		case resp.Replayed || d.Meta.Idempotency != nil:
 			rep.fail("definite answer", "unkeyed call %d: replayed %v, meta.idempotency %+v", i, resp.Replayed, d.Meta.Idempotency)
@@ -542,7 +542,7 @@ func stressCheck(t *testing.T, runner *idem.Runner, rec *stressRecorder, calls [
 			var answers []string
 			for i, c := range calls {
 				if c.kind == stressKeyed && c.principal.ID+"|"+c.key == k {
-					answers = append(answers, fmt.Sprintf("call %d (cancel at %s, fired %v): %s", i, c.cancelAt, results[i].cancelled, results[i].resp.Body))
+					answers = append(answers, fmt.Sprintf("call %d (cancel at %s, fired %v): %s", i, c.cancelAt, results[i].cancelled, results[i].resp.Body()))
 				}
 			}
 			rep.fail("orphan execution", "key %s: record %s for execution %s, which no answer and no handler saw; the answers to this key:\n  %s",
@@ -573,7 +573,7 @@ func stressCheck(t *testing.T, runner *idem.Runner, rec *stressRecorder, calls [
 		if j, ok := original[d.Meta.ExecutionID]; ok && res.resp.Replayed {
 			o := bodies[j]
 			if results[j].resp.Status != res.resp.Status || o.Code != d.Code || (d.Code == "" && !jsonEqual(o.Data, d.Data)) {
-				rep.fail("definite answer", "keyed call %d: replay %s differs from the original %s", i, res.resp.Body, results[j].resp.Body)
+				rep.fail("definite answer", "keyed call %d: replay %s differs from the original %s", i, res.resp.Body(), results[j].resp.Body())
 			}
 		}
 	}

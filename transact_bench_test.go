@@ -43,7 +43,7 @@ func BenchmarkFirstExecution(b *testing.B) {
 						resp := r.Call(b.Context(), idem.Request{Operation: "thing.create", Principal: agent,
 							Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
 						if resp.Status != 201 || resp.Replayed {
-							b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body)
+							b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body())
 						}
 					}
 				})
@@ -90,7 +90,7 @@ func BenchmarkSlowTransactionalNeighbours(b *testing.B) {
 							Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
 						mine = append(mine, time.Since(t0))
 						if resp.Status != 201 {
-							b.Errorf("status %d: %s", resp.Status, resp.Body)
+							b.Errorf("status %d: %s", resp.Status, resp.Body())
 							return
 						}
 					}

@@ -141,11 +141,11 @@ func TestTransactionalCommitsOnceAndReplays(t *testing.T) {
 			f := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(nil, nil), showOp()})
 			first := f.do(t.Context(), txCall("a", "", "k1"))
 			if first.Status != http.StatusCreated {
-				t.Fatalf("first = %d %s", first.Status, first.Body)
+				t.Fatalf("first = %d %s", first.Status, first.Body())
 			}
 			again := f.do(t.Context(), txCall("a", "", "k1"))
 			if again.Status != http.StatusCreated || !again.Replayed || !jsonEqual(decode(t, again).Data, decode(t, first).Data) {
-				t.Fatalf("same key again = %d replayed=%v %s", again.Status, again.Replayed, again.Body)
+				t.Fatalf("same key again = %d replayed=%v %s", again.Status, again.Replayed, again.Body())
 			}
 			if got := env.effects(t); len(got) != 1 || got[0] != "a" {
 				t.Errorf("effects = %v, want [a]", got)
@@ -162,7 +162,7 @@ func TestTransactionalFailureIsRetryableAndFreesTheKey(t *testing.T) {
 			failed := f.do(t.Context(), txCall("b", "internal", "k1"))
 			d := expect(t, failed, http.StatusInternalServerError, idem.CodeExecutionFailed)
 			if !d.Retryable {
-				t.Errorf("a rolled-back failure answers retryable: false; body %s", failed.Body)
+				t.Errorf("a rolled-back failure answers retryable: false; body %s", failed.Body())
 			}
 			if _, err := f.store.GetAttempt(t.Context(), agent.Scope(), "k1"); !errors.Is(err, idem.ErrNotFound) {
 				t.Errorf("record after a rolled-back failure: %v, want none", err)
@@ -178,7 +178,7 @@ func TestTransactionalFailureIsRetryableAndFreesTheKey(t *testing.T) {
 			// The same key runs afresh.
 			ok := f.do(t.Context(), txCall("b", "", "k1"))
 			if ok.Status != http.StatusCreated || ok.Replayed {
-				t.Fatalf("same key after the failure = %d replayed=%v %s", ok.Status, ok.Replayed, ok.Body)
+				t.Fatalf("same key after the failure = %d replayed=%v %s", ok.Status, ok.Replayed, ok.Body())
 			}
 			if got := env.effects(t); len(got) != 1 {
 				t.Errorf("effects = %v, want one", got)
@@ -214,7 +214,7 @@ func TestTransactionalSameKeyInFlightAnswersAtOnce(t *testing.T) {
 			one := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(entered, release), showOp()})
 			two := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(nil, nil), showOp()})
 			var wg sync.WaitGroup
-			var first idem.Response
+			var first idem.Result
 			wg.Go(func() { first = one.do(context.Background(), txCall("d", "block", "k1")) })
 			<-entered
 			for _, f := range []*fixture{one, two} {
@@ -224,7 +224,7 @@ func TestTransactionalSameKeyInFlightAnswersAtOnce(t *testing.T) {
 				expect(t, f.do(t.Context(), txCall("d", "block", "k1")), http.StatusConflict, idem.CodeIdempotencyKeyInFlight)
 			}
 			// Prefer: wait waits for the commit and replays it.
-			waited := make(chan idem.Response, 1)
+			waited := make(chan idem.Result, 1)
 			go func() {
 				c := txCall("d", "block", "k1")
 				c.wait = 10 * time.Second
@@ -233,11 +233,11 @@ func TestTransactionalSameKeyInFlightAnswersAtOnce(t *testing.T) {
 			close(release)
 			wg.Wait()
 			if first.Status != http.StatusCreated {
-				t.Fatalf("first = %d %s", first.Status, first.Body)
+				t.Fatalf("first = %d %s", first.Status, first.Body())
 			}
 			w := <-waited
 			if w.Status != http.StatusCreated || !w.Replayed {
-				t.Errorf("waiter = %d replayed=%v %s", w.Status, w.Replayed, w.Body)
+				t.Errorf("waiter = %d replayed=%v %s", w.Status, w.Replayed, w.Body())
 			}
 			if got := env.effects(t); len(got) != 1 {
 				t.Errorf("effects = %v, want one", got)
@@ -254,7 +254,7 @@ func TestTransactionalCancellationRollsBack(t *testing.T) {
 			defer close(release)
 			f := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(entered, release), showOp()})
 			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan idem.Response, 1)
+			done := make(chan idem.Result, 1)
 			go func() { done <- f.do(ctx, txCall("e", "block", "k1")) }()
 			<-entered
 			cancel()

@@ -23,15 +23,15 @@ func (e *testEnv) callAs(t *testing.T, ctx context.Context, p idem.Principal, r 
 		q.KeyHeader = []string{r.key}
 	}
 	resp := e.runner.Call(ctx, q)
-	out := result{Status: resp.Status, Raw: resp.Body}
+	out := result{Status: resp.Status, Raw: resp.Body()}
 	var body struct {
 		Data    json.RawMessage `json:"data"`
 		Code    idem.Code       `json:"code"`
 		Details map[string]any  `json:"details"`
 		Meta    json.RawMessage `json:"meta"`
 	}
-	if err := json.Unmarshal(resp.Body, &body); err != nil {
-		t.Fatalf("%s: body %s: %v", r.op, resp.Body, err)
+	if err := json.Unmarshal(resp.Body(), &body); err != nil {
+		t.Fatalf("%s: body %s: %v", r.op, resp.Body(), err)
 	}
 	out.Data, out.Code, out.Detail = body.Data, body.Code, body.Details
 	if len(body.Meta) > 0 {

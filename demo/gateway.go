@@ -169,23 +169,23 @@ func (a *App) gatewayLedger(ctx context.Context, org string, limit int, cursor s
 func (a *App) serveGatewayLedger(w http.ResponseWriter, r *http.Request, p idem.Principal) {
 	resp, err := a.ledgerResponse(r.Context(), p.Org, r.URL.Query())
 	if err != nil {
-		resp = idem.ErrorResponse(err, nil)
+		resp = idem.ErrorResult(err, nil)
 	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	_, _ = w.Write(resp.Body())
 }
 
-func (a *App) ledgerResponse(ctx context.Context, org string, query url.Values) (idem.Response, error) {
+func (a *App) ledgerResponse(ctx context.Context, org string, query url.Values) (idem.Result, error) {
 	limit, cursor, err := ledgerPage(query)
 	if err != nil {
-		return idem.Response{}, err
+		return idem.Result{}, err
 	}
 	effects, next, err := a.gatewayLedger(ctx, org, limit, cursor)
 	if err != nil {
-		return idem.Response{}, err
+		return idem.Result{}, err
 	}
 	var body struct {
 		Data struct {
@@ -196,9 +196,9 @@ func (a *App) ledgerResponse(ctx context.Context, org string, query url.Values) 
 	body.Data.Effects, body.Data.NextCursor = effects, next
 	raw, err := json.Marshal(body)
 	if err != nil {
-		return idem.Response{}, err
+		return idem.Result{}, err
 	}
-	return idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: raw}, nil
+	return idem.ParseResult(http.StatusOK, http.Header{"Content-Type": {idem.ContentTypeJSON}}, raw)
 }
 
 // ledgerPage reads the ledger route's query: limit (1…ledgerLimitMax,

@@ -97,7 +97,7 @@ func TestBusinesses(t *testing.T) {
 			Body: []byte(body), KeyHeader: []string{"k-create-1"},
 		})
 		if resp.Status != 201 || resp.Header.Get("Location") != "/v1/businesses/quillby" || resp.Header.Get(idem.HeaderIdempotentReplayed) != "true" {
-			t.Fatalf("replay: %d %v %s", resp.Status, resp.Header, resp.Body)
+			t.Fatalf("replay: %d %v %s", resp.Status, resp.Header, resp.Body())
 		}
 
 		// The same slug under a new key is a stored 409, replayed as 409.

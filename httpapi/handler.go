@@ -92,7 +92,7 @@ func NewHandler(cfg Config) http.Handler {
 		h.mux.HandleFunc(path, h.dispatch(byMethod))
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeNotFound, "no route %s %s; the operations are listed at GET /v1/operations", r.Method, r.URL.Path), nil))
+		write(w, idem.ErrorResult(idem.Errorf(idem.CodeNotFound, "no route %s %s; the operations are listed at GET /v1/operations", r.Method, r.URL.Path), nil))
 	})
 	return recoverer(cfg.Logger, h.mux)
 }
@@ -126,7 +126,7 @@ func (h *handler) dispatch(byMethod map[string]http.HandlerFunc) http.HandlerFun
 			fn(w, r)
 			return
 		}
-		resp := idem.ErrorResponse(idem.Errorf(idem.CodeMethodNotAllowed, "%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow), nil)
+		resp := idem.ErrorResult(idem.Errorf(idem.CodeMethodNotAllowed, "%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow), nil)
 		resp.Header.Set("Allow", allow)
 		write(w, resp)
 	}
@@ -160,13 +160,13 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 		// on a part of the query.
 		query, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
-			write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the query string could not be parsed: %v", err).
+			write(w, idem.ErrorResult(idem.Errorf(idem.CodeInvalidInput, "the query string could not be parsed: %v", err).
 				WithDetail("errors", []map[string]string{{"path": "", "message": "the query string must be name=value pairs joined by &, percent-encoded"}}), &idem.Meta{Operation: d.Name}))
 			return
 		}
 		wait, err := preferWait(r.Header.Values("Prefer"))
 		if err != nil {
-			write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "%v", err).
+			write(w, idem.ErrorResult(idem.Errorf(idem.CodeInvalidInput, "%v", err).
 				WithDetail("errors", []map[string]string{{"path": "", "message": err.Error()}}), &idem.Meta{Operation: d.Name}))
 			return
 		}
@@ -187,21 +187,21 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 // header with a known bearer token.
 func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Principal, bool) {
 	if n := len(r.Header.Values("Authorization")); n > 1 {
-		resp := idem.ErrorResponse(idem.Errorf(idem.CodeUnauthenticated, "the request has %d Authorization headers; send exactly one, Authorization: Bearer <token>", n), nil)
+		resp := idem.ErrorResult(idem.Errorf(idem.CodeUnauthenticated, "the request has %d Authorization headers; send exactly one, Authorization: Bearer <token>", n), nil)
 		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_request"`)
 		write(w, resp)
 		return idem.Principal{}, false
 	}
 	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
-		resp := idem.ErrorResponse(idem.Errorf(idem.CodeUnauthenticated, "send a token as Authorization: Bearer <token>"), nil)
+		resp := idem.ErrorResult(idem.Errorf(idem.CodeUnauthenticated, "send a token as Authorization: Bearer <token>"), nil)
 		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem"`)
 		write(w, resp)
 		return idem.Principal{}, false
 	}
 	p, err := h.cfg.Auth.Authenticate(r.Context(), token)
 	if err != nil {
-		resp := idem.ErrorResponse(err, nil)
+		resp := idem.ErrorResult(err, nil)
 		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_token"`)
 		write(w, resp)
 		return idem.Principal{}, false
@@ -227,7 +227,7 @@ func (h *handler) admitBody(w http.ResponseWriter, r *http.Request, meta *idem.M
 	}
 	release, err := h.cfg.Runner.AdmitBody(r.Context(), size)
 	if err != nil {
-		write(w, idem.ErrorResponse(err, meta))
+		write(w, idem.ErrorResult(err, meta))
 		return nil, false
 	}
 	return release, true
@@ -243,13 +243,13 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, meta *idem.Me
 	var netErr net.Error
 	switch {
 	case errors.As(err, &tooLarge):
-		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeRequestTooLarge, "the body is over the %d-byte limit; send a smaller one", tooLarge.Limit), meta))
+		write(w, idem.ErrorResult(idem.Errorf(idem.CodeRequestTooLarge, "the body is over the %d-byte limit; send a smaller one", tooLarge.Limit), meta))
 		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
-		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeRequestTimeout, "the body did not arrive within the server's read timeout; send the same request again, faster (nothing was stored and no key was consumed)"), meta))
+		write(w, idem.ErrorResult(idem.Errorf(idem.CodeRequestTimeout, "the body did not arrive within the server's read timeout; send the same request again, faster (nothing was stored and no key was consumed)"), meta))
 		return nil, false
 	case err != nil:
-		write(w, idem.ErrorResponse(idem.Errorf(idem.CodeInvalidInput, "the body ended before its declared length or could not be read; send the whole body again").
+		write(w, idem.ErrorResult(idem.Errorf(idem.CodeInvalidInput, "the body ended before its declared length or could not be read; send the whole body again").
 			WithDetail("errors", []map[string]string{{"path": "", "message": "the body must arrive whole"}}), meta))
 		return nil, false
 	}
@@ -318,38 +318,43 @@ func splitUnquoted(s string, sep byte) []string {
 	return append(parts, s[start:])
 }
 
-// write sends a runner Response, with its Content-Length, so that a HEAD
-// answer carries the same headers as its GET.
-func write(w http.ResponseWriter, resp idem.Response) {
-	for k, v := range resp.Header {
+// write sends a runner Result, rendered once by Body.
+func write(w http.ResponseWriter, res idem.Result) {
+	writeBody(w, res.Status, res.Header, res.Body())
+}
+
+// writeBody sends an answer with its Content-Length, so that a HEAD answer
+// carries the same headers as its GET.
+func writeBody(w http.ResponseWriter, status int, header http.Header, body []byte) {
+	for k, v := range header {
 		w.Header()[k] = v
 	}
-	if resp.Status >= 200 && resp.Status != http.StatusNoContent && resp.Status != http.StatusNotModified {
-		w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	if status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // writeData sends {"data": v} with status 200, or the problem of err.
 func writeData(w http.ResponseWriter, v any, err error) {
 	if err != nil {
-		write(w, idem.ErrorResponse(err, nil))
+		write(w, idem.ErrorResult(err, nil))
 		return
 	}
 	body, jerr := json.Marshal(struct {
 		Data any `json:"data"`
 	}{v})
 	if jerr != nil {
-		write(w, idem.ErrorResponse(jerr, nil))
+		write(w, idem.ErrorResult(jerr, nil))
 		return
 	}
-	write(w, idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: body})
+	writeBody(w, http.StatusOK, http.Header{"Content-Type": {idem.ContentTypeJSON}}, body)
 }
 
 func (h *handler) static(body []byte) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		write(w, idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {idem.ContentTypeJSON}}, Body: body})
+		writeBody(w, http.StatusOK, http.Header{"Content-Type": {idem.ContentTypeJSON}}, body)
 	}
 }
 
@@ -359,7 +364,7 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := h.cfg.Store.Ping(r.Context()); err != nil {
-		write(w, idem.ErrorResponse(idem.Unavailable("ping", err), nil))
+		write(w, idem.ErrorResult(idem.Unavailable("ping", err), nil))
 		return
 	}
 	writeData(w, map[string]string{"status": "ready"}, nil)
@@ -430,7 +435,7 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 					panic(v)
 				}
 				log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v)
-				write(w, idem.ErrorResponse(errors.New("panic"), nil))
+				write(w, idem.ErrorResult(errors.New("panic"), nil))
 			}
 		}()
 		next.ServeHTTP(w, r)

@@ -57,10 +57,10 @@ func (b RunnerBackend) Descriptors(context.Context) ([]Tool, error) {
 // Call implements Backend. The execution runs under ctx: cancelling it
 // cancels the execution (Detachable is false), which the runner finalizes
 // once as CANCELLED.
-func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (int, []byte, error) {
+func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (idem.Result, error) {
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
-		return 0, nil, idem.Errorf(idem.CodeUnauthenticated, "no principal in the call's context; send a token as Authorization: Bearer <token>")
+		return idem.Result{}, idem.Errorf(idem.CodeUnauthenticated, "no principal in the call's context; send a token as Authorization: Bearer <token>")
 	}
 	var locations map[string]string
 	if d, ok := b.Runner.Describe(name); ok {
@@ -68,7 +68,7 @@ func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]js
 	}
 	place, err := idem.PlaceArguments(locations, args)
 	if err != nil {
-		return 0, nil, err
+		return idem.Result{}, err
 	}
 	req := idem.Request{
 		Operation: name, Surface: idem.SurfaceMCP, Principal: p,
@@ -80,14 +80,15 @@ func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]js
 	if dryRun {
 		req.Query.Set(idem.DryRunParam, "true")
 	}
-	resp := b.Runner.Call(ctx, req)
-	return resp.Status, resp.Body, nil
+	return b.Runner.Call(ctx, req), nil
 }
 
 // RemoteBackend forwards tools to a remote `idem serve` over its HTTP API:
 // it reads the catalog (GET /v1/operations) and calls each operation's
 // route with the bearer token, so a call is the HTTP request of the same
-// intent. The HTTP status and body come back as they are. Only operations
+// intent. The HTTP status, headers and body come back as they are, read by
+// idem.ParseResult; a body that is not an idem answer comes back as
+// INTERNAL. Only operations
 // exposed on both http and mcp can be forwarded.
 type RemoteBackend struct {
 	server string
@@ -170,16 +171,16 @@ func (b *RemoteBackend) Descriptors(ctx context.Context) ([]Tool, error) {
 // Call implements Backend: one HTTP request to the operation's route with
 // Authorization: Bearer, Idempotency-Key when keyed and dryRun=true for a
 // preview. A failure to get an answer is NETWORK_ERROR.
-func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (int, []byte, error) {
+func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (idem.Result, error) {
 	b.mu.Lock()
 	t, ok := b.ops[name]
 	b.mu.Unlock()
 	if !ok {
-		return 0, nil, idem.Errorf(idem.CodeOperationNotFound, "no operation named %q on this surface", name)
+		return idem.Result{}, idem.Errorf(idem.CodeOperationNotFound, "no operation named %q on this surface", name)
 	}
 	place, err := idem.PlaceArguments(t.Locations, args)
 	if err != nil {
-		return 0, nil, err
+		return idem.Result{}, err
 	}
 	if dryRun {
 		place.Query.Set(idem.DryRunParam, "true")
@@ -194,7 +195,7 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 	}
 	req, err := http.NewRequestWithContext(ctx, t.Method, u, body)
 	if err != nil {
-		return 0, nil, idem.Errorf(idem.CodeInvalidInput, "build the request: %v", err)
+		return idem.Result{}, idem.Errorf(idem.CodeInvalidInput, "build the request: %v", err)
 	}
 	req.Header.Set("Accept", idem.ContentTypeJSON+", "+idem.ContentTypeProblem)
 	if place.Body != nil {
@@ -208,14 +209,25 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 	}
 	resp, err := b.client.Do(req)
 	if err != nil {
-		return 0, nil, networkError(ctx, t, u, err)
+		return idem.Result{}, networkError(ctx, t, u, err)
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return 0, nil, networkError(ctx, t, u, err)
+		return idem.Result{}, networkError(ctx, t, u, err)
 	}
-	return resp.StatusCode, answer, nil
+	res, err := idem.ParseResult(resp.StatusCode, resp.Header, answer)
+	if err != nil {
+		// A broken upstream (a proxy's page, a truncated body).
+		return brokenAnswer(resp.StatusCode), nil
+	}
+	return res, nil
+}
+
+// brokenAnswer is the answer to a call whose answer is not an envelope or
+// a problem object.
+func brokenAnswer(status int) idem.Result {
+	return idem.ErrorResult(idem.Errorf(idem.CodeInternal, "the server answered %d with a body that is not an idem envelope or problem object", status), nil)
 }
 
 func networkError(ctx context.Context, t Tool, u string, err error) error {

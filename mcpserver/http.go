@@ -156,12 +156,12 @@ func unauthorized(w http.ResponseWriter, err error, challenge string) {
 
 // writeProblem answers err as the HTTP API's problem object.
 func writeProblem(w http.ResponseWriter, err error) {
-	resp := idem.ErrorResponse(err, nil)
-	for k, v := range resp.Header {
+	res := idem.ErrorResult(err, nil)
+	for k, v := range res.Header {
 		w.Header()[k] = v
 	}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	w.WriteHeader(res.Status)
+	_, _ = w.Write(res.Body())
 }
 
 // checkOrigin refuses a request carrying an Origin header that is not the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -633,4 +634,45 @@ func inMemory(t *testing.T, b mcpserver.Backend) *mcp.ClientSession {
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// A remote answer that is not an idem envelope or problem object (a
+// proxy's page) is INTERNAL, saying so, whatever its status; a problem
+// object passes through with its code.
+func TestRemoteBackendBrokenAnswer(t *testing.T) {
+	f := start(t)
+	for _, tc := range []struct {
+		status int
+		body   string
+		code   idem.Code
+	}{
+		{200, `<html>ok</html>`, idem.CodeInternal},
+		{201, `null`, idem.CodeInternal},
+		{502, `{"error":"bad gateway"}`, idem.CodeInternal},
+		{503, `{"type":"urn:idem:error:STORE_UNAVAILABLE","title":"t","status":503,"detail":"down","code":"STORE_UNAVAILABLE","retryable":true}`, idem.CodeStoreUnavailable},
+	} {
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/operations" {
+				resp, err := http.Get(f.url + "/v1/operations")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer resp.Body.Close()
+				_, _ = io.Copy(w, resp.Body)
+				return
+			}
+			w.WriteHeader(tc.status)
+			_, _ = io.WriteString(w, tc.body)
+		}))
+		cs := inMemory(t, mcpserver.NewRemoteBackend(upstream.URL, tokenAgent, nil))
+		p := wantProblem(t, call(t, cs, "gadget.list", map[string]any{"shop": "s1"}), tc.code)
+		if tc.code == idem.CodeInternal && (p["detail"] != fmt.Sprintf("the server answered %d with a body that is not an idem envelope or problem object", tc.status) || p["meta"] != nil) {
+			t.Errorf("%d %s: problem %v", tc.status, tc.body, p)
+		}
+		if tc.code != idem.CodeInternal && p["detail"] != "down" {
+			t.Errorf("%d %s: problem %v", tc.status, tc.body, p)
+		}
+		upstream.Close()
+	}
 }

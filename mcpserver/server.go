@@ -58,11 +58,11 @@ type Backend interface {
 	// Descriptors lists every operation the backend can run.
 	Descriptors(ctx context.Context) ([]Tool, error)
 	// Call runs operation name with its flat arguments (the reserved ones
-	// removed) and returns the answer as HTTP gives it: the status and the
-	// envelope or problem object. idempotencyKey is "" for none. An error
-	// means there is no answer (a network failure); an *idem.Error keeps
-	// its code.
-	Call(ctx context.Context, name string, args map[string]json.RawMessage, idempotencyKey string, dryRun bool) (status int, body []byte, err error)
+	// removed) and returns the answer, typed: the envelope's data and meta,
+	// or the problem object, with the body HTTP would give (Result.Body).
+	// idempotencyKey is "" for none. An error means there is no answer (a
+	// network failure); an *idem.Error keeps its code.
+	Call(ctx context.Context, name string, args map[string]json.RawMessage, idempotencyKey string, dryRun bool) (idem.Result, error)
 }
 
 // Options configure New.
@@ -184,8 +184,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 		meta := &idem.Meta{Operation: t.Name}
 		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
 		if err != nil {
-			resp := idem.ErrorResponse(err, meta)
-			return result(resp.Status, resp.Body), nil
+			return result(idem.ErrorResult(err, meta)), nil
 		}
 		if c, ok := callerOf(req); ok {
 			ctx = WithPrincipal(ctx, c.principal)
@@ -200,15 +199,14 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 				defer context.AfterFunc(c.stream, cancel)()
 			}
 		}
-		status, body, err := b.Call(ctx, t.Name, args, key, dryRun)
+		res, err := b.Call(ctx, t.Name, args, key, dryRun)
 		if err != nil {
 			if ctx.Err() != nil && idem.ErrorCode(err) != idem.CodeCancelled {
 				err = idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
 			}
-			resp := idem.ErrorResponse(err, meta)
-			status, body = resp.Status, resp.Body
+			res = idem.ErrorResult(err, meta)
 		}
-		return result(status, body), nil
+		return result(res), nil
 	}
 }
 
@@ -256,21 +254,13 @@ func invalid(path, message string) error {
 
 // result is the tool result of one answer (SPEC §10.2): structuredContent
 // is the envelope, or the problem object with isError and one text content
-// "CODE: message".
-func result(status int, body []byte) *mcp.CallToolResult {
-	failed := status < 200 || status >= 400
-	var p struct {
-		Code   string `json:"code"`
-		Detail string `json:"detail"`
+// "CODE: message", read from the typed answer.
+func result(res idem.Result) *mcp.CallToolResult {
+	if (res.Status < 200 || res.Status >= 400) && res.Problem == nil {
+		res = brokenAnswer(res.Status) // a backend that broke its contract
 	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(body, &obj) != nil || obj == nil || (failed && (json.Unmarshal(body, &p) != nil || p.Code == "")) {
-		// Not an envelope or a problem object: a broken upstream.
-		resp := idem.ErrorResponse(idem.Errorf(idem.CodeInternal, "the server answered %d with a body that is not an idem envelope or problem object", status), nil)
-		body, failed = resp.Body, true
-		p.Code, p.Detail = string(resp.Problem.Code), resp.Problem.Detail
-	}
-	if !failed {
+	body := res.Body()
+	if res.Problem == nil {
 		return &mcp.CallToolResult{
 			StructuredContent: json.RawMessage(body),
 			Content:           []mcp.Content{&mcp.TextContent{Text: string(body)}},
@@ -279,7 +269,7 @@ func result(status int, body []byte) *mcp.CallToolResult {
 	return &mcp.CallToolResult{
 		IsError:           true,
 		StructuredContent: json.RawMessage(body),
-		Content:           []mcp.Content{&mcp.TextContent{Text: p.Code + ": " + p.Detail}},
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(res.Problem.Code) + ": " + res.Problem.Detail}},
 	}
 }
 

@@ -39,12 +39,12 @@ type gatedBackend struct {
 	gate <-chan struct{}
 }
 
-func (b gatedBackend) Call(ctx context.Context, name string, _ map[string]json.RawMessage, _ string, _ bool) (int, []byte, error) {
+func (b gatedBackend) Call(ctx context.Context, name string, _ map[string]json.RawMessage, _ string, _ bool) (idem.Result, error) {
 	select {
 	case <-b.gate:
-		return 200, []byte(`{"data":{},"meta":{"operation":"` + name + `"}}`), nil
+		return idem.Result{Status: 200, Data: json.RawMessage(`{}`), Meta: &idem.Meta{Operation: name}}, nil
 	case <-ctx.Done():
-		return 0, nil, idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
+		return idem.Result{}, idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
 	}
 }
 

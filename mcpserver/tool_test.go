@@ -14,8 +14,8 @@ import (
 type fakeBackend []mcpserver.Tool
 
 func (b fakeBackend) Descriptors(context.Context) ([]mcpserver.Tool, error) { return b, nil }
-func (b fakeBackend) Call(context.Context, string, map[string]json.RawMessage, string, bool) (int, []byte, error) {
-	return 500, nil, nil
+func (b fakeBackend) Call(context.Context, string, map[string]json.RawMessage, string, bool) (idem.Result, error) {
+	return idem.Result{Status: 500}, nil
 }
 
 func tool(kind idem.RetryKind, schema string) mcpserver.Tool {

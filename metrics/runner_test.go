@@ -85,7 +85,7 @@ func TestRunner(t *testing.T) {
 		{idem.Request{Operation: "widget.show", Principal: agent, PathParams: map[string]string{"id": "w1"}}, http.StatusOK},
 	} {
 		if resp := runner.Call(t.Context(), c.req); resp.Status != c.status {
-			t.Fatalf("%s: status %d, want %d (%s)", c.req.Operation, resp.Status, c.status, resp.Body)
+			t.Fatalf("%s: status %d, want %d (%s)", c.req.Operation, resp.Status, c.status, resp.Body())
 		}
 	}
 	if err := runner.Flush(t.Context()); err != nil { // the replay's audit event

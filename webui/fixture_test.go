@@ -112,7 +112,7 @@ func (f *fixture) refund(p idem.Principal, amount int, key string) map[string]an
 	}
 	resp := f.runner.Call(f.t.Context(), req)
 	var out map[string]any
-	if err := json.Unmarshal(resp.Body, &out); err != nil {
+	if err := json.Unmarshal(resp.Body(), &out); err != nil {
 		f.t.Fatal(err)
 	}
 	return out
