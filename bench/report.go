@@ -7,13 +7,14 @@ import (
 
 // phaseTitles names the rows of the tables.
 var phaseTitles = map[string]string{
-	"ceiling": "ceiling (same route shape, no idempotency)",
-	"first":   "first keyed executions (fresh keys)",
-	"replay":  "replays of completed keys",
-	"raw":     "raw store limit (INSERT + UPDATE pairs)",
+	"ceiling":  "ceiling (same route shape, no idempotency)",
+	"first":    "first keyed executions (fresh keys; business.create, transactional: one commit)",
+	"first-2p": "first keyed executions, two-phase (fresh keys; order.refund)",
+	"replay":   "replays of completed keys",
+	"raw":      "raw store limit (INSERT + UPDATE pairs)",
 }
 
-var phaseOrder = []string{"ceiling", "first", "replay", "raw"}
+var phaseOrder = []string{"ceiling", "first", "first-2p", "replay", "raw"}
 
 // markdown renders the results: a side-by-side summary, then every
 // measurement per store, then the storms.

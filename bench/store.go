@@ -223,6 +223,20 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	}
 	sr.Rows = append(sr.Rows, first)
 
+	// Two-phase first executions: business.create is transactional (one
+	// commit); order.refund keeps two phases (reserve, the gateway and the
+	// refund in the handler's own transaction, complete) because its
+	// effect is at the gateway. One cent of one of the 100 fixture orders
+	// per request, each with its own key.
+	bases := urls("")
+	twoPhase := measure("first-2p", "first executions, two-phase", func(ctx context.Context, w, i int) error {
+		k := fmt.Sprintf("r-%d-%d", w, i)
+		url := fmt.Sprintf("%s/v1/orders/ord_%d/refund", bases[(w+i)%len(bases)], 1+(w*7919+i)%100)
+		r, err := post(ctx, client, url, "bench-"+k, "", []byte(`{"amount":1}`), false)
+		return expect(r, err, 200, false)
+	})
+	sr.Rows = append(sr.Rows, twoPhase)
+
 	var all []string
 	for _, k := range keys {
 		all = append(all, k...)
