@@ -122,10 +122,9 @@ func TestRunner(t *testing.T) {
 		method, result string
 		want           uint64
 	}{
-		// widget.create has no policy or approval: its reservation is its
-		// stage-5 read, so no get_attempt; k2's indeterminate record is
-		// read by the third reservation, and k1's replay came from memory.
-		{"reserve", ResultOK, 3},
+		{"get_attempt", ResultNotFound, 2},
+		{"get_attempt", ResultOK, 1}, // k2's indeterminate record; k1's replay came from memory
+		{"reserve", ResultOK, 2},
 		{"complete", ResultOK, 2},
 		{"append_events", ResultOK, 1},
 		{"start_execution", ResultOK, 1},
@@ -136,7 +135,7 @@ func TestRunner(t *testing.T) {
 			t.Errorf("%s%v has %d samples, want %d", NameStoreSeconds, labels, n, c.want)
 		}
 	}
-	if n := testutil.CollectAndCount(m.storeDuration); n != 5 {
-		t.Errorf("%s has %d series, want 5", NameStoreSeconds, n)
+	if n := testutil.CollectAndCount(m.storeDuration); n != 7 {
+		t.Errorf("%s has %d series, want 7", NameStoreSeconds, n)
 	}
 }
