@@ -172,14 +172,7 @@ func (x *execution) run(ctx context.Context) Result {
 	}
 	x.fingerprint = fp
 	// Stage 5: an existing attempt answers before any policy or approval.
-	// With neither to pass, the reservation (stage 8) reads the record in
-	// its own round trip and answers from it alike, so a first execution
-	// does not pay for a read of its own.
-	if x.key != "" && !x.gated() {
-		if a, ok := r.cache.get(req.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok {
-			return x.answerExisting(ctx, a)
-		}
-	} else if x.key != "" {
+	if x.key != "" {
 		a, err := r.getAttempt(ctx, req.Principal.Scope(), x.key)
 		switch {
 		case err == nil:
@@ -253,13 +246,6 @@ func (x *execution) run(ctx context.Context) Result {
 	}
 	// Stages 10 to 13.
 	return x.execute(ctx, in, fence)
-}
-
-// gated reports whether anything stands between stage 5 and the
-// reservation: a policy, an approval, or a dry run (which reserves
-// nothing).
-func (x *execution) gated() bool {
-	return x.dryRun || x.op.meta.Approval != ApprovalNone || len(x.op.policies) > 0 || len(x.r.cfg.Policies) > 0
 }
 
 // getAttempt reads the record of (scope, key), from the replay cache when

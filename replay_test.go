@@ -24,16 +24,6 @@ func (s *countingStore) GetAttempt(ctx context.Context, scope idem.Scope, key st
 	return s.Store.GetAttempt(ctx, scope, key)
 }
 
-// Reserve reads the record too when there is one (an ungated operation's
-// stage 5 is its reservation), and counts as a read.
-func (s *countingStore) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
-	s.gets.Add(1)
-	if s.down.Load() {
-		return idem.ReserveResult{}, idem.Unavailable("reserve", context.DeadlineExceeded)
-	}
-	return s.Store.Reserve(ctx, p)
-}
-
 func TestReplaysServedFromMemoryUntilRetentionNears(t *testing.T) {
 	var runs atomic.Int64
 	f := newFixture(t, nil)
