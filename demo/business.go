@@ -76,8 +76,13 @@ func (a *App) businessCreate() idem.Operation {
 			if n == 0 {
 				return idem.Errorf(idem.CodeBusinessExists, "a business with slug %q already exists in this org; choose another slug or run business.show", b.Slug)
 			}
-			return simulateAfterWrite(ctx, in.Simulate)
+			return nil
 		})
+		if err == nil {
+			// Still inside the operation's transaction, which commits only
+			// once the handler returns: a failure here rolls the insert back.
+			err = simulateAfterWrite(ctx, in.Simulate)
+		}
 		if err != nil {
 			return Business{}, err
 		}

@@ -53,6 +53,7 @@ func main() {
 	flag.StringVar(&o.from, "from", "pg", "store whose per-request costs the model uses: pg (one instance) or pg2 (two)")
 	flag.Float64Var(&o.target, "target", 100000, "keyed requests per second to plan for")
 	flag.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept")
+	flag.DurationVar(&o.auditRetention, "audit-retention", 7*24*time.Hour, "how long executions and audit events are kept (idem serve --audit-retention)")
 	flag.Float64Var(&o.body, "body", 0, "stored answer (headers and body) bytes per key (default: as measured)")
 	flag.Float64Var(&o.replays, "replays", 0, "share of requests that are replays of completed keys, 0 to 1")
 	flag.Float64Var(&o.batch, "batch", 0, "group-commit batching factor of idem's write transactions (default: as measured)")
@@ -76,7 +77,7 @@ type options struct {
 	target, body, replays, batch      float64
 	handlerTx, dbCores, instanceCores float64
 	commitRate                        float64
-	retention                         time.Duration
+	retention, auditRetention         time.Duration
 	instances, maxShards, pool        int
 	check                             bool
 }

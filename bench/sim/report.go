@@ -66,12 +66,14 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 		bytesString(m.Storage(o.target)), o.target*(1-m.ReplayFraction)*m.Retention.Seconds(), m.KeyBytes())
 	fmt.Fprintf(w, "- WAL written (and shipped to standbys): %s/s, %s/day\n",
 		bytesString(m.WALPerSecond(o.target)), bytesString(86400*m.WALPerSecond(o.target)))
-	// The database grows by more than the retained key per request: rows
-	// that no sweep removes.
+	// The database grows by more than the retained key per request:
+	// executions and audit events, kept for the audit retention, and the
+	// handler's own rows, which are the application's to keep.
 	f := m.ReplayFraction
 	if g := (1-f)*(s.first.DBGrowth-s.first.BytesPerKey) + f*s.replay.DBGrowth; g > 0 {
-		fmt.Fprintf(w, "- not swept (executions, audit events, the handler's rows): ~%.0f bytes per request, %s/day\n",
-			g, bytesString(86400*o.target*g))
+		fmt.Fprintf(w, "- executions, audit events and the handler's rows: ~%.0f bytes per request, %s/day; "+
+			"executions and events leave after --audit-retention (%s), so at steady state at most %s (an upper bound: the handler's rows are counted too, and are the application's to keep)\n",
+			g, bytesString(86400*o.target*g), o.auditRetention, bytesString(o.auditRetention.Seconds()*o.target*g))
 	}
 	fmt.Fprintln(w)
 }
