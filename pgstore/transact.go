@@ -65,7 +65,21 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		}
 	}()
 	var fence int64
-	if p.Key != "" {
+	start := now
+	final := p.Key != "" && p.ApprovalID == "" // the record is written once, at the end
+	if final {
+		open.before = []queued{{`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
+			[]any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
+		a, found, busy, err := peekTx(ctx, open, p, now)
+		switch {
+		case err != nil:
+			return idem.TransactResult{}, err
+		case busy:
+			return idem.TransactResult{}, idem.ErrKeyBusy
+		case found:
+			return idem.TransactResult{Attempt: a}, nil
+		}
+	} else if p.Key != "" {
 		open.before = []queued{{`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
 			[]any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
 		r, busy, err := reserveTx(ctx, open, p, now, true)
@@ -101,10 +115,25 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		c := out.Result
 		c.Scope, c.Key, c.FencingToken = p.Scope, p.Key, fence
 		var headers []byte
-		if headers, err = json.Marshal(idem.FilterReplayedHeaders(c.Headers)); err == nil {
+		headers, err = json.Marshal(idem.FilterReplayedHeaders(c.Headers))
+		switch {
+		case err != nil:
+		case final && !now.Before(start.Add(p.Lease)):
+			err = idem.ErrFenced // the lease passed while the handler ran
+		case final && canInsertFinal(c, p.ExecutionID):
+			res.Attempt, err = insertFinalTx(ctx, end, p, c, headers, start, now)
+		case final:
+			// More events than finalSQL takes: reserve now (the lock is
+			// this transaction's), then complete.
+			var r idem.ReserveResult
+			if r, _, err = reserveTx(ctx, end, p, start, false); err == nil {
+				c.FencingToken = r.Attempt.FencingToken
+				res.Attempt, err = completeTx(ctx, tx, c, headers, now)
+			}
+		default:
 			res.Attempt, err = completeTx(ctx, end, c, headers, now)
-			res.Attempt = res.Attempt.Observe(now)
 		}
+		res.Attempt = res.Attempt.Observe(now)
 	}
 	if err == nil {
 		err = tx.Commit(ctx)
