@@ -165,14 +165,7 @@ func benchStore(b *testing.B, name string) (idem.Store, string) {
 		return newSQLiteStore(b, idem.SystemClock{}), ""
 	}
 	url := pgtest.NewDatabase(b)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec(`CREATE TABLE storetest_effects (name text NOT NULL)`); err != nil {
-		b.Fatal(err)
-	}
+	pgtest.EffectsDB(b, url)
 	s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{})
 	if err != nil {
 		b.Fatal(err)

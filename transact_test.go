@@ -2,7 +2,6 @@ package idem_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"net/http"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"idem/internal/sqlitetest"
 	"idem/pgstore"
 	"idem/sqlitestore"
+	"idem/storetest"
 )
 
 // txEnv is a database on which transactional handlers write effects: its
@@ -47,14 +47,7 @@ func eachTxStore(t *testing.T, test func(t *testing.T, env txEnv)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.NewDatabase(t)
-		db, err := sql.Open("pgx", url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		if _, err := db.Exec(`CREATE TABLE storetest_effects (name text NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
+		db := pgtest.EffectsDB(t, url)
 		test(t, txEnv{
 			store: func(t *testing.T, clock idem.Clock) idem.Store {
 				s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{Clock: clock})
@@ -64,22 +57,7 @@ func eachTxStore(t *testing.T, test func(t *testing.T, env txEnv)) {
 				t.Cleanup(func() { s.Close() })
 				return s
 			},
-			effects: func(t *testing.T) []string {
-				rows, err := db.Query(`SELECT name FROM storetest_effects ORDER BY name`)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer rows.Close()
-				var out []string
-				for rows.Next() {
-					var n string
-					if err := rows.Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					out = append(out, n)
-				}
-				return out
-			},
+			effects: func(t *testing.T) []string { return storetest.EffectNames(t, db, nil) },
 		})
 	})
 }
@@ -91,8 +69,7 @@ func writeEffect(ctx context.Context, call *idem.Call, name string) error {
 		return sqlitetest.Effect(ctx, tx, name)
 	}
 	if tx := pgstore.Tx(call); tx != nil {
-		_, err := tx.Exec(ctx, `INSERT INTO storetest_effects (name) VALUES ($1)`, name)
-		return err
+		return pgtest.Effect(ctx, tx, name)
 	}
 	return errors.New("the call carries no transaction")
 }

@@ -26,9 +26,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		url := pgtest.NewDatabase(t)
-		if _, err := sqlDB(t, url).ExecContext(t.Context(), `CREATE TABLE storetest_effects (name text NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
+		effects := pgtest.EffectsDB(t, url)
 		return storetest.Harness{
 			Open: func(t *testing.T, clock idem.Clock) idem.Store {
 				s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{Clock: clock})
@@ -42,26 +40,8 @@ func TestConformance(t *testing.T) {
 			CheckFence: func(t *testing.T, f idem.Fence, margin time.Duration) error {
 				return inEffectTx(t, sqlDB(t, url), func(tx *sql.Tx) error { return pgstore.CheckFence(t.Context(), tx, f, margin) })
 			},
-			Effect: func(ctx context.Context, tx any, name string) error {
-				_, err := tx.(pgx.Tx).Exec(ctx, `INSERT INTO storetest_effects (name) VALUES ($1)`, name)
-				return err
-			},
-			Effects: func(t *testing.T) []string {
-				rows, err := sqlDB(t, url).QueryContext(t.Context(), `SELECT name FROM storetest_effects ORDER BY name`)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer rows.Close()
-				var out []string
-				for rows.Next() {
-					var n string
-					if err := rows.Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					out = append(out, n)
-				}
-				return out
-			},
+			Effect:  pgtest.Effect,
+			Effects: func(t *testing.T) []string { return storetest.EffectNames(t, effects, nil) },
 		}
 	})
 }

@@ -5,6 +5,7 @@ package storetest
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"testing"
 	"time"
@@ -146,4 +147,34 @@ func mustReserve(t *testing.T, s idem.Store, p idem.ReserveParams) idem.ReserveR
 		t.Fatalf("Reserve(%s) found an existing record %+v, want a new reservation", p.Key, res.Attempt)
 	}
 	return res
+}
+
+// Effects of a Harness live in this table of the store's database, one
+// row per committed effect.
+const EffectsTable = "storetest_effects"
+
+// EffectNames reads the names of the committed effects from db, sorted;
+// none when the table does not exist yet (missing reports that error).
+func EffectNames(t testing.TB, db *sql.DB, missing func(error) bool) []string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT name FROM `+EffectsTable+` ORDER BY name`)
+	if err != nil {
+		if missing != nil && missing(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
+
+	"idem/storetest"
 )
 
 // Effect writes an effect called name through tx (a *sql.Tx on the
@@ -30,24 +32,5 @@ func Effects(t testing.TB, path string) []string {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(context.Background(), `SELECT name FROM storetest_effects ORDER BY name`)
-	if err != nil {
-		if strings.Contains(err.Error(), "no such table") {
-			return nil
-		}
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, n)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return storetest.EffectNames(t, db, func(err error) bool { return strings.Contains(err.Error(), "no such table") })
 }
