@@ -24,8 +24,8 @@ type raceStore struct {
 	beforeReserve atomic.Pointer[func()]
 }
 
-func (s *raceStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
-	a, err := s.Store.GetAttempt(ctx, scope, key)
+func (s *raceStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
+	a, err := s.Store.GetAttempt(ctx, p)
 	if errors.Is(err, idem.ErrNotFound) {
 		if run := s.afterMiss.Swap(nil); run != nil {
 			(*run)()

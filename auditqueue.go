@@ -85,7 +85,7 @@ func (q *auditQueue) write(ctx context.Context, batch []orgEvent) {
 		byOrg[e.org] = append(byOrg[e.org], e.ev)
 	}
 	for _, org := range orgs {
-		if err := q.store.AppendEvents(ctx, org, byOrg[org]...); err != nil {
+		if err := q.store.AppendEvents(ctx, AppendEventsParams{Org: org, Events: byOrg[org]}); err != nil {
 			q.log.Warn("audit replay events", "org", org, "events", len(byOrg[org]), "error", err)
 		}
 	}

@@ -44,8 +44,8 @@ type watchedStore struct {
 	gets  chan struct{}
 }
 
-func (s *watchedStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
-	a, err := s.Store.GetAttempt(ctx, scope, key)
+func (s *watchedStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
+	a, err := s.Store.GetAttempt(ctx, p)
 	if s.armed.Load() {
 		s.gets <- struct{}{}
 	}

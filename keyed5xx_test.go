@@ -73,7 +73,7 @@ func TestKeyed5xxAfterStartSaysTheCallMayHaveExecuted(t *testing.T) {
 // unreachableGets fails every attempt read, as a store that is down.
 type unreachableGets struct{ idem.Store }
 
-func (unreachableGets) GetAttempt(context.Context, idem.Scope, string) (idem.Attempt, error) {
+func (unreachableGets) GetAttempt(context.Context, idem.GetAttemptParams) (idem.Attempt, error) {
 	return idem.Attempt{}, idem.Unavailable("get attempt", errors.New("connection refused"))
 }
 

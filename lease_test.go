@@ -76,7 +76,7 @@ func TestRetryNotStartedOnceStoreSaysLeasePassed(t *testing.T) {
 	if d.Retryable || d.Details["reconcile"] != "thing.show" {
 		t.Errorf("a keyed TIMEOUT after the handler started must be final and name the reconcile read: %s", resp.Body())
 	}
-	a, err := f.store.GetAttempt(t.Context(), agent.Scope(), "lease-1")
+	a, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "lease-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

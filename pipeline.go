@@ -255,7 +255,7 @@ func (r *Runner) getAttempt(ctx context.Context, scope Scope, key string) (Attem
 	if a, ok := r.cache.get(scope, key, now); ok {
 		return a, nil
 	}
-	a, err := r.cfg.Store.GetAttempt(ctx, scope, key)
+	a, err := r.cfg.Store.GetAttempt(ctx, GetAttemptParams{Scope: scope, Key: key})
 	if err == nil {
 		r.cache.put(a, now)
 	}

@@ -44,7 +44,7 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 // would.
 func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *Attempt, stop *Error) {
 	p := x.req.Principal
-	a, _, err := x.r.cfg.Store.RequestApproval(ctx, RequestApprovalParams{
+	res, err := x.r.cfg.Store.RequestApproval(ctx, RequestApprovalParams{
 		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Key: x.key, Operation: x.op.meta.Name,
 		Fingerprint: x.fingerprint, Input: raw, Reason: reason, Expiry: x.r.cfg.ApprovalExpiry,
 	})
@@ -55,7 +55,7 @@ func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reaso
 			// Read it again through GetAttempt, which writes a passed lease
 			// down before answering it (docs/store.md): the approval's
 			// transaction only read it.
-			if again, gerr := x.r.cfg.Store.GetAttempt(ctx, p.Scope(), x.key); gerr == nil {
+			if again, gerr := x.r.cfg.Store.GetAttempt(ctx, GetAttemptParams{Scope: p.Scope(), Key: x.key}); gerr == nil {
 				a = again
 			}
 		}
@@ -65,6 +65,7 @@ func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reaso
 	if err != nil {
 		return "", nil, storeFailure(ctx, err)
 	}
+	a := res.Approval
 	switch a.Status {
 	case ApprovalApproved:
 		return a.ID, nil, nil

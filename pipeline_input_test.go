@@ -115,7 +115,7 @@ func TestInputValueRules(t *testing.T) {
 					t.Errorf("message %q shows %q", msg, goWords)
 				}
 			}
-			if _, err := f.store.GetAttempt(t.Context(), agent.Scope(), "k"); err == nil {
+			if _, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "k"}); err == nil {
 				t.Errorf("the key was consumed by a refused input")
 			}
 			if len(got) != 0 {

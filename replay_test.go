@@ -16,12 +16,12 @@ type countingStore struct {
 	down atomic.Bool
 }
 
-func (s *countingStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
+func (s *countingStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
 	s.gets.Add(1)
 	if s.down.Load() {
 		return idem.Attempt{}, idem.Unavailable("get attempt", context.DeadlineExceeded)
 	}
-	return s.Store.GetAttempt(ctx, scope, key)
+	return s.Store.GetAttempt(ctx, p)
 }
 
 func TestReplaysServedFromMemoryUntilRetentionNears(t *testing.T) {

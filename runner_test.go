@@ -312,7 +312,7 @@ func TestSecretReplayAndExpiry(t *testing.T) {
 		t.Fatalf("secret window in the catalog = %d", d.Retry.SecretReplayWindowMs)
 	}
 	first := expect(t, f.do(t.Context(), call{op: "token.mint", body: `{"name":"a"}`, key: "m1"}), 200, "")
-	a, err := f.store.GetAttempt(t.Context(), agent.Scope(), "m1")
+	a, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "m1"})
 	if err != nil || a.SealedKeyID == "" || strings.Contains(string(a.Body), "sk_1") {
 		t.Fatalf("stored record = %+v, %v; want a sealed body without the secret", a, err)
 	}

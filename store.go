@@ -12,9 +12,18 @@ import (
 // pgstore (several instances sharing PostgreSQL); both pass the conformance
 // suite in storetest.
 //
-// Every method is one transaction. Params are plain values and results are
-// per call, so an implementation may batch concurrent calls into one
-// transaction (group commit) without callers noticing.
+// It is split by concern: AttemptStore (the records of keyed requests),
+// ExecutionStore (executions and their audit events), ApprovalStore and
+// MaintenanceStore (sweeping, readiness, closing). A caller that needs one
+// concern can take the small interface; the runner and the decorators take
+// Store. Optional abilities are separate interfaces found by type
+// assertion: CompletionFeed and Transactor.
+//
+// Every method is one transaction, takes its arguments (besides ctx) in
+// one value and returns one result with its error. Params are plain
+// values and results are per call, so an implementation may batch
+// concurrent calls into one transaction (group commit) without callers
+// noticing.
 //
 // Errors: rows that do not exist are NOT_FOUND (errors.Is(err,
 // ErrNotFound)) or the code a method names; a statement the database
@@ -27,6 +36,15 @@ import (
 // flight past its lease is first made indeterminate durably
 // (Attempt.LeasePassed).
 type Store interface {
+	AttemptStore
+	ExecutionStore
+	ApprovalStore
+	MaintenanceStore
+}
+
+// AttemptStore keeps the attempt records of keyed requests: one per
+// (scope, key), reserved, completed under its fencing token, read back.
+type AttemptStore interface {
 	// Reserve takes the attempt record for (scope, key) if there is none
 	// (or only a forgotten one), and in the same transaction consumes
 	// ApprovalID if set, creates the execution and appends its
@@ -44,16 +62,22 @@ type Store interface {
 	// indeterminate (FinalState); anything else completed and replayable.
 	Complete(ctx context.Context, p CompleteParams) (Attempt, error)
 
-	// GetAttempt returns the record for (scope, key); NOT_FOUND when there
-	// is none or it is forgotten.
-	GetAttempt(ctx context.Context, scope Scope, key string) (Attempt, error)
+	// GetAttempt returns the record for (p.Scope, p.Key); NOT_FOUND when
+	// there is none or it is forgotten.
+	GetAttempt(ctx context.Context, p GetAttemptParams) (Attempt, error)
 
 	// LeaseLeft returns how long the lease of reservation f has left, by
 	// the store's clock (0 once it has passed); ErrFenced when the record
 	// is no longer in flight under f.FencingToken. The runner asks it
 	// before every runtime retry.
 	LeaseLeft(ctx context.Context, f Fence) (time.Duration, error)
+}
 
+// ExecutionStore keeps executions and their audit events. Keyed executions
+// start and finish with their attempt record (AttemptStore.Reserve and
+// Complete); the methods here start unkeyed ones, finish any, append to
+// them and read them.
+type ExecutionStore interface {
 	// StartExecution creates an unkeyed execution and its execution.started
 	// event, consuming ApprovalID in the same transaction if set.
 	StartExecution(ctx context.Context, p StartParams) (Execution, error)
@@ -63,21 +87,26 @@ type Store interface {
 	// fenced).
 	FinishExecution(ctx context.Context, p FinishParams) error
 
-	// AppendEvents adds audit events to an existing execution of org.
-	AppendEvents(ctx context.Context, org string, events ...AuditEvent) error
+	// AppendEvents adds audit events to an existing execution of p.Org.
+	AppendEvents(ctx context.Context, p AppendEventsParams) error
 
-	// GetExecution returns an execution of org with its events in order;
+	// GetExecution returns an execution of p.Org with its events in order;
 	// NOT_FOUND for an unknown id or another org's.
-	GetExecution(ctx context.Context, org, id string) (Execution, error)
+	GetExecution(ctx context.Context, p GetExecutionParams) (Execution, error)
 
 	// ListExecutions returns executions of an org, newest first, without
 	// their events.
 	ListExecutions(ctx context.Context, p ListExecutionsParams) ([]Execution, error)
+}
 
+// ApprovalStore keeps approvals: requested once per intent, decided, read,
+// and consumed by the execution they authorize (in Reserve or
+// StartExecution).
+type ApprovalStore interface {
 	// RequestApproval returns the live approval of the intent (operation,
 	// requester, fingerprint) if there is one (pending, approved or
 	// rejected, not past its expiry), and otherwise creates a pending one
-	// with p.ID; created tells which. Concurrent requests for one intent
+	// with p.ID; Created tells which. Concurrent requests for one intent
 	// share one approval.
 	//
 	// When p.Key is set, the same transaction first reads the attempt
@@ -87,11 +116,11 @@ type Store interface {
 	// ErrAttemptExists)). So a same-key request that raced the execution
 	// its approval authorized is answered from that execution's record,
 	// never with a new approval request.
-	RequestApproval(ctx context.Context, p RequestApprovalParams) (a Approval, created bool, err error)
+	RequestApproval(ctx context.Context, p RequestApprovalParams) (RequestApprovalResult, error)
 
-	// GetApproval returns an approval of org; APPROVAL_NOT_FOUND for an
+	// GetApproval returns an approval of p.Org; APPROVAL_NOT_FOUND for an
 	// unknown id or another org's.
-	GetApproval(ctx context.Context, org, id string) (Approval, error)
+	GetApproval(ctx context.Context, p GetApprovalParams) (Approval, error)
 
 	// ListApprovals returns approvals of an org, newest first.
 	ListApprovals(ctx context.Context, p ListApprovalsParams) ([]Approval, error)
@@ -101,7 +130,10 @@ type Store interface {
 	// APPROVAL_NOT_FOUND for an unknown id or another org's. Who may decide
 	// is checked by the caller before.
 	DecideApproval(ctx context.Context, p DecideApprovalParams) (Approval, error)
+}
 
+// MaintenanceStore is the store's upkeep and lifecycle.
+type MaintenanceStore interface {
 	// Sweep does one bounded round of maintenance: forgets records past
 	// retention, destroys secret ciphertexts past their window (leaving
 	// tombstones), marks in-flight records past their lease indeterminate
@@ -264,6 +296,25 @@ type CompleteParams struct {
 	Finish FinishParams
 }
 
+// GetAttemptParams names the attempt record GetAttempt reads.
+type GetAttemptParams struct {
+	Scope Scope
+	Key   string
+}
+
+// AppendEventsParams are audit events for existing executions of Org.
+type AppendEventsParams struct {
+	Org string
+	// Events are appended in order.
+	Events []AuditEvent
+}
+
+// GetExecutionParams names the execution GetExecution reads.
+type GetExecutionParams struct {
+	Org string
+	ID  string
+}
+
 // RequestApprovalParams describes an intent that needs approval.
 type RequestApprovalParams struct {
 	// ID names the approval if one is created.
@@ -278,6 +329,20 @@ type RequestApprovalParams struct {
 	Input  json.RawMessage
 	Reason string
 	Expiry time.Duration
+}
+
+// RequestApprovalResult is the approval RequestApproval found or made.
+type RequestApprovalResult struct {
+	Approval Approval
+	// Created is set when the approval was created by this call, not
+	// found live.
+	Created bool
+}
+
+// GetApprovalParams names the approval GetApproval reads.
+type GetApprovalParams struct {
+	Org string
+	ID  string
 }
 
 // ListApprovalsParams filters ListApprovals.

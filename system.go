@@ -31,7 +31,7 @@ func (r *Runner) GetApproval(ctx context.Context, p Principal, id string) (Appro
 	if canonical.CheckString(id) != nil {
 		return Approval{}, approvalNotFound(id) // no store holds such an id
 	}
-	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
+	a, err := r.cfg.Store.GetApproval(ctx, GetApprovalParams{Org: p.Org, ID: id})
 	if ErrorCode(err) == CodeApprovalNotFound {
 		return Approval{}, approvalNotFound(id) // worded as one not visible
 	}
@@ -61,7 +61,7 @@ func (r *Runner) DecideApproval(ctx context.Context, p Principal, id string, app
 	if canonical.CheckString(id) != nil {
 		return Approval{}, approvalNotFound(id)
 	}
-	a, err := r.cfg.Store.GetApproval(ctx, p.Org, id)
+	a, err := r.cfg.Store.GetApproval(ctx, GetApprovalParams{Org: p.Org, ID: id})
 	if ErrorCode(err) == CodeApprovalNotFound {
 		return Approval{}, approvalNotFound(id)
 	}
@@ -98,7 +98,7 @@ func (r *Runner) GetExecution(ctx context.Context, p Principal, id string) (Exec
 	if canonical.CheckString(id) != nil {
 		return Execution{}, notFound // no store holds such an id
 	}
-	x, err := r.cfg.Store.GetExecution(ctx, p.Org, id)
+	x, err := r.cfg.Store.GetExecution(ctx, GetExecutionParams{Org: p.Org, ID: id})
 	if ErrorCode(err) == CodeNotFound {
 		return Execution{}, notFound
 	}
@@ -130,7 +130,7 @@ func (r *Runner) GetAttempt(ctx context.Context, p Principal, key string) (Attem
 	if err := ValidateKey(key); err != nil {
 		return AttemptView{}, err
 	}
-	a, err := r.cfg.Store.GetAttempt(ctx, p.Scope(), key)
+	a, err := r.cfg.Store.GetAttempt(ctx, GetAttemptParams{Scope: p.Scope(), Key: key})
 	if err != nil {
 		return AttemptView{}, storeFailure(ctx, err)
 	}

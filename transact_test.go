@@ -141,14 +141,14 @@ func TestTransactionalFailureIsRetryableAndFreesTheKey(t *testing.T) {
 			if !d.Retryable {
 				t.Errorf("a rolled-back failure answers retryable: false; body %s", failed.Body())
 			}
-			if _, err := f.store.GetAttempt(t.Context(), agent.Scope(), "k1"); !errors.Is(err, idem.ErrNotFound) {
+			if _, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "k1"}); !errors.Is(err, idem.ErrNotFound) {
 				t.Errorf("record after a rolled-back failure: %v, want none", err)
 			}
 			if got := env.effects(t); len(got) != 0 {
 				t.Fatalf("effects after a rolled-back failure = %v, want none", got)
 			}
 			// Its audit remains: the failed execution, without key.
-			x, err := f.store.GetExecution(t.Context(), "acme", d.Meta.ExecutionID)
+			x, err := f.store.GetExecution(t.Context(), idem.GetExecutionParams{Org: "acme", ID: d.Meta.ExecutionID})
 			if err != nil || x.Outcome != idem.OutcomeFailed || x.Code == nil || *x.Code != idem.CodeExecutionFailed {
 				t.Errorf("audit of the failure = %+v, %v", x, err)
 			}
@@ -242,7 +242,7 @@ func TestTransactionalCancellationRollsBack(t *testing.T) {
 			if got := env.effects(t); len(got) != 0 {
 				t.Errorf("effects = %v, want none", got)
 			}
-			if _, err := f.store.GetAttempt(t.Context(), agent.Scope(), "k1"); !errors.Is(err, idem.ErrNotFound) {
+			if _, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "k1"}); !errors.Is(err, idem.ErrNotFound) {
 				t.Errorf("record after a cancellation: %v, want none", err)
 			}
 		}

@@ -94,7 +94,7 @@ func TestInCallSharesTheStoreTransaction(t *testing.T) {
 		if s := show("tx-failure"); s != 404 {
 			t.Fatalf("after a failure the handler's write is visible: business.show = %d", s)
 		}
-		if _, err := e.store.GetAttempt(t.Context(), Tokens()["demo-agent"].Scope(), "tx-1"); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := e.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: Tokens()["demo-agent"].Scope(), Key: "tx-1"}); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("after a failure the key has a record: %v", err)
 		}
 		run.call(t, req{op: "test.write_then_fail", body: `{"slug":"tx-failure","fail":"once"}`, key: "tx-1"}).must(t, 200, "")

@@ -27,7 +27,7 @@ func transact(ctx context.Context, s idem.Store, p idem.ReserveParams, run idem.
 // Reserve, which knows the caller's fingerprint.
 type noFingerprintStore struct{ idem.Store }
 
-func (s noFingerprintStore) GetAttempt(context.Context, idem.Scope, string) (idem.Attempt, error) {
+func (s noFingerprintStore) GetAttempt(context.Context, idem.GetAttemptParams) (idem.Attempt, error) {
 	return idem.Attempt{}, idem.ErrNotFound
 }
 
@@ -81,15 +81,15 @@ func (s *noLockStore) Transact(ctx context.Context, p idem.ReserveParams, run id
 	return transact(ctx, s.Store, p, run)
 }
 
-func (s *noLockStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
+func (s *noLockStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
 	s.mu.Lock()
-	internal, ok := s.latest[scopedKey(scope, key)]
+	internal, ok := s.latest[scopedKey(p.Scope, p.Key)]
 	s.mu.Unlock()
 	if !ok {
 		return idem.Attempt{}, idem.ErrNotFound
 	}
-	a, err := s.Store.GetAttempt(ctx, scope, internal)
-	a.Key = key
+	a, err := s.Store.GetAttempt(ctx, idem.GetAttemptParams{Scope: p.Scope, Key: internal})
+	a.Key = p.Key
 	return a, err
 }
 

@@ -49,10 +49,7 @@ type transactingStore struct {
 }
 
 func (s *transactingStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
-	start := time.Now()
-	res, err := s.tx.Transact(ctx, p, run)
-	s.observe("transact", start, err)
-	return res, err
+	return observed(s.store, "transact", func() (idem.TransactResult, error) { return s.tx.Transact(ctx, p, run) })
 }
 
 // store is the instrumented idem.Store.
@@ -105,116 +102,85 @@ func storeResult(err error) string {
 	return ResultOther
 }
 
-func (s *store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
+// observed calls f, the inner store's method, and records its latency
+// under method; what f returns passes through untouched.
+func observed[T any](s *store, method string, f func() (T, error)) (T, error) {
 	start := time.Now()
-	res, err := s.next.Reserve(ctx, p)
-	s.observe("reserve", start, err)
-	return res, err
+	v, err := f()
+	s.observe(method, start, err)
+	return v, err
+}
+
+// observedErr is observed for the methods that return only an error.
+func observedErr(s *store, method string, f func() error) error {
+	start := time.Now()
+	err := f()
+	s.observe(method, start, err)
+	return err
+}
+
+func (s *store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
+	return observed(s, "reserve", func() (idem.ReserveResult, error) { return s.next.Reserve(ctx, p) })
 }
 
 func (s *store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attempt, error) {
-	start := time.Now()
-	a, err := s.next.Complete(ctx, p)
-	s.observe("complete", start, err)
-	return a, err
+	return observed(s, "complete", func() (idem.Attempt, error) { return s.next.Complete(ctx, p) })
 }
 
-func (s *store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
-	start := time.Now()
-	a, err := s.next.GetAttempt(ctx, scope, key)
-	s.observe("get_attempt", start, err)
-	return a, err
+func (s *store) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
+	return observed(s, "get_attempt", func() (idem.Attempt, error) { return s.next.GetAttempt(ctx, p) })
 }
 
 func (s *store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, error) {
-	start := time.Now()
-	d, err := s.next.LeaseLeft(ctx, f)
-	s.observe("lease_left", start, err)
-	return d, err
+	return observed(s, "lease_left", func() (time.Duration, error) { return s.next.LeaseLeft(ctx, f) })
 }
 
 func (s *store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
-	start := time.Now()
-	x, err := s.next.StartExecution(ctx, p)
-	s.observe("start_execution", start, err)
-	return x, err
+	return observed(s, "start_execution", func() (idem.Execution, error) { return s.next.StartExecution(ctx, p) })
 }
 
 func (s *store) FinishExecution(ctx context.Context, p idem.FinishParams) error {
-	start := time.Now()
-	err := s.next.FinishExecution(ctx, p)
-	s.observe("finish_execution", start, err)
-	return err
+	return observedErr(s, "finish_execution", func() error { return s.next.FinishExecution(ctx, p) })
 }
 
-func (s *store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
-	start := time.Now()
-	err := s.next.AppendEvents(ctx, org, events...)
-	s.observe("append_events", start, err)
-	return err
+func (s *store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) error {
+	return observedErr(s, "append_events", func() error { return s.next.AppendEvents(ctx, p) })
 }
 
-func (s *store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
-	start := time.Now()
-	x, err := s.next.GetExecution(ctx, org, id)
-	s.observe("get_execution", start, err)
-	return x, err
+func (s *store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
+	return observed(s, "get_execution", func() (idem.Execution, error) { return s.next.GetExecution(ctx, p) })
 }
 
 func (s *store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams) ([]idem.Execution, error) {
-	start := time.Now()
-	list, err := s.next.ListExecutions(ctx, p)
-	s.observe("list_executions", start, err)
-	return list, err
+	return observed(s, "list_executions", func() ([]idem.Execution, error) { return s.next.ListExecutions(ctx, p) })
 }
 
-func (s *store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
-	start := time.Now()
-	a, created, err := s.next.RequestApproval(ctx, p)
-	s.observe("request_approval", start, err)
-	return a, created, err
+func (s *store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.RequestApprovalResult, error) {
+	return observed(s, "request_approval", func() (idem.RequestApprovalResult, error) { return s.next.RequestApproval(ctx, p) })
 }
 
-func (s *store) GetApproval(ctx context.Context, org, id string) (idem.Approval, error) {
-	start := time.Now()
-	a, err := s.next.GetApproval(ctx, org, id)
-	s.observe("get_approval", start, err)
-	return a, err
+func (s *store) GetApproval(ctx context.Context, p idem.GetApprovalParams) (idem.Approval, error) {
+	return observed(s, "get_approval", func() (idem.Approval, error) { return s.next.GetApproval(ctx, p) })
 }
 
 func (s *store) ListApprovals(ctx context.Context, p idem.ListApprovalsParams) ([]idem.Approval, error) {
-	start := time.Now()
-	as, err := s.next.ListApprovals(ctx, p)
-	s.observe("list_approvals", start, err)
-	return as, err
+	return observed(s, "list_approvals", func() ([]idem.Approval, error) { return s.next.ListApprovals(ctx, p) })
 }
 
 func (s *store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams) (idem.Approval, error) {
-	start := time.Now()
-	a, err := s.next.DecideApproval(ctx, p)
-	s.observe("decide_approval", start, err)
-	return a, err
+	return observed(s, "decide_approval", func() (idem.Approval, error) { return s.next.DecideApproval(ctx, p) })
 }
 
 func (s *store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
-	start := time.Now()
-	res, err := s.next.Sweep(ctx, p)
-	s.observe("sweep", start, err)
-	return res, err
+	return observed(s, "sweep", func() (idem.SweepResult, error) { return s.next.Sweep(ctx, p) })
 }
 
 func (s *store) Ping(ctx context.Context) error {
-	start := time.Now()
-	err := s.next.Ping(ctx)
-	s.observe("ping", start, err)
-	return err
+	return observedErr(s, "ping", func() error { return s.next.Ping(ctx) })
 }
 
 func (s *store) Close() error {
-	start := time.Now()
-	err := s.next.Close()
-	s.observe("close", start, err)
-	return err
+	return observedErr(s, "close", s.next.Close)
 }
 
 // Completions passes on the inner store's completion feed, if it has one.

@@ -46,6 +46,7 @@ var (
 	fakeAttempt   = idem.Attempt{ExecutionID: "exe_attempt", Key: "k1", Status: 201, FencingToken: 7}
 	fakeExecution = idem.Execution{ID: "exe_1", Operation: "order.refund"}
 	fakeApproval  = idem.Approval{ID: "apr_1", Operation: "order.refund"}
+	fakeRequest   = idem.RequestApprovalResult{Approval: fakeApproval, Created: true}
 	fakeReserve   = idem.ReserveResult{Attempt: fakeAttempt, Reserved: true, Execution: fakeExecution}
 	fakeLeaseLeft = 3 * time.Second
 	fakeSweep     = idem.SweepResult{Forgotten: 1, SecretsDestroyed: 2, LeasesExpired: 3, ApprovalsExpired: 4}
@@ -70,8 +71,8 @@ func (f *fakeStore) Complete(ctx context.Context, p idem.CompleteParams) (idem.A
 	return fakeAttempt, f.record(ctx, "Complete", p)
 }
 
-func (f *fakeStore) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
-	return fakeAttempt, f.record(ctx, "GetAttempt", scope, key)
+func (f *fakeStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
+	return fakeAttempt, f.record(ctx, "GetAttempt", p)
 }
 
 func (f *fakeStore) LeaseLeft(ctx context.Context, fence idem.Fence) (time.Duration, error) {
@@ -86,24 +87,24 @@ func (f *fakeStore) FinishExecution(ctx context.Context, p idem.FinishParams) er
 	return f.record(ctx, "FinishExecution", p)
 }
 
-func (f *fakeStore) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
-	return f.record(ctx, "AppendEvents", org, events)
+func (f *fakeStore) AppendEvents(ctx context.Context, p idem.AppendEventsParams) error {
+	return f.record(ctx, "AppendEvents", p)
 }
 
-func (f *fakeStore) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
-	return fakeExecution, f.record(ctx, "GetExecution", org, id)
+func (f *fakeStore) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
+	return fakeExecution, f.record(ctx, "GetExecution", p)
 }
 
 func (f *fakeStore) ListExecutions(ctx context.Context, p idem.ListExecutionsParams) ([]idem.Execution, error) {
 	return []idem.Execution{fakeExecution}, f.record(ctx, "ListExecutions", p)
 }
 
-func (f *fakeStore) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
-	return fakeApproval, true, f.record(ctx, "RequestApproval", p)
+func (f *fakeStore) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.RequestApprovalResult, error) {
+	return fakeRequest, f.record(ctx, "RequestApproval", p)
 }
 
-func (f *fakeStore) GetApproval(ctx context.Context, org, id string) (idem.Approval, error) {
-	return fakeApproval, f.record(ctx, "GetApproval", org, id)
+func (f *fakeStore) GetApproval(ctx context.Context, p idem.GetApprovalParams) (idem.Approval, error) {
+	return fakeApproval, f.record(ctx, "GetApproval", p)
 }
 
 func (f *fakeStore) ListApprovals(ctx context.Context, p idem.ListApprovalsParams) ([]idem.Approval, error) {
@@ -166,10 +167,10 @@ var storeMethods = []storeMethod{
 	{
 		label: "get_attempt", name: "GetAttempt",
 		call: func(ctx context.Context, s idem.Store) ([]any, error) {
-			a, err := s.GetAttempt(ctx, scope, "k1")
+			a, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: "k1"})
 			return []any{a}, err
 		},
-		args: []any{scope, "k1"}, results: []any{fakeAttempt},
+		args: []any{idem.GetAttemptParams{Scope: scope, Key: "k1"}}, results: []any{fakeAttempt},
 	},
 	{
 		label: "lease_left", name: "LeaseLeft",
@@ -197,17 +198,17 @@ var storeMethods = []storeMethod{
 	{
 		label: "append_events", name: "AppendEvents",
 		call: func(ctx context.Context, s idem.Store) ([]any, error) {
-			return nil, s.AppendEvents(ctx, "acme", events...)
+			return nil, s.AppendEvents(ctx, idem.AppendEventsParams{Org: "acme", Events: events})
 		},
-		args: []any{"acme", events},
+		args: []any{idem.AppendEventsParams{Org: "acme", Events: events}},
 	},
 	{
 		label: "get_execution", name: "GetExecution",
 		call: func(ctx context.Context, s idem.Store) ([]any, error) {
-			x, err := s.GetExecution(ctx, "acme", "exe_1")
+			x, err := s.GetExecution(ctx, idem.GetExecutionParams{Org: "acme", ID: "exe_1"})
 			return []any{x}, err
 		},
-		args: []any{"acme", "exe_1"}, results: []any{fakeExecution},
+		args: []any{idem.GetExecutionParams{Org: "acme", ID: "exe_1"}}, results: []any{fakeExecution},
 	},
 	{
 		label: "list_executions", name: "ListExecutions",
@@ -220,18 +221,18 @@ var storeMethods = []storeMethod{
 	{
 		label: "request_approval", name: "RequestApproval",
 		call: func(ctx context.Context, s idem.Store) ([]any, error) {
-			a, created, err := s.RequestApproval(ctx, idem.RequestApprovalParams{ID: "apr_1", Org: "acme"})
-			return []any{a, created}, err
+			r, err := s.RequestApproval(ctx, idem.RequestApprovalParams{ID: "apr_1", Org: "acme"})
+			return []any{r}, err
 		},
-		args: []any{idem.RequestApprovalParams{ID: "apr_1", Org: "acme"}}, results: []any{fakeApproval, true},
+		args: []any{idem.RequestApprovalParams{ID: "apr_1", Org: "acme"}}, results: []any{fakeRequest},
 	},
 	{
 		label: "get_approval", name: "GetApproval",
 		call: func(ctx context.Context, s idem.Store) ([]any, error) {
-			a, err := s.GetApproval(ctx, "acme", "apr_1")
+			a, err := s.GetApproval(ctx, idem.GetApprovalParams{Org: "acme", ID: "apr_1"})
 			return []any{a}, err
 		},
-		args: []any{"acme", "apr_1"}, results: []any{fakeApproval},
+		args: []any{idem.GetApprovalParams{Org: "acme", ID: "apr_1"}}, results: []any{fakeApproval},
 	},
 	{
 		label: "list_approvals", name: "ListApprovals",
@@ -363,7 +364,7 @@ func TestStoreConcurrent(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range calls {
-				_, _ = s.GetAttempt(t.Context(), scope, "k1")
+				_, _ = s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k1"})
 			}
 		})
 	}
@@ -417,4 +418,41 @@ func TestStoreConformance(t *testing.T) {
 			Effects: func(t *testing.T) []string { return sqlitetest.Effects(t, path) },
 		}
 	})
+}
+
+// fakeTransactor is a fakeStore that also runs transactional executions.
+type fakeTransactor struct{ fakeStore }
+
+func (f *fakeTransactor) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return idem.TransactResult{Reserved: true, Committed: true, Attempt: fakeAttempt}, f.record(ctx, "Transact", p)
+}
+
+// TestStoreTransactorOnlyWhenInner checks that the wrapper is an
+// idem.Transactor exactly when the store it wraps is one (the runner refuses
+// transactional operations otherwise), and that Transact is observed.
+func TestStoreTransactorOnlyWhenInner(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	if _, ok := m.Store(&fakeStore{}).(idem.Transactor); ok {
+		t.Error("the wrapper of a store without Transact is an idem.Transactor")
+	}
+
+	reg := prometheus.NewRegistry()
+	m = New(reg)
+	fake := &fakeTransactor{fakeStore{err: idem.ErrKeyBusy}}
+	tx, ok := m.Store(fake).(idem.Transactor)
+	if !ok {
+		t.Fatal("the wrapper of a Transactor is not an idem.Transactor")
+	}
+	p := idem.ReserveParams{StartParams: start, Key: "k1"}
+	res, err := tx.Transact(t.Context(), p, nil)
+	if err != idem.ErrKeyBusy || !res.Committed || !reflect.DeepEqual(res.Attempt, fakeAttempt) {
+		t.Errorf("Transact = %+v, %v; want the inner result and error unchanged", res, err)
+	}
+	if len(fake.calls) != 1 || fake.calls[0].method != "Transact" || !reflect.DeepEqual(fake.calls[0].args, []any{p}) {
+		t.Errorf("the store got %+v, want one Transact with %+v", fake.calls, p)
+	}
+	labels := map[string]string{"method": "transact", "result": ResultKeyBusy}
+	if n := sampleCount(t, reg, NameStoreSeconds, labels); n != 1 {
+		t.Errorf("%s%v has %d samples, want 1", NameStoreSeconds, labels, n)
+	}
 }

@@ -23,7 +23,7 @@ const approvalColumns = `org, id, requested_by, operation, fingerprint, input, r
 // begun and unable to consume the approval until this transaction ends.
 // Locks are taken in one order, key then intent, so requests cannot
 // deadlock on them.
-func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
+func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.RequestApprovalResult, error) {
 	now := s.now()
 	expiry := p.Expiry
 	if expiry == 0 {
@@ -72,21 +72,21 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 		return err
 	})
 	if err != nil {
-		return idem.Approval{}, false, err
+		return idem.RequestApprovalResult{}, err
 	}
 	if existing != nil {
-		return idem.Approval{}, false, &idem.AttemptExistsError{Attempt: *existing}
+		return idem.RequestApprovalResult{}, &idem.AttemptExistsError{Attempt: *existing}
 	}
-	return a.Observe(now), created, nil
+	return idem.RequestApprovalResult{Approval: a.Observe(now), Created: created}, nil
 }
 
-// GetApproval reads an approval of org.
-func (s *Store) GetApproval(ctx context.Context, org, id string) (idem.Approval, error) {
+// GetApproval reads an approval of p.Org.
+func (s *Store) GetApproval(ctx context.Context, p idem.GetApprovalParams) (idem.Approval, error) {
 	now := s.now()
 	var a idem.Approval
 	err := s.inTx(ctx, "get approval", func(tx pgx.Tx) error {
 		var err error
-		a, err = getApproval(ctx, tx, org, id, "")
+		a, err = getApproval(ctx, tx, p.Org, p.ID, "")
 		return err
 	})
 	if err != nil {

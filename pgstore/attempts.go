@@ -314,11 +314,11 @@ func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers [
 // GetAttempt reads the key's newest record; a forgotten one that is not
 // removed yet is NOT_FOUND too. One statement, so no explicit transaction:
 // one round trip.
-func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
+func (s *Store) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
 	now := s.now()
-	a, err := scanAttempt(s.pool.QueryRow(ctx, newestAttemptSQL, scope.Org, scope.Principal, key))
+	a, err := scanAttempt(s.pool.QueryRow(ctx, newestAttemptSQL, p.Scope.Org, p.Scope.Principal, p.Key))
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && a.Forgotten(now) {
-		return idem.Attempt{}, idem.Errorf(idem.CodeNotFound, "no attempt record for key %q", key)
+		return idem.Attempt{}, idem.Errorf(idem.CodeNotFound, "no attempt record for key %q", p.Key)
 	}
 	if err != nil {
 		return idem.Attempt{}, interpretError(ctx, "get attempt", err)

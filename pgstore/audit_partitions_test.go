@@ -140,7 +140,7 @@ func TestAuditPartitionsFollowTheClock(t *testing.T) {
 			t.Fatalf("step %d: sweeps counted %d created and %d dropped, but %d exist", step, created, dropped, n)
 		}
 		for id, at := range started {
-			_, err := s.GetExecution(t.Context(), scope.Org, id)
+			_, err := s.GetExecution(t.Context(), idem.GetExecutionParams{Org: scope.Org, ID: id})
 			xs, evs := where(t, pool, id)
 			switch {
 			case at.After(now.Add(-auditRetention)):
@@ -195,7 +195,7 @@ func TestAuditDefaultPartitions(t *testing.T) {
 	if xs, evs := where(t, pool, early.ID); !slices.Equal(xs, []string{dayOf("idem_executions", start)}) || !slices.Equal(evs, []string{dayOf("idem_audit_events", start)}) {
 		t.Fatalf("after the first sweep: stored in %v, events in %v; want moved into their partitions", xs, evs)
 	}
-	if got, err := s.GetExecution(t.Context(), scope.Org, early.ID); err != nil || len(got.Events) != 1 {
+	if got, err := s.GetExecution(t.Context(), idem.GetExecutionParams{Org: scope.Org, ID: early.ID}); err != nil || len(got.Events) != 1 {
 		t.Fatalf("early after the move = %+v, %v", got, err)
 	}
 	// Past the window of the rows ahead, they go by row, ten per round.
@@ -315,7 +315,7 @@ func TestAuditMigrationKeepsExistingRows(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if x, err = old.GetExecution(ctx, scope.Org, x.ID); err != nil {
+		if x, err = old.GetExecution(ctx, idem.GetExecutionParams{Org: scope.Org, ID: x.ID}); err != nil {
 			t.Fatal(err)
 		}
 		before = append(before, x)
@@ -341,7 +341,7 @@ func TestAuditMigrationKeepsExistingRows(t *testing.T) {
 	}
 	s := openStore(t, url, clock)
 	for _, b := range before {
-		got, err := s.GetExecution(ctx, scope.Org, b.ID)
+		got, err := s.GetExecution(ctx, idem.GetExecutionParams{Org: scope.Org, ID: b.ID})
 		if err != nil || fmt.Sprintf("%+v %v %v", got.Events, got.Outcome, got.StartedAt) != fmt.Sprintf("%+v %v %v", b.Events, b.Outcome, b.StartedAt) {
 			t.Fatalf("%s after the migration = %+v, %v; want %+v", b.ID, got, err, b)
 		}
@@ -364,7 +364,7 @@ func TestAuditMigrationKeepsExistingRows(t *testing.T) {
 		Events: []idem.AuditEvent{{Type: idem.EventFailed}}}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.GetExecution(ctx, scope.Org, last.ID)
+	got, err := s.GetExecution(ctx, idem.GetExecutionParams{Org: scope.Org, ID: last.ID})
 	if err != nil || len(got.Events) != len(last.Events)+1 || got.Events[len(got.Events)-1].Type != idem.EventFailed {
 		t.Fatalf("%s finished after the migration = %+v, %v; want its new event last", last.ID, got, err)
 	}

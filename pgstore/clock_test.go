@@ -35,7 +35,7 @@ func TestSkewedInstancesAgreeOnLeases(t *testing.T) {
 	if d := res.Attempt.LeaseExpiresAt.Sub(dbNow.Add(time.Minute)); d > 5*time.Second || d < -5*time.Second {
 		t.Errorf("lease ends %v, %s off the database's now + 1 min (%v): not the database's clock", res.Attempt.LeaseExpiresAt, d, dbNow.Add(time.Minute))
 	}
-	got, err := b.GetAttempt(t.Context(), scope, "skewed")
+	got, err := b.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "skewed"})
 	if err != nil || got.State != idem.AttemptInFlight {
 		t.Fatalf("B reads A's fresh reservation as %s (%v); want in flight", got.State, err)
 	}
@@ -47,7 +47,7 @@ func TestSkewedInstancesAgreeOnLeases(t *testing.T) {
 		Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}); err != nil {
 		t.Fatalf("A completes within its lease: %v", err)
 	}
-	if got, err := b.GetAttempt(t.Context(), scope, "skewed"); err != nil || got.State != idem.AttemptCompleted {
+	if got, err := b.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "skewed"}); err != nil || got.State != idem.AttemptCompleted {
 		t.Fatalf("B after A completed = %+v, %v", got, err)
 	}
 }

@@ -38,7 +38,7 @@ func TestRefusedDataIsInternalNotUnavailable(t *testing.T) {
 		return err
 	}
 	approval := func(reason string) error {
-		_, _, err := s.RequestApproval(t.Context(), idem.RequestApprovalParams{
+		_, err := s.RequestApproval(t.Context(), idem.RequestApprovalParams{
 			ID: fmt.Sprintf("apr_%d", time.Now().UnixNano()), Org: "acme", RequestedBy: "agent-1", Operation: "order.refund",
 			Fingerprint: fp, Input: json.RawMessage(`{"amount":6000}`), Reason: reason, Expiry: time.Minute,
 		})

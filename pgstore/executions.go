@@ -35,24 +35,24 @@ func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error 
 	})
 }
 
-// AppendEvents appends events to executions of org; an event naming an
+// AppendEvents appends p.Events to executions of p.Org; an event naming an
 // unknown execution (or another org's) fails the call with NOT_FOUND and
 // nothing is written.
-func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
+func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) error {
 	return s.write(ctx, "append events", func(ctx context.Context, tx pgx.Tx) error {
-		return insertEvents(ctx, tx, org, events, s.now())
+		return insertEvents(ctx, tx, p.Org, p.Events, s.now())
 	})
 }
 
 // GetExecution reads an execution and its events in order.
-func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
+func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.inTx(ctx, "get execution", func(tx pgx.Tx) error {
 		var err error
 		x, err = scanExecution(tx.QueryRow(ctx, `SELECT `+executionColumns+`
-			FROM idem_executions WHERE org = $1 AND id = $2`, org, id))
+			FROM idem_executions WHERE org = $1 AND id = $2`, p.Org, p.ID))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return idem.Errorf(idem.CodeNotFound, "no execution %q", id)
+			return idem.Errorf(idem.CodeNotFound, "no execution %q", p.ID)
 		}
 		if err != nil {
 			return err
@@ -60,7 +60,7 @@ func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Executio
 
 		rows, err := tx.Query(ctx, `SELECT execution_id, type, at, COALESCE(attempt, 0), COALESCE(code, ''),
 				COALESCE(previous_error_code, ''), COALESCE(attempts, 0), COALESCE(duration_ms, 0), data
-			FROM idem_audit_events WHERE org = $1 AND execution_id = $2 ORDER BY id`, org, id)
+			FROM idem_audit_events WHERE org = $1 AND execution_id = $2 ORDER BY id`, p.Org, p.ID)
 		if err != nil {
 			return err
 		}

@@ -113,7 +113,7 @@ func TestFencedEffectMakesMarkingWait(t *testing.T) {
 	tx := e.holdFence(t, f)
 	got := make(chan attemptResult, 1)
 	go func() {
-		a, err := e.reader.GetAttempt(t.Context(), scope, "k-wait")
+		a, err := e.reader.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k-wait"})
 		got <- attemptResult{a, err}
 	}()
 	waitForLockWait(t, e.url)
@@ -147,7 +147,7 @@ func TestFencedEffectMakesMarkingWait(t *testing.T) {
 func TestMarkingFirstFencesTheEffect(t *testing.T) {
 	e := newFenceEnv(t)
 	f := e.reserve(t, "k-first")
-	if a, err := e.reader.GetAttempt(t.Context(), scope, "k-first"); err != nil || a.State != idem.AttemptIndeterminate {
+	if a, err := e.reader.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k-first"}); err != nil || a.State != idem.AttemptIndeterminate {
 		t.Fatalf("reader past the lease = %+v, %v", a, err)
 	}
 	err := inEffectTx(t, e.db, func(tx *sql.Tx) error {
@@ -173,7 +173,7 @@ func TestMarkingGivesUpWhileEffectHoldsFence(t *testing.T) {
 	pgstore.SetSettleWait(e.reader, 50*time.Millisecond)
 	f := e.reserve(t, "k-busy")
 	tx := e.holdFence(t, f)
-	if a, err := e.reader.GetAttempt(t.Context(), scope, "k-busy"); err != nil || a.State != idem.AttemptInFlight {
+	if a, err := e.reader.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k-busy"}); err != nil || a.State != idem.AttemptInFlight {
 		t.Fatalf("reader while the effect holds the fence = %+v, %v; want in flight", a, err)
 	}
 	if res, err := e.reader.Reserve(t.Context(), reserveFor("k-busy", 24*time.Hour)); err != nil || res.Reserved || res.Attempt.State != idem.AttemptInFlight {
@@ -185,7 +185,7 @@ func TestMarkingGivesUpWhileEffectHoldsFence(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := e.reader.GetAttempt(t.Context(), scope, "k-busy"); err != nil || a.State != idem.AttemptIndeterminate {
+	if a, err := e.reader.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k-busy"}); err != nil || a.State != idem.AttemptIndeterminate {
 		t.Fatalf("reader after the effect = %+v, %v; want indeterminate", a, err)
 	}
 	if n := e.effects(t, "k-busy"); n != 1 {
@@ -210,7 +210,7 @@ func TestIdleFencedTransactionIsEnded(t *testing.T) {
 	var a idem.Attempt
 	var err error
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if a, err = e.reader.GetAttempt(t.Context(), scope, "k-idle"); err != nil {
+		if a, err = e.reader.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k-idle"}); err != nil {
 			t.Fatal(err)
 		}
 		if a.State != idem.AttemptInFlight {

@@ -157,7 +157,7 @@ func TestPartitionsFollowTheClock(t *testing.T) {
 		case 30:
 			// "short" is forgotten but its partition lives on with "long":
 			// the key is reserved anew, and its old row goes.
-			if _, err := s.GetAttempt(t.Context(), scope, "short"); !errors.Is(err, idem.ErrNotFound) {
+			if _, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "short"}); !errors.Is(err, idem.ErrNotFound) {
 				t.Fatalf("short past retention: err = %v, want NOT_FOUND", err)
 			}
 			if !slices.Contains(partitions(t, pool), partitionOf(start)) {
@@ -191,7 +191,7 @@ func TestPartitionsFollowTheClock(t *testing.T) {
 		// Within retention: readable. Past it: not found, and its rows are
 		// gone once its partition is.
 		for key, r := range rows {
-			a, err := s.GetAttempt(t.Context(), scope, key)
+			a, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: key})
 			switch {
 			case r.expires.After(now):
 				if err != nil || !a.CreatedAt.Equal(r.created) {
@@ -252,7 +252,7 @@ func TestDefaultPartition(t *testing.T) {
 	if where := rowsOf(t, pool, "early"); !slices.Equal(where, []string{partitionOf(start)}) {
 		t.Fatalf("early after the sweep stored in %v, want moved into %s", where, partitionOf(start))
 	}
-	if a, err := s.GetAttempt(t.Context(), scope, "early"); err != nil || a.FencingToken != early.Attempt.FencingToken {
+	if a, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "early"}); err != nil || a.FencingToken != early.Attempt.FencingToken {
 		t.Fatalf("early after the move = %+v, %v", a, err)
 	}
 	// The partition made by moving rows has the indexes, primary key
@@ -448,7 +448,7 @@ func TestMigrationKeepsExistingRows(t *testing.T) {
 				scope.Org, scope.Principal, a.Key, []byte(fmt.Sprintf(`{"n":%d}`, i)), clock.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if a, err = old.GetAttempt(ctx, scope, a.Key); err != nil {
+			if a, err = old.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: a.Key}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -466,7 +466,7 @@ func TestMigrationKeepsExistingRows(t *testing.T) {
 	}
 	s := openStore(t, url, clock)
 	for _, b := range before {
-		a, err := s.GetAttempt(ctx, scope, b.Key)
+		a, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: b.Key})
 		if err != nil {
 			t.Fatalf("%s after the migration: %v", b.Key, err)
 		}

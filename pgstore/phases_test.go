@@ -76,16 +76,16 @@ func TestPhaseRoundTrips(t *testing.T) {
 	expect("Reserve", 1, 2, func() (err error) { res, err = reserve("k2", ""); return err })
 	expect("Complete with many events", 1, 1, func() error { return complete(res, 9) })
 
-	a, _, err := s.RequestApproval(t.Context(), idem.RequestApprovalParams{ID: "apr_1", Org: scope.Org, RequestedBy: scope.Principal,
+	requested, err := s.RequestApproval(t.Context(), idem.RequestApprovalParams{ID: "apr_1", Org: scope.Org, RequestedBy: scope.Principal,
 		Operation: "op", Fingerprint: "fp", Reason: "r", Expiry: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DecideApproval(t.Context(), idem.DecideApprovalParams{Org: scope.Org, ID: a.ID,
+	if _, err := s.DecideApproval(t.Context(), idem.DecideApprovalParams{Org: scope.Org, ID: requested.Approval.ID,
 		Decision: idem.Decision{Approve: true, By: "bob"}}); err != nil {
 		t.Fatal(err)
 	}
-	expect("Reserve consuming an approval", 1, 2, func() error { _, err := reserve("k3", a.ID); return err })
+	expect("Reserve consuming an approval", 1, 2, func() error { _, err := reserve("k3", requested.Approval.ID); return err })
 
 	var x idem.Execution
 	expect("StartExecution", 1, 1, func() (err error) {
@@ -123,7 +123,7 @@ func TestFinishEventOfUnknownExecution(t *testing.T) {
 		if err := s.FinishExecution(t.Context(), fin); !errors.Is(err, idem.ErrNotFound) || !strings.Contains(err.Error(), "exe_missing") {
 			t.Fatalf("%d events: err = %v, want NOT_FOUND naming exe_missing", n, err)
 		}
-		got, err := s.GetExecution(t.Context(), scope.Org, x.ID)
+		got, err := s.GetExecution(t.Context(), idem.GetExecutionParams{Org: scope.Org, ID: x.ID})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -128,7 +128,7 @@ func TestClosedStoreIsUnavailable(t *testing.T) {
 	}
 	s.Close()
 	s.Close()
-	if _, err := s.GetAttempt(t.Context(), idem.Scope{Org: "acme", Principal: "p"}, "k"); !errors.Is(err, idem.ErrStoreUnavailable) {
+	if _, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: idem.Scope{Org: "acme", Principal: "p"}, Key: "k"}); !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Fatalf("GetAttempt on a closed store: %v, want STORE_UNAVAILABLE", err)
 	}
 }
@@ -286,7 +286,7 @@ func TestReserveRacesSweeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range keys {
-		if a, err := reserver.GetAttempt(t.Context(), idem.Scope{Org: "acme", Principal: "p"}, fmt.Sprint("key-", i)); err != nil || a.State != idem.AttemptInFlight {
+		if a, err := reserver.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: idem.Scope{Org: "acme", Principal: "p"}, Key: fmt.Sprint("key-", i)}); err != nil || a.State != idem.AttemptInFlight {
 			t.Fatalf("key-%d after the race: %+v, %v", i, a, err)
 		}
 	}

@@ -16,7 +16,7 @@ const approvalColumns = `org, id, requested_by, operation, fingerprint, input, r
 // RequestApproval implements idem.Store. The single writer serialises it
 // with Reserve, so the key's record it reads first is the one a
 // reservation of the key would see.
-func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.Approval, bool, error) {
+func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParams) (idem.RequestApprovalResult, error) {
 	var (
 		out      idem.Approval
 		created  bool
@@ -68,19 +68,19 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 		return nil
 	})
 	if err != nil {
-		return idem.Approval{}, false, err
+		return idem.RequestApprovalResult{}, err
 	}
 	if existing != nil {
-		return idem.Approval{}, false, &idem.AttemptExistsError{Attempt: *existing}
+		return idem.RequestApprovalResult{}, &idem.AttemptExistsError{Attempt: *existing}
 	}
-	return out, created, nil
+	return idem.RequestApprovalResult{Approval: out, Created: created}, nil
 }
 
 // GetApproval implements idem.Store.
-func (s *Store) GetApproval(ctx context.Context, org, id string) (idem.Approval, error) {
+func (s *Store) GetApproval(ctx context.Context, p idem.GetApprovalParams) (idem.Approval, error) {
 	var out idem.Approval
 	err := s.read(ctx, "get approval", func(tx txn, now time.Time) error {
-		a, err := getApproval(ctx, tx, org, id)
+		a, err := getApproval(ctx, tx, p.Org, p.ID)
 		if err != nil {
 			return err
 		}

@@ -112,15 +112,15 @@ func completeTx(ctx context.Context, tx txn, p idem.CompleteParams, headers []by
 }
 
 // GetAttempt implements idem.Store.
-func (s *Store) GetAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
+func (s *Store) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
 	var out idem.Attempt
 	err := s.read(ctx, "get attempt", func(tx txn, now time.Time) error {
-		a, found, err := getAttempt(ctx, tx, scope, key)
+		a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
 		if err != nil {
 			return err
 		}
 		if !found || a.Forgotten(now) {
-			return idem.Errorf(idem.CodeNotFound, "no attempt record for idempotency key %q", key)
+			return idem.Errorf(idem.CodeNotFound, "no attempt record for idempotency key %q", p.Key)
 		}
 		out = a.Observe(now)
 		return nil

@@ -29,14 +29,14 @@ func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error 
 }
 
 // AppendEvents implements idem.Store.
-func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.AuditEvent) error {
+func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) error {
 	return s.write(ctx, "append events", func(ctx context.Context, tx txn, now time.Time) error {
 		known := map[string]bool{}
-		for _, ev := range events {
+		for _, ev := range p.Events {
 			if !known[ev.ExecutionID] {
 				var exists bool
 				if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM idem_executions WHERE org = ? AND id = ?)`,
-					org, ev.ExecutionID).Scan(&exists); err != nil {
+					p.Org, ev.ExecutionID).Scan(&exists); err != nil {
 					return err
 				}
 				if !exists {
@@ -45,24 +45,24 @@ func (s *Store) AppendEvents(ctx context.Context, org string, events ...idem.Aud
 				known[ev.ExecutionID] = true
 			}
 		}
-		return insertEvents(ctx, tx, now, org, events)
+		return insertEvents(ctx, tx, now, p.Org, p.Events)
 	})
 }
 
 // GetExecution implements idem.Store.
-func (s *Store) GetExecution(ctx context.Context, org, id string) (idem.Execution, error) {
+func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.read(ctx, "get execution", func(tx txn, _ time.Time) error {
 		var err error
 		x, err = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+` FROM idem_executions
-			WHERE org = ? AND id = ?`, org, id))
+			WHERE org = ? AND id = ?`, p.Org, p.ID))
 		if errors.Is(err, sql.ErrNoRows) {
-			return executionNotFound(id)
+			return executionNotFound(p.ID)
 		}
 		if err != nil {
 			return err
 		}
-		x.Events, err = listEvents(ctx, tx, org, id)
+		x.Events, err = listEvents(ctx, tx, p.Org, p.ID)
 		return err
 	})
 	if err != nil {

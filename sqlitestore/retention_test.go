@@ -47,7 +47,7 @@ func TestAuditRetentionBatches(t *testing.T) {
 		}
 	}
 	for i, id := range ids {
-		x, err := s.GetExecution(t.Context(), scope.Org, id)
+		x, err := s.GetExecution(t.Context(), idem.GetExecutionParams{Org: scope.Org, ID: id})
 		switch {
 		case i < 20 && !errors.Is(err, idem.ErrNotFound):
 			t.Fatalf("%s past the window: err = %v, want NOT_FOUND", id, err)

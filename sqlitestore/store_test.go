@@ -190,7 +190,7 @@ func TestClosedStoreIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := s.GetAttempt(t.Context(), idem.Scope{Org: "o", Principal: "p"}, "k"); !errors.Is(err, idem.ErrStoreUnavailable) {
+	if _, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: idem.Scope{Org: "o", Principal: "p"}, Key: "k"}); !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Errorf("GetAttempt on a closed store: err = %v, want STORE_UNAVAILABLE", err)
 	}
 	if _, err := s.Sweep(t.Context(), idem.SweepParams{}); !errors.Is(err, idem.ErrStoreUnavailable) {

@@ -70,7 +70,7 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 			// Another execution of the key is in the writer. A committed
 			// record answers (that execution only reads it); none means
 			// its reservation is not committed: busy.
-			a, err := s.GetAttempt(ctx, p.Scope, p.Key)
+			a, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: p.Scope, Key: p.Key})
 			switch {
 			case err == nil:
 				return idem.TransactResult{Attempt: a}, nil

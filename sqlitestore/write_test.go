@@ -98,12 +98,12 @@ func TestConcurrentFirstReadsDoNotDeadlock(t *testing.T) {
 	for i := range 8 * readConns {
 		wg.Go(func() {
 			for j := range 20 {
-				_, err := s.GetAttempt(ctx, idem.Scope{Org: "acme", Principal: "a"}, fmt.Sprint("k", i, "-", j))
+				_, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: idem.Scope{Org: "acme", Principal: "a"}, Key: fmt.Sprint("k", i, "-", j)})
 				if !errors.Is(err, idem.ErrNotFound) {
 					t.Errorf("reader %d: %v", i, err)
 					return
 				}
-				if _, err := s.GetExecution(ctx, "acme", fmt.Sprint("exe_", i)); !errors.Is(err, idem.ErrNotFound) {
+				if _, err := s.GetExecution(ctx, idem.GetExecutionParams{Org: "acme", ID: fmt.Sprint("exe_", i)}); !errors.Is(err, idem.ErrNotFound) {
 					t.Errorf("reader %d: %v", i, err)
 					return
 				}

@@ -55,14 +55,14 @@ func testApprovalRequestKeyWithRecord(t *testing.T, e *env) {
 	res := mustReserve(t, s, p)
 	// In flight, then completed: the record is reported, nothing created,
 	// whatever the fingerprint of the request.
-	_, _, err := s.RequestApproval(ctx(t), keyedApprovalParams("k", fpOne))
+	_, err := s.RequestApproval(ctx(t), keyedApprovalParams("k", fpOne))
 	wantAttemptExists(t, err, res.Attempt)
 	done, err := s.Complete(ctx(t), completeParams(res.Attempt, 200, `{"ok":true}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, fp := range []string{fpOne, fpTwo} {
-		_, _, err := s.RequestApproval(ctx(t), keyedApprovalParams("k", fp))
+		_, err := s.RequestApproval(ctx(t), keyedApprovalParams("k", fp))
 		wantAttemptExists(t, err, done)
 	}
 	if n := approvalCount(t, s); n != 1 {
@@ -79,14 +79,14 @@ func testApprovalRequestKeyWithRecord(t *testing.T, e *env) {
 			return p
 		}(),
 	} {
-		if got, _, err := s.RequestApproval(ctx(t), p); err != nil || got.Status != idem.ApprovalPending {
+		if got, err := s.RequestApproval(ctx(t), p); err != nil || got.Approval.Status != idem.ApprovalPending {
 			t.Fatalf("RequestApproval(%+v) = %+v, %v; want a pending approval", p, got, err)
 		}
 	}
 	// A forgotten record does not count.
 	e.clock.Advance(keepFor + time.Hour)
-	if _, created, err := s.RequestApproval(ctx(t), keyedApprovalParams("k", fpOne)); err != nil || !created {
-		t.Fatalf("RequestApproval after retention = created %v, %v; want a new pending approval", created, err)
+	if got, err := s.RequestApproval(ctx(t), keyedApprovalParams("k", fpOne)); err != nil || !got.Created {
+		t.Fatalf("RequestApproval after retention = created %v, %v; want a new pending approval", got.Created, err)
 	}
 }
 
@@ -104,8 +104,7 @@ func testKeyedApprovalRequestRacingReserve(t *testing.T, e *env) {
 		start := make(chan struct{})
 		reserved := make([]bool, racers)
 		errs := make([]error, racers)
-		created := make([]bool, racers)
-		got := make([]idem.Approval, racers)
+		got := make([]idem.RequestApprovalResult, racers)
 		for i := range racers {
 			wg.Add(1)
 			go func() {
@@ -120,7 +119,7 @@ func testKeyedApprovalRequestRacingReserve(t *testing.T, e *env) {
 					reserved[i] = res.Reserved
 					return
 				}
-				got[i], created[i], errs[i] = s.RequestApproval(ctx(t), keyedApprovalParams(key, fpOne))
+				got[i], errs[i] = s.RequestApproval(ctx(t), keyedApprovalParams(key, fpOne))
 			}()
 		}
 		close(start)
@@ -138,8 +137,8 @@ func testKeyedApprovalRequestRacingReserve(t *testing.T, e *env) {
 			case errors.Is(errs[i], idem.ErrAttemptExists):
 			case errs[i] != nil:
 				t.Fatalf("round %d: RequestApproval: %v", round, errs[i])
-			case created[i] || got[i].ID != a.ID || got[i].Status != idem.ApprovalApproved:
-				t.Fatalf("round %d: RequestApproval = %+v (created %v), want the approved %s or the record", round, got[i], created[i], a.ID)
+			case got[i].Created || got[i].Approval.ID != a.ID || got[i].Approval.Status != idem.ApprovalApproved:
+				t.Fatalf("round %d: RequestApproval = %+v, want the approved %s or the record", round, got[i], a.ID)
 			}
 		}
 		if winners != 1 {

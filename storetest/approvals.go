@@ -38,11 +38,11 @@ func approvalParams(org, requester, fingerprint string) idem.RequestApprovalPara
 
 func mustRequest(t *testing.T, s idem.Store, p idem.RequestApprovalParams) (idem.Approval, bool) {
 	t.Helper()
-	a, created, err := s.RequestApproval(ctx(t), p)
+	res, err := s.RequestApproval(ctx(t), p)
 	if err != nil {
 		t.Fatalf("RequestApproval: %v", err)
 	}
-	return a, created
+	return res.Approval, res.Created
 }
 
 func mustDecide(t *testing.T, s idem.Store, org, id string, approve bool, by, reason string) idem.Approval {
@@ -98,11 +98,11 @@ func testApprovalConcurrentRequest(t *testing.T, e *env) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a, _, err := stores[i%2].RequestApproval(ctx(t), approvalParams("acme", "agent-1", fpOne))
+			res, err := stores[i%2].RequestApproval(ctx(t), approvalParams("acme", "agent-1", fpOne))
 			if err != nil {
 				t.Errorf("RequestApproval: %v", err)
 			}
-			ids[i] = a.ID
+			ids[i] = res.Approval.ID
 		}()
 	}
 	wg.Wait()
@@ -129,14 +129,14 @@ func testApprovalApproveAndConsume(t *testing.T, e *env) {
 	p := reserveParams(scopeA, "key-1", fpOne)
 	p.ApprovalID = a.ID
 	res := mustReserve(t, s, p)
-	got, err := s.GetApproval(ctx(t), "acme", a.ID)
+	got, err := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: a.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Status != idem.ApprovalConsumed || got.ExecutionID == nil || *got.ExecutionID != res.Attempt.ExecutionID || got.ConsumedAt == nil {
 		t.Fatalf("consumed approval = %+v", got)
 	}
-	exe, err := s.GetExecution(ctx(t), "acme", res.Attempt.ExecutionID)
+	exe, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: res.Attempt.ExecutionID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func testApprovalApproveAndConsume(t *testing.T, e *env) {
 	if _, err := s.Reserve(ctx(t), p2); !errors.Is(err, idem.ErrApprovalNotConsumable) {
 		t.Fatalf("second consumption: err = %v, want ErrApprovalNotConsumable", err)
 	}
-	if _, err := s.GetAttempt(ctx(t), scopeA, "key-2"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-2"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("a failed consumption left a reservation: %v", err)
 	}
 	if next, created := mustRequest(t, s, approvalParams("acme", "agent-1", fpOne)); !created || next.ID == a.ID {
@@ -166,7 +166,7 @@ func testApprovalApproveAndConsume(t *testing.T, e *env) {
 	if _, err := s.StartExecution(ctx(t), start); !errors.Is(err, idem.ErrApprovalNotConsumable) {
 		t.Fatalf("second unkeyed consumption: err = %v", err)
 	}
-	if _, err := s.GetExecution(ctx(t), "acme", start.ExecutionID); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: start.ExecutionID}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("a failed consumption left an execution: %v", err)
 	}
 }
@@ -201,7 +201,7 @@ func testApprovalBindsIntent(t *testing.T, e *env) {
 	if _, err := s.Reserve(ctx(t), p); !errors.Is(err, idem.ErrApprovalNotConsumable) {
 		t.Errorf("pending approval consumed: err = %v", err)
 	}
-	if got, _ := s.GetApproval(ctx(t), "acme", a.ID); got.Status != idem.ApprovalApproved {
+	if got, _ := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: a.ID}); got.Status != idem.ApprovalApproved {
 		t.Errorf("approval after failed consumptions = %s, want still approved", got.Status)
 	}
 }
@@ -218,7 +218,7 @@ func testApprovalRejected(t *testing.T, e *env) {
 		t.Fatalf("re-send before expiry = %+v (created %v), want the rejected approval", again, created)
 	}
 	e.clock.Advance(time.Microsecond)
-	if got, _ := s.GetApproval(ctx(t), "acme", a.ID); got.Status != idem.ApprovalRejected {
+	if got, _ := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: a.ID}); got.Status != idem.ApprovalRejected {
 		t.Errorf("rejected approval past expiry reads %s, want rejected", got.Status)
 	}
 	if next, created := mustRequest(t, s, approvalParams("acme", "agent-1", fpOne)); !created || next.ID == a.ID || next.Status != idem.ApprovalPending {
@@ -260,7 +260,7 @@ func testApprovalDecisionRules(t *testing.T, e *env) {
 		if idem.ErrorCode(err) != idem.CodeApprovalNotFound {
 			t.Errorf("decide %s in %s: err = %v, want APPROVAL_NOT_FOUND", id, org, err)
 		}
-		if _, err := s.GetApproval(ctx(t), org, id); idem.ErrorCode(err) != idem.CodeApprovalNotFound {
+		if _, err := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: org, ID: id}); idem.ErrorCode(err) != idem.CodeApprovalNotFound {
 			t.Errorf("get %s in %s: err = %v, want APPROVAL_NOT_FOUND", id, org, err)
 		}
 	}
@@ -272,7 +272,7 @@ func testApprovalExpiry(t *testing.T, e *env) {
 	approved := approvedApproval(t, e, "agent-1", fpTwo)
 	e.clock.Advance(approvalExpiry)
 	for _, id := range []string{pending.ID, approved.ID} {
-		if got, _ := s.GetApproval(ctx(t), "acme", id); got.Status != idem.ApprovalExpired {
+		if got, _ := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: id}); got.Status != idem.ApprovalExpired {
 			t.Errorf("approval %s past expiry reads %s, want expired", id, got.Status)
 		}
 	}

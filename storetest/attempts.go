@@ -46,7 +46,7 @@ func testReserveThenComplete(t *testing.T, e *env) {
 		t.Errorf("execution = %+v", res.Execution)
 	}
 
-	got, err := s.GetAttempt(ctx(t), scopeA, "key-1")
+	got, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func testReserveThenComplete(t *testing.T, e *env) {
 		}
 	}
 
-	exe, err := s.GetExecution(ctx(t), "acme", a.ExecutionID)
+	exe, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: a.ExecutionID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func testReserveFindsExisting(t *testing.T, e *env) {
 			res.Attempt.Fingerprint != fpOne || res.Attempt.State != idem.AttemptInFlight {
 			t.Fatalf("existing record = %+v, want the first reservation", res.Attempt)
 		}
-		if _, err := s.GetExecution(ctx(t), "acme", again.ExecutionID); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: again.ExecutionID}); !errors.Is(err, idem.ErrNotFound) {
 			t.Errorf("a losing Reserve created execution %s (err %v)", again.ExecutionID, err)
 		}
 	}
@@ -246,7 +246,7 @@ func testRetention(t *testing.T, e *env) {
 	}
 	other := mustReserve(t, s, reserveParams(scopeA, "key-2", fpOne))
 	e.clock.Advance(keepFor)
-	if _, err := s.GetAttempt(ctx(t), scopeA, "key-1"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-1"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("GetAttempt past retention: err = %v, want NOT_FOUND", err)
 	}
 	// A forgotten record that is not swept yet gives way to a new attempt.
@@ -261,7 +261,7 @@ func testRetention(t *testing.T, e *env) {
 	if sw.Forgotten != 1 {
 		t.Errorf("Sweep forgot %d records, want 1 (key-2)", sw.Forgotten)
 	}
-	if _, err := s.GetAttempt(ctx(t), scopeA, other.Attempt.Key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: other.Attempt.Key}); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("swept record still readable: %v", err)
 	}
 	if got := mustGet(t, s, scopeA, "key-1"); got.Fingerprint != fpTwo || got.State != idem.AttemptInFlight {
@@ -286,13 +286,13 @@ func testKeysAreScoped(t *testing.T, e *env) {
 	if len(tokens) != 3 {
 		t.Errorf("three scopes got %d distinct fencing tokens", len(tokens))
 	}
-	if _, err := s.GetAttempt(ctx(t), idem.Scope{Org: "acme", Principal: "nobody"}, "shared-key"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: idem.Scope{Org: "acme", Principal: "nobody"}, Key: "shared-key"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("another principal can read the record: %v", err)
 	}
 }
 
 func testGetAttemptUnknown(t *testing.T, e *env) {
-	_, err := e.s(t).GetAttempt(ctx(t), scopeA, "never-used")
+	_, err := e.s(t).GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "never-used"})
 	if !errors.Is(err, idem.ErrNotFound) || idem.ErrorCode(err) != idem.CodeNotFound {
 		t.Fatalf("err = %v, want NOT_FOUND", err)
 	}
@@ -305,7 +305,7 @@ func testCancelledContext(t *testing.T, e *env) {
 	if _, err := s.Reserve(c, reserveParams(scopeA, "key-1", fpOne)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Reserve with a cancelled context: err = %v, want context.Canceled", err)
 	}
-	if _, err := s.GetAttempt(ctx(t), scopeA, "key-1"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-1"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("a cancelled Reserve left a record: %v", err)
 	}
 }
@@ -322,11 +322,11 @@ func testUnreachable(t *testing.T, e *env) {
 	calls := map[string]func() error{
 		"Reserve": func() error { _, err := s.Reserve(c, reserveParams(scopeA, "key-2", fpOne)); return err },
 		"GetAttempt": func() error {
-			_, err := s.GetAttempt(c, scopeA, "key-1")
+			_, err := s.GetAttempt(c, idem.GetAttemptParams{Scope: scopeA, Key: "key-1"})
 			return err
 		},
 		"RequestApproval": func() error {
-			_, _, err := s.RequestApproval(c, approvalParams("acme", "agent-1", fpOne))
+			_, err := s.RequestApproval(c, approvalParams("acme", "agent-1", fpOne))
 			return err
 		},
 		"Sweep": func() error { _, err := s.Sweep(c, idem.SweepParams{}); return err },
@@ -342,7 +342,7 @@ func testUnreachable(t *testing.T, e *env) {
 
 func mustGet(t *testing.T, s idem.Store, scope idem.Scope, key string) idem.Attempt {
 	t.Helper()
-	a, err := s.GetAttempt(ctx(t), scope, key)
+	a, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scope, Key: key})
 	if err != nil {
 		t.Fatalf("GetAttempt(%s): %v", key, err)
 	}

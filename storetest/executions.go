@@ -28,7 +28,7 @@ func testExecutions(t *testing.T, e *env) {
 		t.Fatalf("started execution = %+v", x)
 	}
 	e.clock.Advance(time.Second)
-	if err := s.AppendEvents(ctx(t), "acme", idem.AuditEvent{ExecutionID: x.ID, Type: idem.EventRetried, At: e.clock.Now(), Attempt: 2, PreviousErrorCode: idem.CodeTimeout}); err != nil {
+	if err := s.AppendEvents(ctx(t), idem.AppendEventsParams{Org: "acme", Events: []idem.AuditEvent{{ExecutionID: x.ID, Type: idem.EventRetried, At: e.clock.Now(), Attempt: 2, PreviousErrorCode: idem.CodeTimeout}}}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Second)
@@ -39,7 +39,7 @@ func testExecutions(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.GetExecution(ctx(t), "acme", x.ID)
+	got, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: x.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func testExecutions(t *testing.T, e *env) {
 	if failed.Type != idem.EventFailed || failed.Code != idem.CodeTimeout || failed.Attempts != 2 || failed.DurationMs != 2000 || failed.Data["status"] != "504" {
 		t.Errorf("failed event = %+v", failed)
 	}
-	if _, err := s.GetExecution(ctx(t), "globex", x.ID); idem.ErrorCode(err) != idem.CodeNotFound {
+	if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "globex", ID: x.ID}); idem.ErrorCode(err) != idem.CodeNotFound {
 		t.Errorf("another org read the execution: err = %v", err)
 	}
 }
@@ -90,7 +90,7 @@ func testReinvocation(t *testing.T, e *env) {
 	if res.Execution.ReinvocationOf == nil || *res.Execution.ReinvocationOf != second.ID {
 		t.Fatalf("keyed execution reinvocationOf = %v, want the most recent %s", res.Execution.ReinvocationOf, second.ID)
 	}
-	got, err := s.GetExecution(ctx(t), "acme", second.ID)
+	got, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: second.ID})
 	if err != nil || got.ReinvocationOf == nil || *got.ReinvocationOf != first.ID {
 		t.Fatalf("GetExecution reinvocationOf = %+v, %v", got, err)
 	}
@@ -185,7 +185,7 @@ func testFinishEvents(t *testing.T, e *env) {
 	}
 	check := func(id string, want int) {
 		t.Helper()
-		x, err := s.GetExecution(ctx(t), scopeA.Org, id)
+		x, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: scopeA.Org, ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}

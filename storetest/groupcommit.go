@@ -29,14 +29,14 @@ func testManyEvents(t *testing.T, e *env) {
 		events = append(events, idem.AuditEvent{ExecutionID: x.ID, Type: idem.EventReplayed, At: e.clock.Now(),
 			Data: map[string]string{"n": fmt.Sprint(i)}})
 	}
-	if err := s.AppendEvents(ctx(t), scopeA.Org, events...); err != nil {
+	if err := s.AppendEvents(ctx(t), idem.AppendEventsParams{Org: scopeA.Org, Events: events}); err != nil {
 		t.Fatal(err)
 	}
 	bad := append(append([]idem.AuditEvent(nil), events[:20]...), idem.AuditEvent{ExecutionID: "exe_missing", Type: idem.EventReplayed, At: e.clock.Now()})
-	if err := s.AppendEvents(ctx(t), scopeA.Org, bad...); !errors.Is(err, idem.ErrNotFound) || !strings.Contains(err.Error(), "exe_missing") {
+	if err := s.AppendEvents(ctx(t), idem.AppendEventsParams{Org: scopeA.Org, Events: bad}); !errors.Is(err, idem.ErrNotFound) || !strings.Contains(err.Error(), "exe_missing") {
 		t.Fatalf("append with an unknown execution: err = %v, want NOT_FOUND naming exe_missing", err)
 	}
-	got, err := s.GetExecution(ctx(t), scopeA.Org, x.ID)
+	got, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: scopeA.Org, ID: x.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func testConcurrentWritesFailAlone(t *testing.T, e *env) {
 			case 1:
 				_, errs[i] = s.Complete(ctx(t), completeParams(a, 201, fmt.Sprintf(`{"n":%d}`, i)))
 			case 2: // an event for an execution that does not exist, then a good completion
-				errs[i] = s.AppendEvents(ctx(t), scopeA.Org, idem.AuditEvent{ExecutionID: "exe_missing", Type: idem.EventReplayed, At: e.clock.Now()})
+				errs[i] = s.AppendEvents(ctx(t), idem.AppendEventsParams{Org: scopeA.Org, Events: []idem.AuditEvent{{ExecutionID: "exe_missing", Type: idem.EventReplayed, At: e.clock.Now()}}})
 				if _, err := s.Complete(ctx(t), completeParams(a, 201, fmt.Sprintf(`{"n":%d}`, i))); err != nil {
 					t.Errorf("complete %d after a failed append: %v", i, err)
 				}
@@ -118,7 +118,7 @@ func testConcurrentWritesFailAlone(t *testing.T, e *env) {
 			if want := fmt.Sprintf(`{"n":%d}`, i); a.State != idem.AttemptCompleted || string(a.Body) != want {
 				t.Errorf("record %d: state %s body %s, want completed %s", i, a.State, a.Body, want)
 			}
-			x, err := s.GetExecution(ctx(t), scopeA.Org, a.ExecutionID)
+			x, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: scopeA.Org, ID: a.ExecutionID})
 			if err != nil || x.Outcome != idem.OutcomeSucceeded {
 				t.Errorf("execution of record %d: outcome %q err %v, want succeeded", i, x.Outcome, err)
 			}

@@ -188,7 +188,7 @@ func testInFlightNeverForgotten(t *testing.T, e *env) {
 	q.Retention = 10 * time.Second
 	mustReserve(t, s, q)
 	e.clock.Advance(lease)
-	if _, err := s.GetAttempt(ctx(t), scopeA, "key-2"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-2"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("GetAttempt past retention and lease: err = %v, want NOT_FOUND", err)
 	}
 	mustReserve(t, s, reserveParams(scopeA, "key-2", fpOne))

@@ -168,7 +168,7 @@ func testApprovalConsumedOnce(t *testing.T, e *env) {
 	if consumed != 1 {
 		t.Fatalf("approval consumed by %d reservations, want exactly 1", consumed)
 	}
-	got, err := e.s(t).GetApproval(ctx(t), "acme", approval.ID)
+	got, err := e.s(t).GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: approval.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func testApprovalConsumedOnce(t *testing.T, e *env) {
 	if reserved != 1 {
 		t.Fatalf("%d reservations of one key, want 1", reserved)
 	}
-	if got, _ := e.s(t).GetApproval(ctx(t), "acme", approval.ID); got.Status != idem.ApprovalConsumed {
+	if got, _ := e.s(t).GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: approval.ID}); got.Status != idem.ApprovalConsumed {
 		t.Fatalf("second approval = %s, want consumed", got.Status)
 	}
 }

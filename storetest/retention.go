@@ -59,7 +59,7 @@ func testAuditRetention(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(12 * time.Hour)
-	if err := s.AppendEvents(ctx(t), scopeA.Org, idem.AuditEvent{ExecutionID: keyed.Execution.ID, Type: idem.EventReplayed}); err != nil {
+	if err := s.AppendEvents(ctx(t), idem.AppendEventsParams{Org: scopeA.Org, Events: []idem.AuditEvent{{ExecutionID: keyed.Execution.ID, Type: idem.EventReplayed}}}); err != nil {
 		t.Fatal(err)
 	}
 	// A day and a half in: a re-invocation of the keyed one, with more
@@ -81,20 +81,20 @@ func testAuditRetention(t *testing.T, e *env) {
 		Attempts: 7, Events: finals}); err != nil {
 		t.Fatal(err)
 	}
-	againBefore, err := s.GetExecution(ctx(t), scopeA.Org, again.ID)
+	againBefore, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: scopeA.Org, ID: again.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	gone := func(what, id string) {
 		t.Helper()
-		if _, err := s.GetExecution(ctx(t), scopeA.Org, id); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: scopeA.Org, ID: id}); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("%s past the audit retention: err = %v, want NOT_FOUND", what, err)
 		}
 	}
 	kept := func(what string, want idem.Execution) {
 		t.Helper()
-		got, err := s.GetExecution(ctx(t), want.Org, want.ID)
+		got, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: want.Org, ID: want.ID})
 		if err != nil {
 			t.Fatalf("%s within the audit retention: %v", what, err)
 		}
@@ -124,10 +124,10 @@ func testAuditRetention(t *testing.T, e *env) {
 	// two more than the window and a day ago.
 	e.clock.Advance(again.StartedAt.Add(auditWindow - time.Microsecond).Sub(e.clock.Now()))
 	sweepAudit(t, s, 0) // a zero retention keeps everything
-	if x, err := s.GetExecution(ctx(t), scopeA.Org, keyed.Execution.ID); err != nil || len(x.Events) != 3 {
+	if x, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: scopeA.Org, ID: keyed.Execution.ID}); err != nil || len(x.Events) != 3 {
 		t.Fatalf("keyed execution with no audit retention = %+v, %v; want it with its 3 events", x, err)
 	}
-	if _, err := s.GetExecution(ctx(t), scopeB.Org, orphan.ID); err != nil {
+	if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: scopeB.Org, ID: orphan.ID}); err != nil {
 		t.Fatalf("running execution with no audit retention: %v", err)
 	}
 
@@ -136,7 +136,7 @@ func testAuditRetention(t *testing.T, e *env) {
 	gone("the running execution", orphan.ID)
 	kept("the re-invocation", againBefore) // reinvocationOf as stored
 	listed(again.ID)
-	if err := s.AppendEvents(ctx(t), scopeA.Org, idem.AuditEvent{ExecutionID: keyed.Execution.ID, Type: idem.EventReplayed}); !errors.Is(err, idem.ErrNotFound) {
+	if err := s.AppendEvents(ctx(t), idem.AppendEventsParams{Org: scopeA.Org, Events: []idem.AuditEvent{{ExecutionID: keyed.Execution.ID, Type: idem.EventReplayed}}}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("AppendEvents to a removed execution: err = %v, want NOT_FOUND", err)
 	}
 	err = s.FinishExecution(ctx(t), idem.FinishParams{Org: scopeB.Org, ExecutionID: orphan.ID, Outcome: idem.OutcomeFailed,

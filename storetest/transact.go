@@ -72,7 +72,7 @@ func testTransactCommits(t *testing.T, e *env) {
 	if got.State != idem.AttemptCompleted || string(got.Body) != `{"data":{"effect":"a"}}` || got.ExecutionID != p.ExecutionID {
 		t.Fatalf("record = %+v", got)
 	}
-	exe, err := s.GetExecution(ctx(t), "acme", p.ExecutionID)
+	exe, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: p.ExecutionID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +108,10 @@ func testTransactAbort(t *testing.T, e *env) {
 	if err != nil || !res.Reserved || res.Committed {
 		t.Fatalf("aborted Transact = %+v, %v; want reserved, not committed", res, err)
 	}
-	if _, err := s.GetAttempt(ctx(t), scopeA, "key-1"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-1"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("GetAttempt after an abort: %v, want NOT_FOUND (no record)", err)
 	}
-	if _, err := s.GetExecution(ctx(t), "acme", p.ExecutionID); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: p.ExecutionID}); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("GetExecution after an abort: %v, want NOT_FOUND", err)
 	}
 	if got := e.Effects(t); len(got) != 0 {
@@ -186,7 +186,7 @@ func testTransactBusy(t *testing.T, e *env) {
 	case <-time.After(10 * time.Second):
 		t.Error("the same-key Transact waited behind the open transaction instead of answering busy")
 	}
-	if _, err := s.GetAttempt(ctx(t), scopeA, "key-1"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-1"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("GetAttempt while uncommitted: %v, want NOT_FOUND", err)
 	}
 	close(release)
@@ -206,7 +206,7 @@ func testTransactUnkeyed(t *testing.T, e *env) {
 	if err != nil || !res.Committed {
 		t.Fatalf("unkeyed Transact = %+v, %v", res, err)
 	}
-	exe, err := s.GetExecution(ctx(t), "acme", p.ExecutionID)
+	exe, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: p.ExecutionID})
 	if err != nil || exe.Outcome != idem.OutcomeSucceeded || exe.Key != "" {
 		t.Fatalf("execution = %+v, %v", exe, err)
 	}
@@ -219,7 +219,7 @@ func testTransactUnkeyed(t *testing.T, e *env) {
 	if err != nil || res.Committed {
 		t.Fatalf("aborted unkeyed Transact = %+v, %v", res, err)
 	}
-	if _, err := s.GetExecution(ctx(t), "acme", aborted.ExecutionID); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: aborted.ExecutionID}); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("aborted execution: %v, want NOT_FOUND", err)
 	}
 	if got := e.Effects(t); !slices.Equal(got, []string{"u"}) {
@@ -236,7 +236,7 @@ func testTransactApproval(t *testing.T, e *env) {
 	if err != nil || res.Committed {
 		t.Fatalf("aborted Transact = %+v, %v", res, err)
 	}
-	if got, err := s.GetApproval(ctx(t), "acme", ap.ID); err != nil || got.Status != idem.ApprovalApproved {
+	if got, err := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: ap.ID}); err != nil || got.Status != idem.ApprovalApproved {
 		t.Fatalf("approval after an abort = %+v, %v; want still approved", got, err)
 	}
 	p2 := reserveParams(scopeA, "key-1", fpOne)
@@ -244,7 +244,7 @@ func testTransactApproval(t *testing.T, e *env) {
 	if res, err := transactor(t, s).Transact(ctx(t), p2, succeed(e, "a")); err != nil || !res.Committed {
 		t.Fatalf("Transact = %+v, %v", res, err)
 	}
-	if got, err := s.GetApproval(ctx(t), "acme", ap.ID); err != nil || got.Status != idem.ApprovalConsumed || got.ExecutionID == nil || *got.ExecutionID != p2.ExecutionID {
+	if got, err := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: ap.ID}); err != nil || got.Status != idem.ApprovalConsumed || got.ExecutionID == nil || *got.ExecutionID != p2.ExecutionID {
 		t.Fatalf("approval after the commit = %+v, %v; want consumed by %s", got, err, p2.ExecutionID)
 	}
 	p3 := reserveParams(scopeA, "key-2", fpOne)
