@@ -85,7 +85,24 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	err := s.write(ctx, "transact", func(ctx context.Context, tx txn, now time.Time) error {
 		res = idem.TransactResult{}
 		var fence int64
-		if p.Key != "" {
+		start, forgotten := now, false
+		final := p.Key != "" && p.ApprovalID == "" // the record is written once, at the end
+		if final {
+			a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
+			if err != nil {
+				return err
+			}
+			if found && !a.Forgotten(now) {
+				if a.LeasePassed(now) {
+					if a, err = settleLease(ctx, tx, a, now); err != nil {
+						return err
+					}
+				}
+				res.Attempt = a.Observe(now)
+				return nil
+			}
+			forgotten = found
+		} else if p.Key != "" {
 			r, err := reserveTx(ctx, tx, p, now)
 			if err != nil || !r.Reserved {
 				res.Attempt = r.Attempt
@@ -115,7 +132,14 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		if err != nil {
 			return err
 		}
-		res.Attempt, err = completeTx(ctx, tx, c, headers, now)
+		if !final {
+			res.Attempt, err = completeTx(ctx, tx, c, headers, now)
+			return err
+		}
+		if !now.Before(start.Add(p.Lease)) {
+			return idem.ErrFenced // the lease passed while the handler ran
+		}
+		res.Attempt, err = insertFinalTx(ctx, tx, p, c, headers, forgotten, start, now)
 		return err
 	})
 	switch {
@@ -127,6 +151,57 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	}
 	res.Committed = res.Reserved
 	return res, nil
+}
+
+// insertFinalTx stores c as the key's final record, with its finished
+// execution and its events (execution.started first), in tx; forgotten
+// says a record past retention is still there and goes first. start is
+// when the execution began.
+func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.CompleteParams, headers []byte, forgotten bool, start, now time.Time) (idem.Attempt, error) {
+	if forgotten {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`,
+			p.Scope.Org, p.Scope.Principal, p.Key); err != nil {
+			return idem.Attempt{}, err
+		}
+	}
+	var secretExpiresAt sql.NullInt64
+	if c.SealedKeyID != "" {
+		secretExpiresAt = nullMicros(now.Add(c.SecretWindow))
+	}
+	// The fencing token is the counter's next value; a trigger advances
+	// the counter (migration 004).
+	a, err := scanAttempt(tx.QueryRowContext(ctx, `INSERT INTO idem_attempts
+		(org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at,
+			status, headers, body, sealed_key_id, created_at, completed_at, expires_at, secret_expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT value + 1 FROM idem_counters WHERE name = 'fencing_token'), ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		RETURNING `+attemptColumns,
+		p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, idem.FinalState(c.Status), p.ExecutionID,
+		micros(start.Add(p.Lease)), c.Status, string(headers), c.Body, nullString(c.SealedKeyID), micros(start), micros(now),
+		micros(start.Add(p.Retention)), secretExpiresAt))
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	fin := c.Finish
+	if _, err := tx.ExecContext(ctx, `INSERT INTO idem_executions
+		(org, id, principal, operation, fingerprint, key, attempts, outcome, code, reinvocation_of, started_at, finished_at)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, (
+			SELECT id FROM idem_executions
+			WHERE org = ?1 AND principal = ?3 AND operation = ?4 AND fingerprint = ?5
+			ORDER BY started_at DESC, rowid DESC LIMIT 1), ?10, ?11)`,
+		p.Scope.Org, p.ExecutionID, p.Scope.Principal, p.Operation, p.Fingerprint, p.Key, fin.Attempts, fin.Outcome,
+		nullString(string(fin.Code)), micros(start), micros(now)); err != nil {
+		return idem.Attempt{}, err
+	}
+	events := make([]idem.AuditEvent, 0, 1+len(fin.Events))
+	events = append(events, idem.AuditEvent{ExecutionID: p.ExecutionID, Type: idem.EventStarted, At: start, Attempt: 1})
+	for _, ev := range fin.Events {
+		ev.ExecutionID = p.ExecutionID
+		events = append(events, ev)
+	}
+	if err := insertEvents(ctx, tx, now, p.Scope.Org, events); err != nil {
+		return idem.Attempt{}, err
+	}
+	return a.Observe(now), nil
 }
 
 // runSaved calls run under a savepoint, rolled back to when it asks for
