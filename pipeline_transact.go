@@ -64,9 +64,12 @@ func (x *execution) transact(ctx context.Context, in any, start StartParams, raw
 		// same-key retry is safe either way: it replays what committed, or
 		// runs afresh.
 		r.cfg.Logger.Error("transactional execution: commit", "executionId", x.executionID, "error", err)
-		e := Unavailable("store", err)
-		e.Message = "the store failed while committing this transactional execution; " + x.resendAdvice()
-		return x.fail(e)
+		var e *Error
+		if !errors.As(err, &e) || e.Code == CodeStoreUnavailable {
+			e = Unavailable("store", err)
+			e.Message = "the store failed while committing this transactional execution; " + x.resendAdvice()
+		}
+		return x.fail(e) // any other code (INTERNAL: a statement refused for its data) as the store said
 	case !res.Reserved:
 		x.executionID = ""
 		releaseExecution() // answering the existing record (or waiting on it) is no execution
