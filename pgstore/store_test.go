@@ -41,6 +41,9 @@ func TestConformance(t *testing.T) {
 				return inEffectTx(t, sqlDB(t, url), func(tx *sql.Tx) error { return pgstore.CheckFence(t.Context(), tx, f, margin) })
 			},
 			Effect:  pgtest.Effect,
+			Crash: func(ctx context.Context, tx any) {
+				_, _ = tx.(pgx.Tx).Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			},
 			Effects: func(t *testing.T) []string { return storetest.EffectNames(t, effects, nil) },
 		}
 	})

@@ -34,6 +34,12 @@ type Harness struct {
 	Effect func(ctx context.Context, tx any, name string) error
 	// Effects lists the names of the effects committed so far, sorted.
 	Effects func(t *testing.T) []string
+	// Crash, if set, ends the database session of tx (the transaction
+	// Transact gave its function) from inside it, as a process dying
+	// before its commit would: PostgreSQL terminates the backend. Nil for
+	// stores whose transaction cannot outlive its process (SQLite: the
+	// end-to-end crash tests kill the process instead).
+	Crash func(ctx context.Context, tx any)
 }
 
 // Run runs the conformance suite. newDB is called once per subtest and

@@ -23,6 +23,7 @@ func init() {
 	register("TransactBusyKeyAnswersAtOnce", testTransactBusy)
 	register("TransactOnACompletedKeyNeverAnswersBusy", testTransactCompletedNeverBusy)
 	register("TransactUnkeyed", testTransactUnkeyed)
+	register("TransactSessionLostBeforeCommitLeavesNothing", testTransactSessionLost)
 	register("TransactConsumesApprovalOnlyOnCommit", testTransactApproval)
 	register("TransactTwoInstancesOneEffectPerKey", testTransactTwoInstances)
 }
@@ -321,5 +322,39 @@ func testTransactCompletedNeverBusy(t *testing.T, e *env) {
 	}
 	if busy > 0 {
 		t.Errorf("%d of %d same-key calls on a completed record answered busy, want 0", busy, callers*rounds)
+	}
+}
+
+// A session that dies inside the transaction (its process crashed before
+// the commit) leaves no record, no execution and no effect: the key runs
+// afresh.
+func testTransactSessionLost(t *testing.T, e *env) {
+	if e.Crash == nil {
+		t.Skip("the store's transaction cannot outlive its process; the end-to-end crash tests kill it")
+	}
+	s := e.s(t)
+	p := reserveParams(scopeA, "key-1", fpOne)
+	_, err := transactor(t, s).Transact(ctx(t), p, func(ctx context.Context, tx any) idem.TxOutcome {
+		if err := e.Effect(ctx, tx, "lost"); err != nil {
+			t.Errorf("effect: %v", err)
+		}
+		e.Crash(ctx, tx)
+		return idem.TxOutcome{Result: txResult(http.StatusCreated, `{}`)}
+	})
+	if err == nil {
+		t.Fatal("Transact whose session died before the commit returned no error")
+	}
+	if _, err := s.GetAttempt(ctx(t), idem.GetAttemptParams{Scope: scopeA, Key: "key-1"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("record after a lost session: %v, want none", err)
+	}
+	if _, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: p.ExecutionID}); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("execution after a lost session: %v, want none", err)
+	}
+	if got := e.Effects(t); len(got) != 0 {
+		t.Fatalf("effects after a lost session = %v, want none", got)
+	}
+	res, err := transactor(t, s).Transact(ctx(t), reserveParams(scopeA, "key-1", fpOne), succeed(e, "b"))
+	if err != nil || !res.Committed {
+		t.Fatalf("Transact after a lost session = %+v, %v; want a fresh, committed run", res, err)
 	}
 }
