@@ -40,7 +40,7 @@ func TestConformance(t *testing.T) {
 			CheckFence: func(t *testing.T, f idem.Fence, margin time.Duration) error {
 				return inEffectTx(t, sqlDB(t, url), func(tx *sql.Tx) error { return pgstore.CheckFence(t.Context(), tx, f, margin) })
 			},
-			Effect:  pgtest.Effect,
+			Effect: pgtest.Effect,
 			Crash: func(ctx context.Context, tx any) {
 				_, _ = tx.(pgx.Tx).Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
 			},
