@@ -383,7 +383,7 @@ func TestStoreConformance(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m := New(reg)
 		t.Cleanup(func() {
-			if n := testutil.CollectAndCount(m.storeDuration); n == 0 {
+			if n := testutil.CollectAndCount(m.storeDuration); n == 0 && !t.Skipped() { // a skipped case opens no store
 				t.Errorf("%s recorded nothing", NameStoreSeconds)
 			}
 		})
