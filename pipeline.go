@@ -102,8 +102,6 @@ type execution struct {
 	leaseDeadline time.Time
 	replayed      bool
 	policyLog     []string
-	// reservedAt is the reserved record's CreatedAt (zero when unkeyed).
-	reservedAt time.Time
 	// uncommitted: the key is held by a transactional execution whose
 	// record is not committed yet, so a wait must not give up when it
 	// finds no record.
@@ -240,7 +238,6 @@ func (x *execution) run(ctx context.Context) Result {
 			return x.answerExisting(ctx, res.Attempt)
 		}
 		fence = res.Attempt.FencingToken
-		x.reservedAt = res.Attempt.CreatedAt
 		x.leaseDeadline = t0.Add(lease)
 		r.done.started(req.Principal.Scope(), x.key)
 	} else if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {

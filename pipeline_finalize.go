@@ -55,7 +55,7 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result
 	}
 	done, err := store.Complete(sctx, CompleteParams{
 		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
-		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin, ReservedAt: x.reservedAt,
+		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
 	})
 	if err == nil {
 		x.r.cache.put(done, x.r.cfg.Clock.Now())

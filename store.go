@@ -294,11 +294,6 @@ type CompleteParams struct {
 	// Finish ends the record's execution; its Org and ExecutionID are
 	// taken from the record.
 	Finish FinishParams
-	// ReservedAt, when set, is the record's CreatedAt as Reserve returned
-	// it (and its execution's StartedAt): a store whose tables are
-	// partitioned by time finds both in one partition. A wrong value fails
-	// the completion as fenced; zero means unknown.
-	ReservedAt time.Time
 }
 
 // GetAttemptParams names the attempt record GetAttempt reads.

@@ -259,20 +259,18 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 // key, $4 fencing token, $5 state, $6 status, $7 headers, $8 body, $9
 // sealed key id, $10 now, $11 secret expiry), then, only if it matched,
 // the execution's finish ($12 outcome, $13 code, $14 attempts, events
-// from $17; finishCTEs) and, when the record is watched, the NOTIFY of
-// $15 on idem_completed at commit. $16, the reservation's time when
-// known (else NULL), prunes both updates to one partition. By
-// eventSQLVariant.
+// from $16; finishCTEs) and, when the record is watched, the NOTIFY of
+// $15 on idem_completed at commit. By eventSQLVariant.
 var completeSQL = func() (qs [manyEvents + 2]string) {
 	ph := finishPlaceholders{org: "$1::text", id: "(SELECT execution_id FROM done)", outcome: "$12::text",
-		code: "$13::text", attempts: "$14::int", now: "$10::timestamptz", startedAt: "$16::timestamptz", events: 17}
+		code: "$13::text", attempts: "$14::int", now: "$10::timestamptz", events: 16}
 	for n := range qs {
 		qs[n] = `WITH done AS (
 		UPDATE idem_attempts SET
 			state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,
 			completed_at = $10, secret_expires_at = $11
 		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
-			AND state = 'in_flight' AND lease_expires_at > $10` + prunedBy("created_at", "$16::timestamptz") + `
+			AND state = 'in_flight' AND lease_expires_at > $10
 		RETURNING watched, ` + attemptColumns + `),
 	` + finishCTEs(ph, n) + `,
 	notified AS (SELECT pg_notify('` + completedChannel + `', $15::text) FROM done WHERE watched)
@@ -294,8 +292,7 @@ func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers [
 	args := []any{p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
 		string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt,
 		string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts,
-		notifyPayload(p.Scope, p.Key), // signalled only if a waiter on another instance asked (Watch)
-		nullable(p.ReservedAt)}
+		notifyPayload(p.Scope, p.Key)} // signalled only if a waiter on another instance asked (Watch)
 	args, err := appendEventArgs(args, fin.Events, now)
 	if err != nil {
 		return idem.Attempt{}, err

@@ -75,7 +75,7 @@ func BenchmarkReserveComplete(b *testing.B) {
 			return fmt.Errorf("%s not reserved", key)
 		}
 		_, err = s.Complete(b.Context(), idem.CompleteParams{
-			Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200, Body: []byte(`{}`), ReservedAt: res.Attempt.CreatedAt,
+			Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200, Body: []byte(`{}`),
 			Finish: idem.FinishParams{Org: scope.Org, ExecutionID: res.Attempt.ExecutionID, Outcome: idem.OutcomeSucceeded, Attempts: 1,
 				Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}},
 		})
@@ -110,7 +110,7 @@ func BenchmarkReserveComplete(b *testing.B) {
 			return err
 		}
 		_, err = s.Complete(b.Context(), idem.CompleteParams{
-			Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200, Body: []byte(`{}`), ReservedAt: res.Attempt.CreatedAt,
+			Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200, Body: []byte(`{}`),
 			Finish: idem.FinishParams{Org: scope.Org, ExecutionID: res.Attempt.ExecutionID, Outcome: idem.OutcomeSucceeded, Attempts: 1,
 				Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}},
 		})

@@ -185,10 +185,7 @@ func b2i(b bool) int {
 // the statement that embeds it; events is the first of its events'.
 type finishPlaceholders struct {
 	org, id, outcome, code, attempts, now string
-	// startedAt, if set, is a (possibly NULL) parameter that names the
-	// execution's started_at, so that its update prunes to one partition.
-	startedAt string
-	events    int
+	events                                int
 }
 
 // finishCTEs are the CTEs "fin", "e" and "ev" that finish an execution:
@@ -219,7 +216,7 @@ func finishCTEs(ph finishPlaceholders, n int) string {
 	}
 	return fmt.Sprintf(`fin AS (
 		UPDATE idem_executions x SET outcome = %[3]s, code = %[4]s, attempts = %[5]s, finished_at = %[6]s
-		WHERE x.org = %[1]s AND x.id = %[2]s%[8]s
+		WHERE x.org = %[1]s AND x.id = %[2]s
 		RETURNING x.id),
 	e AS (
 		SELECT r.*, COALESCE(r.execution_id, fin.id) AS xid,
@@ -231,17 +228,7 @@ func finishCTEs(ph finishPlaceholders, n int) string {
 			attempts, duration_ms, data)
 		SELECT %[1]s, xid, type, at, attempt, code, previous_error_code, attempts, duration_ms, data
 		FROM e WHERE NOT EXISTS (SELECT FROM e WHERE NOT known) ORDER BY n
-		RETURNING 1)`, ph.org, ph.id, ph.outcome, ph.code, ph.attempts, ph.now, rows, prunedBy("x.started_at", ph.startedAt))
-}
-
-// prunedBy is the condition "column = param" for a param that may be
-// NULL (then no condition): in a custom plan the NULL test folds away and
-// the equality prunes the partitions of a table partitioned by column.
-func prunedBy(column, param string) string {
-	if param == "" {
-		return ""
-	}
-	return fmt.Sprintf(` AND (%[2]s IS NULL OR %[1]s = %[2]s)`, column, param)
+		RETURNING 1)`, ph.org, ph.id, ph.outcome, ph.code, ph.attempts, ph.now, rows)
 }
 
 // finishColumns read, in a statement with finishCTEs, whether the

@@ -83,15 +83,6 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 	return out, nil
 }
 
-// reservedAt is CompleteParams.ReservedAt as a parameter: NULL when
-// unknown.
-func reservedAt(t time.Time) sql.NullInt64 {
-	if t.IsZero() {
-		return sql.NullInt64{}
-	}
-	return nullMicros(t)
-}
-
 // completeTx completes the record in tx as Complete does; headers are
 // p.Headers filtered and encoded.
 func completeTx(ctx context.Context, tx txn, p idem.CompleteParams, headers []byte, now time.Time) (idem.Attempt, error) {
@@ -102,10 +93,9 @@ func completeTx(ctx context.Context, tx txn, p idem.CompleteParams, headers []by
 	a, err := scanAttempt(tx.QueryRowContext(ctx, `UPDATE idem_attempts
 		SET state = ?, status = ?, headers = ?, body = ?, sealed_key_id = ?, completed_at = ?, secret_expires_at = ?
 		WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at > ?
-			AND (?13 IS NULL OR created_at = ?13)
 		RETURNING `+attemptColumns,
 		idem.FinalState(p.Status), p.Status, string(headers), p.Body, nullString(p.SealedKeyID), micros(now), secretExpiresAt,
-		p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now), reservedAt(p.ReservedAt)))
+		p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Attempt{}, idem.ErrFenced
 	}

@@ -17,7 +17,6 @@ func init() {
 	register("ReserveFindsExistingRecord", testReserveFindsExisting)
 	register("ServerErrorIsIndeterminate", testServerErrorIsIndeterminate)
 	register("StaleFencingTokenCannotComplete", testStaleFencingToken)
-	register("CompleteWithReservedAt", testCompleteWithReservedAt)
 	register("PassedLeaseIsIndeterminateAndNeverReReserved", testPassedLease)
 	register("SecretExpiresToTombstone", testSecretExpiry)
 	register("RetentionForgetsRecord", testRetention)
@@ -356,29 +355,4 @@ func eventTypes(x idem.Execution) []string {
 		out = append(out, ev.Type)
 	}
 	return out
-}
-
-// CompleteParams.ReservedAt names the record's time: the right one
-// completes, a wrong one is fenced and writes nothing.
-func testCompleteWithReservedAt(t *testing.T, e *env) {
-	s := e.s(t)
-	a := mustReserve(t, s, reserveParams(scopeA, "key-1", fpOne)).Attempt
-	wrong := completeParams(a, http.StatusCreated, `{"data":{}}`)
-	wrong.ReservedAt = a.CreatedAt.Add(time.Microsecond)
-	if _, err := s.Complete(ctx(t), wrong); !errors.Is(err, idem.ErrFenced) {
-		t.Fatalf("Complete with a wrong ReservedAt: %v, want ErrFenced", err)
-	}
-	if got := mustGet(t, s, scopeA, "key-1"); got.State != idem.AttemptInFlight {
-		t.Fatalf("record after a refused completion = %+v, want still in flight", got)
-	}
-	right := completeParams(a, http.StatusCreated, `{"data":{}}`)
-	right.ReservedAt = a.CreatedAt
-	done, err := s.Complete(ctx(t), right)
-	if err != nil || done.State != idem.AttemptCompleted {
-		t.Fatalf("Complete with the record's ReservedAt = %+v, %v", done, err)
-	}
-	x, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: a.ExecutionID})
-	if err != nil || x.Outcome != idem.OutcomeSucceeded {
-		t.Fatalf("execution = %+v, %v; want succeeded", x, err)
-	}
 }
