@@ -44,11 +44,29 @@ const newestAttemptSQL = `SELECT ` + attemptColumns + ` FROM idem_attempts
 // lockKeyAndRead takes the key's lock in tx and reads its newest record, in
 // one round trip; found is false when there is none.
 func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string) (a idem.Attempt, found bool, err error) {
+	a, found, _, err = readUnderKeyLock(ctx, tx, scope, key, false)
+	return a, found, err
+}
+
+// readUnderKeyLock takes (or, with try, only tries) the key's lock in tx
+// and reads its newest record, in one round trip: found is false when
+// there is none; held is false when try found the lock taken (the record
+// read is then what was committed before the statement began).
+func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string, try bool) (a idem.Attempt, found, held bool, err error) {
 	var b pgx.Batch
-	queueKeyLock(&b, scope, key)
+	if try {
+		queueTryKeyLock(&b, scope, key)
+	} else {
+		queueKeyLock(&b, scope, key)
+	}
 	b.Queue(newestAttemptSQL, scope.Org, scope.Principal, key)
 	br := tx.SendBatch(ctx, &b)
-	_, err = br.Exec()
+	held = true
+	if try {
+		err = br.QueryRow().Scan(&held)
+	} else {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		a, err = scanAttempt(br.QueryRow())
 		found = err == nil
@@ -59,7 +77,7 @@ func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return a, found && err == nil, err
+	return a, found && err == nil, held, err
 }
 
 // reserveSQL runs under the key's advisory lock. It returns the newest

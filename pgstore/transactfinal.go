@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -18,38 +17,17 @@ import (
 // one statement inserting the record, the execution and its events at the
 // end, where a two-phase reservation inserts and then updates each.
 
-// peekSQL reads the newest record of a key that is within retention or in
-// flight within its lease ($1 org, $2 principal, $3 key, $4 now).
-const peekSQL = `SELECT ` + attemptColumns + ` FROM (
-		SELECT ` + attemptColumns + ` FROM idem_attempts
-		WHERE org = $1 AND principal = $2 AND key = $3
-		ORDER BY created_at DESC LIMIT 1) newest
-	WHERE expires_at > $4 OR (state = 'in_flight' AND lease_expires_at > $4)`
-
-// peekTx tries the key's lock and reads its live record in one round trip:
-// found when there is one (the caller answers it, held or not); busy when
-// another transaction holds the key and nothing is committed.
+// peekTx tries the key's lock and reads its record in one round trip:
+// found when the record is live (within retention, or in flight within its
+// lease; the caller answers it, held or not); busy when another
+// transaction holds the key and nothing live is committed.
 func peekTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time) (a idem.Attempt, found, busy bool, err error) {
-	var b pgx.Batch
-	queueTryKeyLock(&b, p.Scope, p.Key)
-	b.Queue(peekSQL, p.Scope.Org, p.Scope.Principal, p.Key, now)
-	br := tx.SendBatch(ctx, &b)
-	got := false
-	err = br.QueryRow().Scan(&got)
-	if err == nil {
-		a, err = scanAttempt(br.QueryRow())
-		found = err == nil
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	a, found, held, err := readUnderKeyLock(ctx, tx, p.Scope, p.Key, true)
 	if err != nil {
 		return idem.Attempt{}, false, false, err
 	}
-	return a.Observe(now), found, !got && !found, nil
+	found = found && !a.Forgotten(now)
+	return a.Observe(now), found, !held && !found, nil
 }
 
 // finalSQL inserts a transactional execution's final record, its finished
