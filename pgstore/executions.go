@@ -103,10 +103,7 @@ func startCTEs(ph startPlaceholders, approval bool, gate string) string {
 	return consume + fmt.Sprintf(`exe AS (
 		INSERT INTO idem_executions (org, id, principal, operation, fingerprint, key,
 			attempts, outcome, reinvocation_of, started_at)
-		SELECT %[1]s, %[2]s, %[3]s, %[4]s, %[5]s, %[6]s, 1, 'running', (
-			SELECT id FROM idem_executions
-			WHERE org = %[1]s AND principal = %[3]s AND operation = %[4]s AND fingerprint = %[5]s
-			ORDER BY started_at DESC, seq DESC LIMIT 1), %[7]s
+		SELECT %[1]s, %[2]s, %[3]s, %[4]s, %[5]s, %[6]s, 1, 'running', `+previousExecution(ph.org, ph.principal, ph.operation, ph.fingerprint)+`, %[7]s
 		WHERE %[8]s
 		RETURNING reinvocation_of),
 	started AS (
@@ -115,6 +112,15 @@ func startCTEs(ph startPlaceholders, approval bool, gate string) string {
 		FROM exe, (VALUES %[9]s) AS e(n, type, attempt, data)
 		ORDER BY e.n
 		RETURNING 1)`, ph.org, ph.id, ph.principal, ph.operation, ph.fingerprint, ph.key, ph.now, startGate, events)
+}
+
+// previousExecution is the subquery of the most recent execution of an
+// intent (org, principal, operation, fingerprint): what a new execution of
+// it is a reinvocation of (SPEC §13).
+func previousExecution(org, principal, operation, fingerprint string) string {
+	return `(SELECT id FROM idem_executions
+			WHERE org = ` + org + ` AND principal = ` + principal + ` AND operation = ` + operation + ` AND fingerprint = ` + fingerprint + `
+			ORDER BY started_at DESC, seq DESC LIMIT 1)`
 }
 
 // consumedColumn reads, in a statement with startCTEs, whether the

@@ -62,10 +62,8 @@ var finalSQL = func() (qs [manyEvents + 1]string) {
 	exe AS (
 		INSERT INTO idem_executions (org, id, principal, operation, fingerprint, key,
 			attempts, outcome, code, reinvocation_of, started_at, finished_at)
-		SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, $17::int, $18::text, $19::text, (
-			SELECT id FROM idem_executions
-			WHERE org = $1::text AND principal = $2::text AND operation = $4::text AND fingerprint = $5::text
-			ORDER BY started_at DESC, seq DESC LIMIT 1), $8::timestamptz, $15::timestamptz
+		SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, $17::int, $18::text, $19::text,
+			` + previousExecution("$1::text", "$2::text", "$4::text", "$5::text") + `, $8::timestamptz, $15::timestamptz
 		FROM made
 		RETURNING id),
 	ev AS (

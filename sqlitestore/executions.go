@@ -108,10 +108,7 @@ func startExecution(ctx context.Context, tx txn, now time.Time, p idem.StartPara
 	var previous sql.NullString
 	if err := tx.QueryRowContext(ctx, `INSERT INTO idem_executions
 		(org, id, principal, operation, fingerprint, key, attempts, outcome, reinvocation_of, started_at)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (
-			SELECT id FROM idem_executions
-			WHERE org = ?1 AND principal = ?3 AND operation = ?4 AND fingerprint = ?5
-			ORDER BY started_at DESC, rowid DESC LIMIT 1), ?9)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, `+previousExecutionSQL+`, ?9)
 		RETURNING reinvocation_of`,
 		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullString(key), x.Attempts, x.Outcome, micros(now)).Scan(&previous); err != nil {
 		return idem.Execution{}, err
@@ -122,6 +119,13 @@ func startExecution(ctx context.Context, tx txn, now time.Time, p idem.StartPara
 	}
 	return x, nil
 }
+
+// previousExecutionSQL is the subquery of the most recent execution of the
+// intent ?1 org, ?3 principal, ?4 operation, ?5 fingerprint: what a new
+// execution of it is a reinvocation of (SPEC §13).
+const previousExecutionSQL = `(SELECT id FROM idem_executions
+			WHERE org = ?1 AND principal = ?3 AND operation = ?4 AND fingerprint = ?5
+			ORDER BY started_at DESC, rowid DESC LIMIT 1)`
 
 // finishExecution records p's outcome and appends its events.
 func finishExecution(ctx context.Context, tx txn, now time.Time, p idem.FinishParams) error {

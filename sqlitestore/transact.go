@@ -184,10 +184,7 @@ func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.Com
 	fin := c.Finish
 	if _, err := tx.ExecContext(ctx, `INSERT INTO idem_executions
 		(org, id, principal, operation, fingerprint, key, attempts, outcome, code, reinvocation_of, started_at, finished_at)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, (
-			SELECT id FROM idem_executions
-			WHERE org = ?1 AND principal = ?3 AND operation = ?4 AND fingerprint = ?5
-			ORDER BY started_at DESC, rowid DESC LIMIT 1), ?10, ?11)`,
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, `+previousExecutionSQL+`, ?10, ?11)`,
 		p.Scope.Org, p.ExecutionID, p.Scope.Principal, p.Operation, p.Fingerprint, p.Key, fin.Attempts, fin.Outcome,
 		nullString(string(fin.Code)), micros(start), micros(now)); err != nil {
 		return idem.Attempt{}, err
