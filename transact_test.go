@@ -188,7 +188,8 @@ func TestTransactionalSameKeyInFlightAnswersAtOnce(t *testing.T) {
 			clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 			entered, release := make(chan struct{}), make(chan struct{})
 			// Two runners on the store (on PostgreSQL, two store instances).
-			one := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(entered, release), showOp()})
+			s1 := env.store(t, clock)
+			one := newFixtureOn(t, clock, s1, []idem.Operation{txCreateOp(entered, release), showOp()})
 			two := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(nil, nil), showOp()})
 			var wg sync.WaitGroup
 			var first idem.Result
@@ -200,27 +201,50 @@ func TestTransactionalSameKeyInFlightAnswersAtOnce(t *testing.T) {
 				}
 				expect(t, f.do(t.Context(), txCall("d", "block", "k1")), http.StatusConflict, idem.CodeIdempotencyKeyInFlight)
 			}
-			// Prefer: wait waits for the commit and replays it.
+			// Prefer: wait waits for the commit and replays it: released only
+			// once the waiter has read the record twice (stage 5, then a
+			// poll of its wait), so that it provably waited.
+			polled := &pollingStore{Store: s1, reads: make(chan struct{}, 64)}
+			waiter := newFixtureOn(t, clock, polled, []idem.Operation{txCreateOp(nil, nil), showOp()})
 			waited := make(chan idem.Result, 1)
 			go func() {
 				c := txCall("d", "block", "k1")
 				c.wait = 10 * time.Second
-				waited <- one.do(context.Background(), c)
+				waited <- waiter.do(context.Background(), c)
 			}()
+			<-polled.reads
+			<-polled.reads
 			close(release)
 			wg.Wait()
 			if first.Status != http.StatusCreated {
 				t.Fatalf("first = %d %s", first.Status, first.Body())
 			}
 			w := <-waited
-			if w.Status != http.StatusCreated || !w.Replayed {
-				t.Errorf("waiter = %d replayed=%v %s", w.Status, w.Replayed, w.Body())
+			if w.Status != http.StatusCreated || !w.Replayed || w.Header.Get(idem.HeaderPreferenceApplied) == "" {
+				t.Errorf("waiter = %d replayed=%v Preference-Applied %q %s", w.Status, w.Replayed, w.Header.Get(idem.HeaderPreferenceApplied), w.Body())
 			}
 			if got := env.effects(t); len(got) != 1 {
 				t.Errorf("effects = %v, want one", got)
 			}
 		}
 	})
+}
+
+// pollingStore reports each attempt read of its store (a Transactor) on
+// reads.
+type pollingStore struct {
+	idem.Store
+	reads chan struct{}
+}
+
+func (s *pollingStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
+	a, err := s.Store.GetAttempt(ctx, p)
+	s.reads <- struct{}{}
+	return a, err
+}
+
+func (s *pollingStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
+	return s.Store.(idem.Transactor).Transact(ctx, p, run)
 }
 
 func TestTransactionalCancellationRollsBack(t *testing.T) {
