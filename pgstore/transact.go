@@ -24,8 +24,10 @@ func Tx(call *idem.Call) pgx.Tx {
 
 // Transact implements idem.Transactor on a transaction of its own, outside
 // group commit (it lasts as long as its handler). A keyed execution only
-// tries the key's advisory lock: while another transactional execution of
-// the key holds it, the answer is ErrKeyBusy at once. The transaction may
+// tries the key's advisory lock: while another transaction holds it, the
+// answer is the committed record if there is one, else ErrKeyBusy, at
+// once. Without an approval to consume, the record is written once, final,
+// at the end (transactfinal.go). The transaction may
 // sit idle no longer than the lease (idle_in_transaction_session_timeout),
 // so that a paused executor's key is freed, its work rolled back, when the
 // lease ends. At most half the pool's connections run transactional
@@ -56,20 +58,22 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	}
 	defer conn.Release()
 	now := s.now()
-	// One round trip begins the transaction, bounds its idle time,
-	// reserves and opens the handler's savepoint.
+	// One round trip begins the transaction, bounds its idle time, reads
+	// (or reserves) the key and opens the handler's savepoint.
 	open := &pipelined{conn: conn.Conn(), after: []string{`SAVEPOINT idem_handler`}}
 	defer func() {
 		if open.Tx != nil {
 			open.Tx.Rollback(context.WithoutCancel(ctx)) // a no-op once committed
 		}
 	}()
+	if p.Key != "" {
+		open.before = []queued{{`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
+			[]any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
+	}
 	var fence int64
 	start := now
 	final := p.Key != "" && p.ApprovalID == "" // the record is written once, at the end
 	if final {
-		open.before = []queued{{`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
-			[]any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
 		a, found, busy, err := peekTx(ctx, open, p, now)
 		switch {
 		case err != nil:
@@ -80,8 +84,6 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 			return idem.TransactResult{Attempt: a}, nil
 		}
 	} else if p.Key != "" {
-		open.before = []queued{{`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
-			[]any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
 		r, busy, err := reserveTx(ctx, open, p, now, true)
 		switch {
 		case err != nil:
