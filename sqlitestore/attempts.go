@@ -27,21 +27,36 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 	return res, nil
 }
 
+// liveRecord reads the key's record in the write transaction tx: live for
+// one within retention or in flight within its lease (Observed, and made
+// indeterminate first when read past its lease); forgotten for one past
+// retention that is still there.
+func liveRecord(ctx context.Context, tx txn, scope idem.Scope, key string, now time.Time) (a idem.Attempt, live, forgotten bool, err error) {
+	a, found, err := getAttempt(ctx, tx, scope, key)
+	if err != nil || !found {
+		return idem.Attempt{}, false, false, err
+	}
+	if a.Forgotten(now) {
+		return idem.Attempt{}, false, true, nil
+	}
+	if a.LeasePassed(now) {
+		if a, err = settleLease(ctx, tx, a, now); err != nil {
+			return idem.Attempt{}, false, false, err
+		}
+	}
+	return a.Observe(now), true, false, nil
+}
+
 // reserveTx reserves the key in the write transaction tx as Reserve does.
 func reserveTx(ctx context.Context, tx txn, p idem.ReserveParams, now time.Time) (idem.ReserveResult, error) {
-	a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
+	a, live, forgotten, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
 	if err != nil {
 		return idem.ReserveResult{}, err
 	}
-	if found && !a.Forgotten(now) {
-		if a.LeasePassed(now) {
-			if a, err = settleLease(ctx, tx, a, now); err != nil {
-				return idem.ReserveResult{}, err
-			}
-		}
-		return idem.ReserveResult{Attempt: a.Observe(now)}, nil
+	if live {
+		return idem.ReserveResult{Attempt: a}, nil
 	}
-	if found {
+	if forgotten {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`,
 			p.Scope.Org, p.Scope.Principal, p.Key); err != nil {
 			return idem.ReserveResult{}, err

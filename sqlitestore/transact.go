@@ -88,20 +88,12 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		start, forgotten := now, false
 		final := p.Key != "" && p.ApprovalID == "" // the record is written once, at the end
 		if final {
-			a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
-			if err != nil {
+			a, live, gone, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
+			if err != nil || live {
+				res.Attempt = a
 				return err
 			}
-			if found && !a.Forgotten(now) {
-				if a.LeasePassed(now) {
-					if a, err = settleLease(ctx, tx, a, now); err != nil {
-						return err
-					}
-				}
-				res.Attempt = a.Observe(now)
-				return nil
-			}
-			forgotten = found
+			forgotten = gone
 		} else if p.Key != "" {
 			r, err := reserveTx(ctx, tx, p, now)
 			if err != nil || !r.Reserved {
