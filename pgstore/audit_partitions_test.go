@@ -217,11 +217,7 @@ func TestAuditDefaultPartitions(t *testing.T) {
 	if executions != 30 || events != 60 || rounds != 7 {
 		t.Fatalf("removed %d executions and %d events in %d rounds, want 30 and 60 in 7", executions, events, rounds)
 	}
-	var left int
-	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM idem_executions) + (SELECT count(*) FROM idem_audit_events)`).Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if left != 0 {
+	if left := queryInt(t, pool, `SELECT (SELECT count(*) FROM idem_executions) + (SELECT count(*) FROM idem_audit_events)`); left != 0 {
 		t.Fatalf("%d rows left past the window", left)
 	}
 }
@@ -426,9 +422,8 @@ func TestFirstExecutionLeavesNoBytes(t *testing.T) {
 	if after != baseline {
 		t.Fatalf("after retention the relations take %d bytes, a fresh database's %d: %d bytes left behind", after, baseline, after-baseline)
 	}
-	var rows int
-	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM idem_attempts) + (SELECT count(*) FROM idem_executions) +
-		(SELECT count(*) FROM idem_audit_events)`).Scan(&rows); err != nil || rows != 0 {
-		t.Fatalf("%d rows left after retention (%v)", rows, err)
+	if rows := queryInt(t, pool, `SELECT (SELECT count(*) FROM idem_attempts) + (SELECT count(*) FROM idem_executions) +
+		(SELECT count(*) FROM idem_audit_events)`); rows != 0 {
+		t.Fatalf("%d rows left after retention", rows)
 	}
 }

@@ -27,6 +27,17 @@ func reserveFor(key string, retention time.Duration) idem.ReserveParams {
 	}
 }
 
+// queryInt runs a query for one integer on pool, failing the test on an
+// error.
+func queryInt(t testing.TB, pool *pgxpool.Pool, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func openStore(t *testing.T, url string, clock idem.Clock) *pgstore.Store {
 	t.Helper()
 	s, err := pgstore.Open(t.Context(), url, idem.StoreConfig{Clock: clock})
@@ -208,11 +219,7 @@ func TestPartitionsFollowTheClock(t *testing.T) {
 	if min := int(24 * time.Hour / pgstore.PartitionSpan); dropped < min {
 		t.Fatalf("%d partitions dropped over 72 hours, want at least %d", dropped, min)
 	}
-	var inDefault int
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM idem_attempts_default`).Scan(&inDefault); err != nil {
-		t.Fatal(err)
-	}
-	if inDefault != 0 {
+	if inDefault := queryInt(t, pool, `SELECT count(*) FROM idem_attempts_default`); inDefault != 0 {
 		t.Fatalf("%d rows in the DEFAULT partition, want none: every range had its partition", inDefault)
 	}
 }
@@ -266,13 +273,7 @@ func TestDefaultPartition(t *testing.T) {
 	if err != nil || len(indexes) != 4 || indexes[0] != partitionOf(start)+"_pkey" {
 		t.Fatalf("indexes of %s: %v, %v; want the primary key and the three of the parent", partitionOf(start), indexes, err)
 	}
-	countDefault := func() int {
-		var n int
-		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM idem_attempts_default`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	countDefault := func() int { return queryInt(t, pool, `SELECT count(*) FROM idem_attempts_default`) }
 	if n := countDefault(); n != bulk {
 		t.Fatalf("%d rows in DEFAULT, want the %d of the next range", n, bulk)
 	}
@@ -497,8 +498,7 @@ func TestMigrationKeepsExistingRows(t *testing.T) {
 	if err != nil || done.State != idem.AttemptCompleted {
 		t.Fatalf("Complete of %s after the migration = %+v, %v", last.Key, done, err)
 	}
-	var inDefault int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_attempts_default`).Scan(&inDefault); err != nil || inDefault != 0 {
-		t.Fatalf("%d rows in the DEFAULT partition after the migration (%v), want none", inDefault, err)
+	if inDefault := queryInt(t, pool, `SELECT count(*) FROM idem_attempts_default`); inDefault != 0 {
+		t.Fatalf("%d rows in the DEFAULT partition after the migration, want none", inDefault)
 	}
 }
