@@ -10,6 +10,7 @@ import (
 	"idem"
 	"idem/internal/pgtest"
 	"idem/pgstore"
+	"idem/storetest"
 )
 
 // A same-key request that only reads the key's completed record holds the
@@ -61,5 +62,89 @@ func TestTransactBesideAReaderAnswersFromTheRecord(t *testing.T) {
 	}
 	if _, err := s.Transact(t.Context(), params("open", "exe_3"), ran); !errors.Is(err, idem.ErrKeyBusy) {
 		t.Errorf("Transact of a key without record whose lock is held: %v, want ErrKeyBusy", err)
+	}
+}
+
+// An executor paused inside its transactional execution past the lease
+// (its handler idle, its session idle in the transaction): PostgreSQL ends
+// the session at the lease, which rolls back its writes and frees the key
+// for another instance meanwhile; the paused executor's late completion
+// fails and commits nothing.
+func TestPausedTransactionalExecutorFreesItsKeyAtTheLease(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	effects := pgtest.EffectsDB(t, url)
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	paused, other := open(), open()
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	params := func(exe string) idem.ReserveParams {
+		return idem.ReserveParams{
+			StartParams: idem.StartParams{Scope: scope, ExecutionID: exe, Operation: "thing.create", Fingerprint: "fp"},
+			Key:         "k", Lease: 500 * time.Millisecond, Retention: 24 * time.Hour,
+		}
+	}
+	entered := make(chan struct{})
+	write := func(name string) idem.TransactFunc {
+		return func(ctx context.Context, tx any) idem.TxOutcome {
+			if err := pgtest.Effect(ctx, tx, name); err != nil {
+				return idem.TxOutcome{Abort: true}
+			}
+			if name == "paused" {
+				close(entered)
+				time.Sleep(2 * time.Second) // paused, past the lease
+			}
+			return idem.TxOutcome{Result: idem.CompleteParams{Status: http.StatusCreated, Body: []byte(`{"data":{}}`),
+				Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1,
+					Events: []idem.AuditEvent{{Type: idem.EventSucceeded, Attempts: 1}}}}}
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := paused.Transact(context.Background(), params("exe_paused"), write("paused"))
+		if err == nil && res.Committed {
+			err = errors.New("the paused execution committed")
+		} else {
+			err = nil
+		}
+		done <- err
+	}()
+	<-entered
+	// While the paused one holds the key, the other instance is answered
+	// busy; once the lease has passed, it takes the key.
+	var res idem.TransactResult
+	var err error
+	busy := 0
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if res, err = other.Transact(t.Context(), params("exe_other"), write("other")); !errors.Is(err, idem.ErrKeyBusy) {
+			break
+		}
+		busy++
+	}
+	if busy == 0 {
+		t.Error("the other instance was never answered busy while the paused execution held the key")
+	}
+	if err != nil || !res.Committed {
+		t.Fatalf("Transact on another instance after the lease = %+v, %v; want it committed", res, err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the key was freed only once the paused executor resumed, not at its lease")
+	default: // still paused: PostgreSQL ended its session at the lease
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := storetest.EffectNames(t, effects, nil); len(got) != 1 || got[0] != "other" {
+		t.Fatalf("effects = %v, want only the other instance's", got)
+	}
+	a, err := other.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k"})
+	if err != nil || a.ExecutionID != "exe_other" {
+		t.Fatalf("record = %+v, %v; want the other instance's", a, err)
 	}
 }
