@@ -50,6 +50,9 @@ const (
 	CodeStoreUnavailable Code = "STORE_UNAVAILABLE"
 	CodeInternal         Code = "INTERNAL"
 	CodeNetworkError     Code = "NETWORK_ERROR"
+	// CodeUpstreamUnavailable: idem proxy could not send the request to
+	// its upstream at all (SPEC §15).
+	CodeUpstreamUnavailable Code = "UPSTREAM_UNAVAILABLE"
 
 	// Declared business errors of the reference application (SPEC §12).
 	CodeBusinessExists  Code = "BUSINESS_EXISTS"
@@ -105,9 +108,10 @@ var codeTable = map[Code]CodeInfo{
 	CodeExecutionFailed: {500, false, "Execution failed", "The handler failed; for a keyed call the result is indeterminate: run the reconcile operation before retrying with a new key."},
 	CodeOutputInvalid:   {500, false, "Invalid output", "The operation produced output that breaks its own schema (a server bug); run the reconcile operation and report it."},
 
-	CodeStoreUnavailable: {503, true, "Store unavailable", "The server could not reach its store. Before the handler started (retryable: true) nothing ran and the key is not consumed: retry the same request, same key, later. After it started (a keyed call says so, with retryable: false and details.reconcile) the call may have executed: run the reconcile operation first."},
-	CodeInternal:         {500, false, "Internal error", "An unexpected server error; for a keyed call run the reconcile operation before retrying."},
-	CodeNetworkError:     {0, true, "Network error", "No HTTP answer was received; retry with the same key, or reconcile if retries are exhausted."},
+	CodeStoreUnavailable:    {503, true, "Store unavailable", "The server could not reach its store. Before the handler started (retryable: true) nothing ran and the key is not consumed: retry the same request, same key, later. After it started (a keyed call says so, with retryable: false and details.reconcile) the call may have executed: run the reconcile operation first."},
+	CodeInternal:            {500, false, "Internal error", "An unexpected server error; for a keyed call run the reconcile operation before retrying."},
+	CodeNetworkError:        {0, true, "Network error", "No HTTP answer was received; retry with the same key, or reconcile if retries are exhausted."},
+	CodeUpstreamUnavailable: {503, true, "Upstream unavailable", "The proxy could not reach the API it fronts (connection refused or reset before any byte was sent): nothing ran and the key is not consumed; retry the same request, same key, later."},
 
 	CodeBusinessExists:  {409, false, "Business exists", "A business with this slug already exists in the org; choose another slug or use business.show."},
 	CodeAlreadyRefunded: {409, false, "Already refunded", "The order has no refundable amount left; run order.show to see its refunds."},

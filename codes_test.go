@@ -87,6 +87,7 @@ func TestCodeTable(t *testing.T) {
 		CodeRequestTimeout:                 {408, true},
 		CodeRateLimited:                    {429, true},
 		CodeNetworkError:                   {0, true},
+		CodeUpstreamUnavailable:            {503, true},
 		CodeBusinessExists:                 {409, false},
 		CodeAlreadyRefunded:                {409, false},
 		CodeLimitConflict:                  {409, false},

@@ -61,7 +61,11 @@ type Operation interface {
 type Param struct {
 	Name string
 	// In is "path", "query" or "body".
-	In   string
+	In string
+	// Type is the JSON Schema type of a path or query parameter's value
+	// (string, integer, number, boolean): what its string is read as. A
+	// typed operation's comes from its field; a raw one declares it.
+	Type string `json:"-"`
 	kind reflect.Kind
 }
 
@@ -75,6 +79,9 @@ type compiled struct {
 	decode   func(raw []byte) (any, error)
 	invoke   func(ctx context.Context, call *Call, in any) (any, error)
 	preview  func(ctx context.Context, call *Call, in any) (any, error)
+	// raw is set for a raw operation (DefineRaw): its input is the
+	// request, its answer the handler's own.
+	raw *RawSpec
 }
 
 func (o *Op[In, Out]) compile() (*compiled, error) {
@@ -149,9 +156,26 @@ func paramsOf(t reflect.Type) ([]Param, error) {
 		default:
 			return nil, fmt.Errorf("input field %s: in:%q is not one of path, query", f.Name, in)
 		}
-		out = append(out, Param{Name: name, In: in, kind: f.Type.Kind()})
+		p := Param{Name: name, In: in, kind: f.Type.Kind()}
+		if in != "body" {
+			p.Type = schemaType(p.kind)
+		}
+		out = append(out, p)
 	}
 	return out, nil
+}
+
+// schemaType names a scalar kind's JSON Schema type.
+func schemaType(k reflect.Kind) string {
+	switch {
+	case k == reflect.String:
+		return "string"
+	case k == reflect.Bool:
+		return "boolean"
+	case k == reflect.Float32 || k == reflect.Float64:
+		return "number"
+	}
+	return "integer"
 }
 
 func scalarKind(k reflect.Kind) bool {

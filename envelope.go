@@ -88,6 +88,10 @@ type Result struct {
 	Meta *Meta
 	// Replayed is set when the answer came from a stored attempt.
 	Replayed bool
+	// Raw is set on the answer of a raw operation's handler (DefineRaw):
+	// Body is that answer's own body, not an envelope, and Data is it
+	// when it is JSON. Problems the pipeline produces are not Raw.
+	Raw bool
 	// body is the rendering of the fields above, made once by the runner.
 	body []byte
 }

@@ -112,11 +112,17 @@ func (m Metadata) WithDefaults() Metadata {
 // rules across operations (unique names and routes, reconcile targets)
 // belong to the registry. Errors name the operation and the rule.
 func (m Metadata) Validate() error {
+	if !operationName.MatchString(m.Name) {
+		return fmt.Errorf("operation %q: name must be dotted lower case, like business.create", m.Name)
+	}
+	return m.validateContract()
+}
+
+// validateContract is Validate without the name rule, which raw
+// operations have their own of (DefineRaw).
+func (m Metadata) validateContract() error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("operation %q: %s", m.Name, fmt.Sprintf(format, args...))
-	}
-	if !operationName.MatchString(m.Name) {
-		return fail("name must be dotted lower case, like business.create")
 	}
 	if m.Method == "" || !strings.HasPrefix(m.Path, "/") {
 		return fail("route needs a method and a path starting with /")

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -37,8 +38,14 @@ type Request struct {
 	// Query is the query string as received; the control parameter dryRun
 	// in it (ParseDryRun) asks for a preview.
 	Query url.Values
-	// Body is the raw JSON body; empty means none.
+	// Body is the raw JSON body; empty means none. For a raw operation
+	// (DefineRaw) it may be of another media type, named by Header's
+	// Content-Type.
 	Body []byte
+	// Header holds the request's headers, for raw operations (which
+	// forward them); the pipeline reads only Content-Type, of raw
+	// operations only.
+	Header http.Header
 	// KeyHeader holds the Idempotency-Key values as received; nil when
 	// absent. It is not examined on fresh_read operations.
 	KeyHeader []string
@@ -151,7 +158,7 @@ func (x *execution) run(ctx context.Context) Result {
 		return x.fail(aerr)
 	}
 	defer releaseInput()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body})
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaqueBody()})
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no

@@ -49,6 +49,14 @@ func (x *execution) replay(ctx context.Context, a Attempt) Result {
 	}
 	h.Set(HeaderIdempotentReplayed, "true")
 	scope := x.req.Principal.Scope()
+	if x.op.raw != nil {
+		x.noteReplay(a)
+		meta := x.meta()
+		meta.Idempotency.Replayed = true
+		res := rawAnswer(a.Status, h, stored, meta, a.ExecutionID)
+		res.Replayed = true
+		return res
+	}
 	res, ok := x.r.cache.replayOf(scope, x.key, a.ExecutionID)
 	if ok {
 		res.Status, res.Header = a.Status, h
@@ -63,10 +71,17 @@ func (x *execution) replay(ctx context.Context, a Attempt) Result {
 			x.r.cache.keepReplay(scope, x.key, a.ExecutionID, res)
 		}
 	}
+	x.noteReplay(a)
+	return res
+}
+
+// noteReplay records that a's result was replayed: the execution the
+// answer names, and its execution.replayed event (written off the
+// request's path).
+func (x *execution) noteReplay(a Attempt) {
 	x.replayed = true
 	x.executionID = a.ExecutionID
 	x.r.audit.add(a.Scope.Org, AuditEvent{ExecutionID: a.ExecutionID, Type: EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}})
-	return res
 }
 
 // waitAndAnswer honours Prefer: wait on an in-flight record: it polls the

@@ -46,6 +46,13 @@ func (x *execution) runAttempts(ctx context.Context, in any, fence int64) outcom
 		call := x.newCall(attempt, false)
 		call.FencingToken, call.LeaseDeadline = fence, x.leaseDeadline
 		out, err := x.runOne(ctx, call, in, x.op.invoke)
+		if err == nil && x.op.raw != nil {
+			r := out.(RawResponse)
+			return outcome{status: r.Status, header: r.Header, data: r.Body, raw: true, retried: retried}
+		}
+		if IsNotDispatched(err) {
+			return outcome{err: classify(m, err), notDispatched: true, retried: retried}
+		}
 		if err == nil {
 			data, verr := x.encodeOutput(out)
 			if verr != nil {

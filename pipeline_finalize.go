@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -21,12 +22,19 @@ type outcome struct {
 	err    *Error
 	// retried holds an execution.retried event per re-attempt.
 	retried []AuditEvent
+	// raw: status, header and data are a raw operation's own answer.
+	raw bool
+	// notDispatched: err is certain to have had no effect (NotDispatched).
+	notDispatched bool
 }
 
 // finalize runs stage 12 once: it builds the answer, completes the attempt
 // record (keyed) or finishes the execution, with the final audit event.
 func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result {
 	m := x.op.meta
+	if o.notDispatched && x.key != "" {
+		return x.release(ctx, o, fence)
+	}
 	if o.err != nil && x.key != "" && (o.err.Status >= 500 || o.err.Code == CodeCancelled) {
 		// The record is indeterminate now: a same-key retry can only say
 		// so, so nothing about this answer is retryable.
@@ -76,6 +84,37 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result
 	return resp
 }
 
+// release ends a keyed execution whose handler certainly had no effect
+// (NotDispatched): the reservation is removed, so that the key is free
+// again, and the answer says the call may be sent again with it. Should
+// the release fail (fenced: the lease passed first; or the store), the
+// record stays as it is and a same-key retry reads it.
+func (x *execution) release(ctx context.Context, o outcome, fence int64) Result {
+	e := *o.err
+	e.Retryable = true
+	e.Details = nil
+	o.err = &e
+	resp, fin := x.answer(o)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	defer cancel()
+	err := x.r.cfg.Store.Release(sctx, ReleaseParams{Fence: Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
+	x.r.done.finished(x.req.Principal.Scope(), x.key)
+	if err != nil {
+		x.r.cfg.Logger.Error("release reservation", "executionId", x.executionID, "error", err)
+		e.Retryable = false
+		e.Message += "; the reservation of the key could not be released, so a same-key retry reads it: run " + reconcileOrRead(x.op.meta)
+		return problemResult(NewProblem(&e, x.meta()))
+	}
+	return resp
+}
+
+func reconcileOrRead(m Metadata) string {
+	if m.Retry.Reconcile != "" {
+		return m.Retry.Reconcile
+	}
+	return "a read of the current state"
+}
+
 // answer builds the response to o and the execution's end, with the final
 // audit event after o's execution.retried events.
 func (x *execution) answer(o outcome) (Result, FinishParams) {
@@ -83,7 +122,14 @@ func (x *execution) answer(o outcome) (Result, FinishParams) {
 	var resp Result
 	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
 	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
-	if o.err == nil {
+	if o.err == nil && o.raw {
+		resp = x.rawResult(o.status, o.header, o.data)
+		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
+		if o.status >= 400 {
+			final.Type, fin.Outcome = EventFailed, OutcomeFailed
+		}
+		final.Data = map[string]string{"status": strconv.Itoa(o.status)}
+	} else if o.err == nil {
 		h := http.Header{}
 		for k, v := range o.header {
 			h[k] = v

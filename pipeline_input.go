@@ -19,7 +19,14 @@ import (
 // the body (SPEC §5 stage 4), validates it against the input schema and
 // decodes it into the operation's input type. It returns the validated
 // JSON too, for policies and approvals.
+//
+// A raw operation's input is the request itself (RawRequest), checked the
+// same way unless it is Unvalidated; a body of another media type than
+// JSON is not read.
 func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
+	if x.op.raw != nil && x.op.raw.Unvalidated {
+		return json.RawMessage(`{}`), x.rawRequest(), nil
+	}
 	args := map[string]json.RawMessage{}
 	var problems []map[string]string
 	bad := func(path, format string, a ...any) {
@@ -28,7 +35,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	// The body is read in its strict canonical form (SPEC §6.2): what is
 	// validated and decoded is what the fingerprint hashes, and every value
 	// is one that a store can hold.
-	if body := bytes.TrimSpace(x.req.Body); len(body) > 0 {
+	if body := bytes.TrimSpace(x.req.Body); len(body) > 0 && x.opaqueBody() == "" {
 		canon, err := canonical.TransformStrict(body)
 		var se *canonical.SyntaxError
 		switch {
@@ -97,6 +104,9 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 			bad(e.Path, "%s", e.Message)
 		}
 		return nil, nil, invalidInput(problems)
+	}
+	if x.op.raw != nil {
+		return raw, x.rawRequest(), nil
 	}
 	in, err := x.op.decode(raw)
 	if err != nil {

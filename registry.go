@@ -46,7 +46,10 @@ func NewRegistry(ops ...Operation) (*Registry, error) {
 	var errs []error
 	for _, op := range ops {
 		c, err := op.compile()
-		if err == nil {
+		switch {
+		case err == nil && c.raw != nil:
+			err = c.meta.validateContract() // compile checked the raw name rule
+		case err == nil:
 			err = c.meta.Validate()
 		}
 		if err == nil {

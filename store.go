@@ -62,6 +62,14 @@ type AttemptStore interface {
 	// indeterminate (FinalState); anything else completed and replayable.
 	Complete(ctx context.Context, p CompleteParams) (Attempt, error)
 
+	// Release removes a reservation whose execution provably had no
+	// effect (its handler's error was NotDispatched: the request never
+	// left the process), so that the key may be sent again, and finishes
+	// the execution, in one transaction. The record must still be in
+	// flight under p.FencingToken with its lease not passed, else
+	// ErrFenced and nothing is written.
+	Release(ctx context.Context, p ReleaseParams) error
+
 	// GetAttempt returns the record for (p.Scope, p.Key); NOT_FOUND when
 	// there is none or it is forgotten.
 	GetAttempt(ctx context.Context, p GetAttemptParams) (Attempt, error)
@@ -291,6 +299,14 @@ type CompleteParams struct {
 	// it is destroyed SecretWindow after completion.
 	SealedKeyID  string
 	SecretWindow time.Duration
+	// Finish ends the record's execution; its Org and ExecutionID are
+	// taken from the record.
+	Finish FinishParams
+}
+
+// ReleaseParams names a reservation to remove and ends its execution.
+type ReleaseParams struct {
+	Fence
 	// Finish ends the record's execution; its Org and ExecutionID are
 	// taken from the record.
 	Finish FinishParams

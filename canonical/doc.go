@@ -55,7 +55,8 @@
 //	N(name) N(value)          once per query pair: names in byte-wise ascending
 //	                          order, each name's values in the order given
 //	N("nobody")               when the body is empty or absent, otherwise
-//	N("json") N(body)         with body in canonical form (Transform)
+//	N("json") N(body)         with body in canonical form (Transform), or
+//	N("bytes") N(type) N(body) for a body of another media type (Request.Opaque), as sent
 //
 // The query is the request's without the control parameter dryRun (SPEC
 // §6.2): the caller removes it once it has parsed it as exactly "true" or

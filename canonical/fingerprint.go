@@ -15,6 +15,10 @@ type Request struct {
 	Path   string     // concrete path after template substitution, e.g. "/v1/orders/ord_1/refund"
 	Query  url.Values // decoded query, without control parameters (see below)
 	Body   []byte     // raw JSON body; empty or nil means no body
+	// Opaque names the media type of a body that is not JSON (a proxied
+	// upload, a form): its bytes are hashed as they are, with the type.
+	// Empty means the body is JSON.
+	Opaque string
 }
 
 // fingerprintVersion opens every preimage, so that a future encoding can
@@ -28,7 +32,7 @@ const fingerprintVersion = "idem-fingerprint-v1"
 // query parameter given is hashed: the caller leaves out the control
 // parameter dryRun once it has parsed it (SPEC §6.2), and nothing else, so
 // that a parameter nobody interpreted can never vanish from the intent.
-// It fails only when r.Body is not empty and not acceptable JSON (see
+// It fails only when r.Body is JSON (Opaque empty), not empty and not acceptable JSON (see
 // Transform); the error wraps a *SyntaxError.
 func Fingerprint(r Request) (string, error) {
 	pre, err := preimage(r)
@@ -42,7 +46,9 @@ func Fingerprint(r Request) (string, error) {
 // preimage builds the bytes that Fingerprint hashes.
 func preimage(r Request) ([]byte, error) {
 	var body []byte
-	if len(r.Body) > 0 {
+	if len(r.Body) > 0 && r.Opaque != "" {
+		body = r.Body
+	} else if len(r.Body) > 0 {
 		var err error
 		if body, err = Transform(r.Body); err != nil {
 			return nil, fmt.Errorf("fingerprint body: %w", err)
@@ -51,7 +57,7 @@ func preimage(r Request) ([]byte, error) {
 
 	names := make([]string, 0, len(r.Query))
 	pairs := 0
-	size := 64 + len(r.Method) + len(r.Path) + len(body)
+	size := 64 + len(r.Method) + len(r.Path) + len(r.Opaque) + len(body)
 	for name, values := range r.Query {
 		if len(values) == 0 {
 			continue
@@ -75,9 +81,14 @@ func preimage(r Request) ([]byte, error) {
 			buf = appendField(buf, v)
 		}
 	}
-	if body == nil {
+	switch {
+	case body == nil:
 		buf = appendField(buf, "nobody")
-	} else {
+	case r.Opaque != "":
+		buf = appendField(buf, "bytes")
+		buf = appendField(buf, r.Opaque)
+		buf = appendField(buf, body)
+	default:
 		buf = appendField(buf, "json")
 		buf = appendField(buf, body)
 	}

@@ -127,6 +127,10 @@ func (s *store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 	return observed(s, "complete", func() (idem.Attempt, error) { return s.next.Complete(ctx, p) })
 }
 
+func (s *store) Release(ctx context.Context, p idem.ReleaseParams) error {
+	return observedErr(s, "release", func() error { return s.next.Release(ctx, p) })
+}
+
 func (s *store) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
 	return observed(s, "get_attempt", func() (idem.Attempt, error) { return s.next.GetAttempt(ctx, p) })
 }

@@ -71,6 +71,10 @@ func (f *fakeStore) Complete(ctx context.Context, p idem.CompleteParams) (idem.A
 	return fakeAttempt, f.record(ctx, "Complete", p)
 }
 
+func (f *fakeStore) Release(ctx context.Context, p idem.ReleaseParams) error {
+	return f.record(ctx, "Release", p)
+}
+
 func (f *fakeStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
 	return fakeAttempt, f.record(ctx, "GetAttempt", p)
 }
@@ -163,6 +167,13 @@ var storeMethods = []storeMethod{
 			return []any{a}, err
 		},
 		args: []any{idem.CompleteParams{Scope: scope, Key: "k1", FencingToken: 7, Status: 201}}, results: []any{fakeAttempt},
+	},
+	{
+		label: "release", name: "Release",
+		call: func(ctx context.Context, s idem.Store) ([]any, error) {
+			return nil, s.Release(ctx, idem.ReleaseParams{Fence: idem.Fence{Scope: scope, Key: "k1", FencingToken: 7}})
+		},
+		args: []any{idem.ReleaseParams{Fence: idem.Fence{Scope: scope, Key: "k1", FencingToken: 7}}},
 	},
 	{
 		label: "get_attempt", name: "GetAttempt",

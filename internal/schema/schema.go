@@ -72,19 +72,54 @@ func For(t reflect.Type) (s *Schema, err error) {
 		return nil, fmt.Errorf("schema: %s: marshal: %w", t, err)
 	}
 
+	s, err = compile(doc)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: %w", t, err)
+	}
+	return s, nil
+}
+
+// noLoader refuses every external schema.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("schema %s is outside the document; only internal references (#/$defs/…) are followed", url)
+}
+
+// Compile compiles a JSON Schema (Draft 2020-12) document given as it is,
+// such as one taken from an OpenAPI document; empty means {} (anything).
+// References must be internal (#/$defs/…): nothing is fetched.
+func Compile(doc json.RawMessage) (*Schema, error) {
+	if len(bytes.TrimSpace(doc)) == 0 {
+		doc = json.RawMessage(`{}`)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, doc); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	s, err := compile(compact.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	return s, nil
+}
+
+// compile builds the validator of doc.
+func compile(doc json.RawMessage) (*Schema, error) {
 	v, err := santhosh.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
-		return nil, fmt.Errorf("schema: %s: reparse: %w", t, err)
+		return nil, fmt.Errorf("reparse: %w", err)
 	}
 	c := santhosh.NewCompiler()
+	c.UseLoader(noLoader{}) // a $ref outside the document is an error, never a fetch
 	c.DefaultDraft(santhosh.Draft2020)
 	c.AssertFormat() // a date-time field rejects "tomorrow" here, not in the handler
 	if err := c.AddResource(resourceURL, v); err != nil {
-		return nil, fmt.Errorf("schema: %s: %w", t, err)
+		return nil, err
 	}
 	validator, err := c.Compile(resourceURL)
 	if err != nil {
-		return nil, fmt.Errorf("schema: %s: compile: %w", t, err)
+		return nil, fmt.Errorf("compile: %w", err)
 	}
 	return &Schema{doc: doc, validator: validator}, nil
 }

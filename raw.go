@@ -1,0 +1,232 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"idem/internal/schema"
+)
+
+// A raw operation (DefineRaw) takes the HTTP request as the surface
+// received it and answers with an HTTP answer of its own: idem proxy
+// declares one per operation of an upstream's OpenAPI document. The
+// pipeline is the same as for a typed operation (SPEC §5–§9): contract
+// checks, validation, the key's record, policies, approvals, reservation,
+// lease, timeout, one final answer, audit. What differs is at the edges:
+//   - the input is validated by the operation's own RawSpec.Validate (the
+//     upstream's schemas), and a JSON body is fingerprinted canonically, a
+//     body of another media type byte for byte (canonical.Request.Opaque);
+//   - the answer is the handler's RawResponse as it is: its status, its
+//     body, and the replayable headers (FilterReplayedHeaders), with the
+//     header Idem-Execution-Id; a replay adds Idempotent-Replayed: true.
+//     Problems the pipeline itself produces are problem objects as usual.
+//   - a handler error marked NotDispatched (nothing left this process)
+//     frees the key instead of leaving the record indeterminate.
+
+// RawRequest is a call to a raw operation, as validated by the pipeline.
+type RawRequest struct {
+	Method string
+	// Path is the concrete path (the route with its parameters filled).
+	Path       string
+	PathParams map[string]string
+	// Query is the intent's query (without the control parameter dryRun).
+	Query url.Values
+	// Header holds the caller's request headers (Request.Header), nil
+	// when the surface has none (MCP, the Go API).
+	Header http.Header
+	Body   []byte
+}
+
+// RawResponse is a raw operation's answer: sent to the caller as it is
+// and, on a keyed call, stored for replay (status, body, the replayable
+// headers).
+type RawResponse struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// RawHandler runs one attempt of a raw operation.
+type RawHandler func(ctx context.Context, call *Call, req RawRequest) (RawResponse, error)
+
+// RawSpec is what a raw operation declares besides its Metadata.
+type RawSpec struct {
+	// Params are the flat arguments as the catalog and MCP publish them:
+	// In "path" or "query" with the Type of their value, or "body" (a
+	// property of a JSON object body). Every {name} of the route must be a
+	// path parameter.
+	Params []Param
+	// InputSchema is the JSON Schema (2020-12) of the flat arguments, the
+	// path and query parameters and the body's properties as one object,
+	// as typed operations have it; nil is {}. OutputSchema is published
+	// only.
+	InputSchema, OutputSchema json.RawMessage
+	// Unvalidated skips stage 4's checks (the schema, unknown query
+	// parameters): the request is forwarded as it is. The fingerprint
+	// still needs a JSON body to be acceptable JSON.
+	Unvalidated bool
+	Handler     RawHandler
+}
+
+// HeaderExecutionID carries the execution of a raw operation's answer,
+// which has no meta of its own (SPEC §15).
+const HeaderExecutionID = "Idem-Execution-Id"
+
+// rawName is the name rule of raw operations: any case, as an OpenAPI
+// operationId is written, within what MCP tool names allow.
+var rawName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// DefineRaw declares a raw operation (see RawRequest). Its name may be any
+// case (an OpenAPI operationId as written); the other rules of SPEC §3
+// apply unchanged.
+func DefineRaw(meta Metadata, spec RawSpec) Operation {
+	return &rawOp{meta: meta, spec: spec}
+}
+
+type rawOp struct {
+	meta Metadata
+	spec RawSpec
+}
+
+func (o *rawOp) Metadata() Metadata { return o.meta }
+
+func (o *rawOp) compile() (*compiled, error) {
+	meta := o.meta.WithDefaults()
+	if !rawName.MatchString(meta.Name) {
+		return nil, fmt.Errorf("operation %q: a raw operation's name is 1 to 128 letters, digits, '_', '.' or '-'", meta.Name)
+	}
+	if o.spec.Handler == nil {
+		return nil, fmt.Errorf("operation %q: no handler", meta.Name)
+	}
+	if meta.Retry.Transactional {
+		return nil, fmt.Errorf("operation %q: a raw operation's effects are not in the store's database: it cannot be transactional", meta.Name)
+	}
+	input, err := schema.Compile(o.spec.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("operation %q: input schema: %w", meta.Name, err)
+	}
+	output, err := schema.Compile(o.spec.OutputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("operation %q: output schema: %w", meta.Name, err)
+	}
+	params := make([]Param, len(o.spec.Params))
+	for i, p := range o.spec.Params {
+		switch p.In {
+		case "body":
+		case "path", "query":
+			kind, ok := paramKinds[p.Type]
+			if !ok {
+				return nil, fmt.Errorf("operation %q: %s parameter %q: type %q is not one of string, integer, number, boolean", meta.Name, p.In, p.Name, p.Type)
+			}
+			p.kind = kind
+		default:
+			return nil, fmt.Errorf("operation %q: parameter %q: in %q is not one of path, query, body", meta.Name, p.Name, p.In)
+		}
+		params[i] = p
+	}
+	spec := o.spec
+	return &compiled{
+		meta: meta, params: params, input: input, output: output, raw: &spec,
+		invoke: func(ctx context.Context, call *Call, in any) (any, error) {
+			return spec.Handler(ctx, call, in.(RawRequest))
+		},
+	}, nil
+}
+
+// paramKinds maps a path or query parameter's JSON Schema type to the
+// kind its string is read as (scalarJSON).
+var paramKinds = map[string]reflect.Kind{
+	"string": reflect.String, "integer": reflect.Int64, "number": reflect.Float64, "boolean": reflect.Bool,
+}
+
+// notDispatched marks a handler error after which nothing can have taken
+// effect.
+type notDispatched struct{ err error }
+
+func (n notDispatched) Error() string { return n.err.Error() }
+func (n notDispatched) Unwrap() error { return n.err }
+
+// NotDispatched marks a handler's error as certain to have had no effect:
+// the request it would have made never left this process (a connection
+// refused or reset before any byte was written). A keyed execution that
+// ends with it frees its key, and the caller may send the same key again
+// (SPEC §15). Use it only when nothing can have happened; when in doubt,
+// return the error unmarked and the record is indeterminate.
+func NotDispatched(err error) error {
+	if err == nil {
+		return nil
+	}
+	return notDispatched{err}
+}
+
+// IsNotDispatched reports whether err was marked with NotDispatched.
+func IsNotDispatched(err error) bool {
+	var n notDispatched
+	return errors.As(err, &n)
+}
+
+// rawRequest is the RawRequest of the call, once validated.
+func (x *execution) rawRequest() RawRequest {
+	return RawRequest{
+		Method: x.op.meta.Method, Path: x.concretePath(), PathParams: x.req.PathParams,
+		Query: x.req.Query, Header: x.req.Header, Body: x.req.Body,
+	}
+}
+
+// opaqueBody is the media type of a raw operation's body when it is not
+// JSON (its fingerprint then hashes the bytes, and stage 4 does not read
+// it), "" otherwise.
+func (x *execution) opaqueBody() string {
+	if x.op.raw == nil || len(x.req.Body) == 0 {
+		return ""
+	}
+	mt, isJSON := mediaType(x.req.Header.Get("Content-Type"))
+	if isJSON {
+		return ""
+	}
+	return mt
+}
+
+// mediaType returns the media type of a Content-Type value, lower case,
+// and whether it is JSON (application/json, or a +json suffix; absent
+// counts as JSON, the default of a body the surface decodes).
+func mediaType(contentType string) (string, bool) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		mt = strings.ToLower(strings.TrimSpace(contentType))
+	}
+	return mt, mt == "" || mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// rawResult is the answer of a raw operation's handler: its status,
+// headers and body as they are, with the execution's id (the store keeps
+// the replayable headers only). Data is the body when it is JSON (for
+// surfaces that wrap it, MCP).
+func (x *execution) rawResult(status int, header http.Header, body []byte) Result {
+	return rawAnswer(status, header, body, x.meta(), x.executionID)
+}
+
+// rawAnswer is a raw operation's answer, fresh or replayed.
+func rawAnswer(status int, header http.Header, body []byte, meta *Meta, executionID string) Result {
+	h := header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set(HeaderExecutionID, executionID)
+	if body == nil {
+		body = []byte{}
+	}
+	res := Result{Status: status, Header: h, Raw: true, Meta: meta, body: body}
+	if _, isJSON := mediaType(h.Get("Content-Type")); isJSON && json.Valid(body) {
+		res.Data = body
+	}
+	return res
+}
