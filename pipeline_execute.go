@@ -291,6 +291,9 @@ func (x *execution) preview(ctx context.Context, in any) Result {
 	if err != nil {
 		return problemResult(NewProblem(classify(x.op.meta, err), meta))
 	}
+	if raw, ok := out.(RawResponse); ok && x.op.raw != nil {
+		return rawAnswer(raw.Status, raw.Header, raw.Body, meta, x.executionID)
+	}
 	data, jerr := json.Marshal(out)
 	if jerr != nil {
 		e := Errorf(CodeOutputInvalid, "the preview of %s cannot be encoded", x.op.meta.Name)

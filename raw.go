@@ -133,12 +133,17 @@ func (o *rawOp) compile() (*compiled, error) {
 		params[i] = p
 	}
 	spec := o.spec
-	return &compiled{
+	c := &compiled{
 		meta: meta, params: params, input: input, output: output, raw: &spec,
 		invoke: func(ctx context.Context, call *Call, in any) (any, error) {
 			return spec.Handler(ctx, call, in.(RawRequest))
 		},
-	}, nil
+	}
+	if meta.Retry.Preview {
+		// The handler answers dry runs too: it sees Call.DryRun.
+		c.preview = c.invoke
+	}
+	return c, nil
 }
 
 // paramKinds maps a path or query parameter's JSON Schema type to the

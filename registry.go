@@ -26,6 +26,10 @@ type Descriptor struct {
 	OutputSchema json.RawMessage
 	// Params are the flat arguments in declaration order.
 	Params []Param
+	// Raw marks a raw operation (DefineRaw): its surface passes the
+	// request's headers and body as they are, and its answers are the
+	// handler's own.
+	Raw bool
 }
 
 // reservedArguments are argument names the surfaces add themselves.
@@ -139,7 +143,12 @@ func (r *Registry) Describe(name string) (Descriptor, bool) {
 	if !ok {
 		return Descriptor{}, false
 	}
-	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(), Params: append([]Param(nil), c.params...)}, true
+	return c.descriptor(), true
+}
+
+func (c *compiled) descriptor() Descriptor {
+	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(),
+		Params: append([]Param(nil), c.params...), Raw: c.raw != nil}
 }
 
 // Descriptors returns every operation's descriptor, sorted by name.

@@ -202,7 +202,7 @@ func (r *Runner) Describe(name string) (Descriptor, bool) {
 	if !ok {
 		return Descriptor{}, false
 	}
-	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(), Params: append([]Param(nil), c.params...)}, true
+	return c.descriptor(), true
 }
 
 // Descriptors returns every operation's descriptor, sorted by name.

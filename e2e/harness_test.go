@@ -59,8 +59,14 @@ type server struct {
 // waits until it says it listens.
 func serve(t *testing.T, store, dir string, args ...string) *server {
 	t.Helper()
-	all := append([]string{"serve", "--demo", "--addr", "127.0.0.1:0", "--store", store, "--secret-key-file", filepath.Join(dir, "idem.key")}, args...)
-	cmd := exec.Command(binary, all...)
+	return start(t, dir, append([]string{"serve", "--demo", "--addr", "127.0.0.1:0", "--store", store, "--secret-key-file", filepath.Join(dir, "idem.key")}, args...)...)
+}
+
+// start runs the binary with args (a command that serves: serve, proxy)
+// in dir and waits until it says it listens.
+func start(t *testing.T, dir string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "IDEM_STORE=", "IDEM_ADDR=")
 	stderr, err := cmd.StderrPipe()
@@ -89,10 +95,10 @@ func serve(t *testing.T, store, dir string, args ...string) *server {
 	select {
 	case s.url = <-ready:
 	case err := <-s.done:
-		t.Fatalf("idem serve exited before listening (%v):\n%s", err, s.logs())
+		t.Fatalf("idem %s exited before listening (%v):\n%s", args[0], err, s.logs())
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
-		t.Fatalf("idem serve did not listen within 30 s:\n%s", s.logs())
+		t.Fatalf("idem %s did not listen within 30 s:\n%s", args[0], s.logs())
 	}
 	t.Cleanup(func() {
 		if s.cmd.ProcessState == nil {

@@ -35,9 +35,18 @@ func DirectCLIOperations() []idem.DirectCLIOperation {
 // Catalog panics if a descriptor's schema is not valid JSON, which the
 // registry never produces.
 func Catalog(descs []idem.Descriptor) []byte {
+	return CatalogWith(descs, DirectCLIOperations())
+}
+
+// CatalogWith is Catalog with the given direct CLI operations (none for
+// idem proxy, whose operations are all its upstream's).
+func CatalogWith(descs []idem.Descriptor, direct []idem.DirectCLIOperation) []byte {
+	if direct == nil {
+		direct = []idem.DirectCLIOperation{}
+	}
 	doc := idem.Catalog{
 		Operations:          make([]idem.CatalogOperation, 0, len(descs)),
-		DirectCLIOperations: DirectCLIOperations(),
+		DirectCLIOperations: direct,
 	}
 	for _, d := range sortedDescriptors(descs) {
 		doc.Operations = append(doc.Operations, idem.CatalogOperation{

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,13 @@ type Config struct {
 	// Routes are extra authenticated routes ("GET /v1/demo/…"), answered
 	// by the given function with the caller's principal.
 	Routes map[string]func(w http.ResponseWriter, r *http.Request, p idem.Principal)
+	// OpenAPI, when set, is served instead of the document built from the
+	// runner's descriptors (idem proxy serves its upstream's, with the
+	// contracts filled in).
+	OpenAPI []byte
+	// NoDirectCLIOperations leaves the catalog's directCliOperations
+	// empty: the operations are an upstream's (idem proxy).
+	NoDirectCLIOperations bool
 }
 
 // handler is the HTTP surface.
@@ -63,12 +71,18 @@ func NewHandler(cfg Config) http.Handler {
 	descs := cfg.Runner.Descriptors()
 	h := &handler{
 		cfg: cfg, mux: http.NewServeMux(), methods: map[string]map[string]http.HandlerFunc{},
-		catalog: Catalog(descs),
-		openapi: OpenAPI(descs, OpenAPIInfo{Title: "idem", Version: cfg.Version}),
+		catalog: Catalog(descs), openapi: cfg.OpenAPI,
+	}
+	if cfg.NoDirectCLIOperations {
+		h.catalog = CatalogWith(descs, nil)
+	}
+	if h.openapi == nil {
+		h.openapi = OpenAPI(descs, OpenAPIInfo{Title: "idem", Version: cfg.Version})
 	}
 	for _, d := range descs {
 		if slices.Contains(d.Surfaces, idem.SurfaceHTTP) {
-			h.route(d.Method, d.Path, h.operation(d))
+			pattern, wildcards := muxPattern(d.Path)
+			h.route(d.Method, pattern, h.operation(d, wildcards))
 		}
 	}
 	h.route("GET", "/v1/operations", h.static(h.catalog))
@@ -132,14 +146,32 @@ func (h *handler) dispatch(byMethod map[string]http.HandlerFunc) http.HandlerFun
 	}
 }
 
-// operation serves one operation's route through the runner.
-func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
-	var pathNames []string
-	for _, p := range d.Params {
-		if p.In == "path" {
-			pathNames = append(pathNames, p.Name)
+// muxPattern is the ServeMux pattern of a route template: each {name}
+// becomes a wildcard whose name ServeMux accepts ({_p0}, {_p1}, … unless
+// name is one already), and wildcards maps those back to the parameter
+// names.
+func muxPattern(path string) (pattern string, wildcards map[string]string) {
+	wildcards = map[string]string{}
+	pattern = pathParameter.ReplaceAllStringFunc(path, func(m string) string {
+		name := m[1 : len(m)-1]
+		w := name
+		if !goIdentifier.MatchString(name) {
+			w = "_p" + strconv.Itoa(len(wildcards))
 		}
-	}
+		wildcards[w] = name
+		return "{" + w + "}"
+	})
+	return pattern, wildcards
+}
+
+var (
+	pathParameter = regexp.MustCompile(`\{[^{}/]+\}`)
+	goIdentifier  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// operation serves one operation's route through the runner; wildcards
+// maps the pattern's wildcards to the route's parameter names.
+func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, ok := h.authenticate(w, r)
 		if !ok {
@@ -176,8 +208,11 @@ func (h *handler) operation(d idem.Descriptor) http.HandlerFunc {
 			KeyHeader: r.Header.Values(idem.HeaderIdempotencyKey), Wait: wait,
 			Detachable: true, ReleaseBody: release,
 		}
-		for _, name := range pathNames {
-			req.PathParams[name] = r.PathValue(name)
+		for w, name := range wildcards {
+			req.PathParams[name] = r.PathValue(w)
+		}
+		if d.Raw {
+			req.Header = r.Header
 		}
 		write(w, h.cfg.Runner.Call(r.Context(), req))
 	}

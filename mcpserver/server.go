@@ -256,6 +256,9 @@ func invalid(path, message string) error {
 // is the envelope, or the problem object with isError and one text content
 // "CODE: message", read from the typed answer.
 func result(res idem.Result) *mcp.CallToolResult {
+	if res.Raw {
+		return rawResult(res)
+	}
 	if (res.Status < 200 || res.Status >= 400) && res.Problem == nil {
 		res = brokenAnswer(res.Status) // a backend that broke its contract
 	}
@@ -271,6 +274,36 @@ func result(res idem.Result) *mcp.CallToolResult {
 		StructuredContent: json.RawMessage(body),
 		Content:           []mcp.Content{&mcp.TextContent{Text: string(res.Problem.Code) + ": " + res.Problem.Detail}},
 	}
+}
+
+// rawResult is the tool result of a raw operation's answer (idem proxy):
+// the upstream's body cannot carry meta, so structuredContent wraps it as
+// {status, data, meta}, data being the body's JSON or, for another media
+// type, its text. An answer of 400 or more is an error whose text content
+// is "HTTP status: " and the start of the body.
+func rawResult(res idem.Result) *mcp.CallToolResult {
+	var data any = json.RawMessage(res.Data)
+	if res.Data == nil {
+		data = string(res.Body())
+	}
+	sc, err := json.Marshal(struct {
+		Status int        `json:"status"`
+		Data   any        `json:"data"`
+		Meta   *idem.Meta `json:"meta,omitempty"`
+	}{res.Status, data, res.Meta})
+	if err != nil {
+		return result(idem.ErrorResult(err, res.Meta))
+	}
+	out := &mcp.CallToolResult{StructuredContent: json.RawMessage(sc), Content: []mcp.Content{&mcp.TextContent{Text: string(sc)}}}
+	if res.Status >= 400 {
+		text := string(res.Body())
+		if len(text) > 200 {
+			text = text[:200] + "…"
+		}
+		out.IsError = true
+		out.Content = []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("HTTP %d: %s", res.Status, text)}}
+	}
+	return out
 }
 
 // callerOf returns the caller Handler recorded for the HTTP request that

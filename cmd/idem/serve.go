@@ -57,27 +57,22 @@ func (m Main) serveCommand() *cobra.Command {
 			"(GET /openapi.json) on one store. Several instances may share a PostgreSQL store.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.store = m.storeFlagValue(o.store)
-			if o.addr == "" {
-				o.addr = m.envOr("IDEM_ADDR", "127.0.0.1:8080")
-			}
-			if o.secretKeyFile == "" {
-				o.secretKeyFile = m.envOr("IDEM_SECRET_KEY_FILE", "idem.key")
-			}
-			if o.tokensFile == "" {
-				o.tokensFile = m.Getenv("IDEM_TOKENS_FILE")
-			}
-			if o.allowedOrigins == "" {
-				o.allowedOrigins = m.Getenv("IDEM_ALLOWED_ORIGINS")
-			}
-			return m.serve(cmd.Context(), o)
+			m.defaults(&o)
+			return m.serve(cmd.Context(), o, o.demoApplication)
 		},
 	}
+	o.flags(cmd)
+	f := cmd.Flags()
+	f.BoolVar(&o.demo, "demo", false, "serve the reference application of SPEC §12 with its demo tokens")
+	return cmd
+}
+
+// flags declares the flags idem serve and idem proxy share.
+func (o *serveOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", "", "address to listen on (env IDEM_ADDR; default 127.0.0.1:8080)")
 	f.StringVar(&o.store, "store", "", "store URL: sqlite:PATH or postgres://… (env IDEM_STORE; default "+defaultStore+")")
 	f.StringVar(&o.secretKeyFile, "secret-key-file", "", "key file sealing one-time secret results, created 0600 if absent (env IDEM_SECRET_KEY_FILE; default idem.key)")
-	f.BoolVar(&o.demo, "demo", false, "serve the reference application of SPEC §12 with its demo tokens")
 	f.StringVar(&o.tokensFile, "tokens-file", "", "file of hashed bearer tokens, one per line: sha256:HEX ORG PRINCIPAL KIND [ROLES] (env IDEM_TOKENS_FILE)")
 	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept; must exceed the longest lease of any operation plus 1 s")
 	f.DurationVar(&o.auditRetention, "audit-retention", 7*24*time.Hour, "how long executions and their audit events are kept after they start; at least --retention")
@@ -90,7 +85,24 @@ func (m Main) serveCommand() *cobra.Command {
 	f.IntVar(&o.maxExecutions, "max-executions", idem.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
 	f.DurationVar(&o.admissionWait, "admission-wait", idem.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired, removes executions past --audit-retention (jittered ± half)")
-	return cmd
+}
+
+// defaults fills the options from the environment where their flags were
+// not given.
+func (m Main) defaults(o *serveOptions) {
+	o.store = m.storeFlagValue(o.store)
+	if o.addr == "" {
+		o.addr = m.envOr("IDEM_ADDR", "127.0.0.1:8080")
+	}
+	if o.secretKeyFile == "" {
+		o.secretKeyFile = m.envOr("IDEM_SECRET_KEY_FILE", "idem.key")
+	}
+	if o.tokensFile == "" {
+		o.tokensFile = m.Getenv("IDEM_TOKENS_FILE")
+	}
+	if o.allowedOrigins == "" {
+		o.allowedOrigins = m.Getenv("IDEM_ALLOWED_ORIGINS")
+	}
 }
 
 func (m Main) envOr(name, def string) string {
@@ -100,8 +112,9 @@ func (m Main) envOr(name, def string) string {
 	return def
 }
 
-// serve runs the server until ctx ends, then shuts down gracefully.
-func (m Main) serve(ctx context.Context, o serveOptions) error {
+// serve runs the server until ctx ends, then shuts down gracefully. build
+// makes what it serves once the store is open.
+func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Context, idem.Store, *secretbox.Box, *slog.Logger) (application, error)) error {
 	for name, n := range map[string]int{"--replay-cache-mb": o.replayCacheMB, "--decode-budget-mb": o.decodeBudgetMB, "--max-executions": o.maxExecutions} {
 		if n < 0 {
 			return usagef("%s must be 0 or more, got %d", name, n)
@@ -159,21 +172,15 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	var app application
-	if o.demo {
-		cfg := demo.Config{Sealer: box}
-		if sq, ok := opened.(*sqlitestore.Store); ok {
-			cfg.Writer = sq.Write // one writer for the file: shared group commit
-		}
-		d, err := demo.Open(ctx, o.store, cfg)
-		if err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		defer d.Close()
-		app = application{operations: d.Operations(), policies: d.Policies(), routes: d.Routes()}
-		for token, p := range demo.Tokens() {
-			tokens.Add(token, p)
-		}
+	app, err := build(ctx, opened, box, logger)
+	if err != nil {
+		return err
+	}
+	if app.close != nil {
+		defer app.close()
+	}
+	for token, p := range app.tokens {
+		tokens.Add(token, p)
 	}
 	if tokens.Len() == 0 {
 		logger.Warn("no caller can authenticate: no token is known, so every operation, approval, execution and attempt route and /mcp answer 401; " +
@@ -201,6 +208,7 @@ func (m Main) serve(ctx context.Context, o serveOptions) error {
 	handler := httpapi.NewHandler(httpapi.Config{
 		Runner: runner, Store: store, Auth: tokens, Logger: logger, Version: buildVersion(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: app.routes,
+		OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
 	})
 	mcpServer, err := mcpserver.New(ctx, mcpserver.RunnerBackend{Runner: runner}, mcpserver.Options{Version: buildVersion()})
 	if err != nil {
@@ -356,11 +364,37 @@ func sweepLoop(ctx context.Context, store idem.Store, interval, auditRetention t
 }
 
 // application is what the binary serves besides idem's own routes: the
-// reference application with --demo, nothing otherwise.
+// reference application with --demo, nothing otherwise (idem serve), or
+// the upstream's operations (idem proxy).
 type application struct {
 	operations []idem.Operation
 	policies   []idem.Policy
 	routes     map[string]func(http.ResponseWriter, *http.Request, idem.Principal)
+	// tokens are accepted besides the tokens file's (the demo tokens).
+	tokens map[string]idem.Principal
+	// openapi replaces the document built from the operations.
+	openapi []byte
+	// proxied: the operations are an upstream's (idem proxy), so the
+	// catalog lists no direct CLI operations.
+	proxied bool
+	close   func()
+}
+
+// demoApplication is idem serve's application: the reference application
+// with --demo, nothing otherwise.
+func (o serveOptions) demoApplication(ctx context.Context, opened idem.Store, box *secretbox.Box, _ *slog.Logger) (application, error) {
+	if !o.demo {
+		return application{}, nil
+	}
+	cfg := demo.Config{Sealer: box}
+	if sq, ok := opened.(*sqlitestore.Store); ok {
+		cfg.Writer = sq.Write // one writer for the file: shared group commit
+	}
+	d, err := demo.Open(ctx, o.store, cfg)
+	if err != nil {
+		return application{}, fmt.Errorf("demo: %w", err)
+	}
+	return application{operations: d.Operations(), policies: d.Policies(), routes: d.Routes(), tokens: demo.Tokens(), close: func() { d.Close() }}, nil
 }
 
 // tokens loads the tokens file; without one, no token is accepted unless

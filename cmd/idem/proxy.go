@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"idem"
+	"idem/proxy"
+	"idem/secretbox"
+)
+
+// proxyOptions are the flags of idem proxy (SPEC §15) besides those it
+// shares with idem serve.
+type proxyOptions struct {
+	serveOptions
+	upstream     string
+	openapi      string
+	contracts    string
+	validate     bool
+	maxStored    int64
+	upstreamAuth string
+}
+
+func (m Main) proxyCommand() *cobra.Command {
+	var o proxyOptions
+	cmd := &cobra.Command{
+		Use:   "proxy --upstream URL --openapi FILE|URL",
+		Short: "Put idem in front of an HTTP API described by an OpenAPI document",
+		Long: "Serve every operation of an OpenAPI 3.0 or 3.1 document through idem's pipeline and forward it to the\n" +
+			"upstream: idempotency keys, replays, 409 in flight, indeterminate answers, audit, the catalog, the\n" +
+			"OpenAPI document with x-idem-agent-retry filled in, and MCP at /mcp. A contract comes from the\n" +
+			"operation's x-idem-agent-retry extension, else from --contracts, else from the method (GET/HEAD:\n" +
+			"fresh_read; any other: no_automatic_retry). See docs/proxy.md.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m.defaults(&o.serveOptions)
+			if o.upstream == "" {
+				o.upstream = m.Getenv("IDEM_UPSTREAM")
+			}
+			if o.upstream == "" {
+				return usagef("give the API to proxy with --upstream URL (or IDEM_UPSTREAM)")
+			}
+			if o.openapi == "" {
+				return usagef("give its OpenAPI document with --openapi FILE|URL (a path such as /openapi.json is read from the upstream)")
+			}
+			return m.serve(cmd.Context(), o.serveOptions, o.application)
+		},
+	}
+	o.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.upstream, "upstream", "", "base URL of the API to proxy, e.g. http://127.0.0.1:9000 (env IDEM_UPSTREAM)")
+	f.StringVar(&o.openapi, "openapi", "", "its OpenAPI 3.0 or 3.1 document (JSON or YAML): a file, a URL, or a path on the upstream such as /openapi.json")
+	f.StringVar(&o.contracts, "contracts", "", "overlay (YAML or JSON) of retry contracts by operationId: kind, reconcile, rationale, sideEffect, timeoutMs, preview, approval")
+	f.BoolVar(&o.validate, "validate", true, "validate inputs against the document's schemas before forwarding (false: forward as is)")
+	f.Int64Var(&o.maxStored, "max-stored-response", proxy.DefaultMaxStoredResponse, "largest upstream answer body, in bytes; a larger one is an error the caller sees")
+	f.StringVar(&o.upstreamAuth, "upstream-auth", "", "Authorization header value sent upstream instead of the caller's (e.g. \"Bearer s3cr3t\")")
+	return cmd
+}
+
+// application loads the document and the overlay and declares the
+// proxied operations.
+func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
+	upstream, err := url.Parse(strings.TrimRight(o.upstream, "/"))
+	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
+		return application{}, usagef("--upstream %q is not an http(s) URL", o.upstream)
+	}
+	if o.maxStored <= 0 {
+		return application{}, usagef("--max-stored-response must be positive, got %d", o.maxStored)
+	}
+	client := proxy.NewClient()
+	doc, err := proxy.Load(ctx, o.openapi, upstream, client)
+	if err != nil {
+		return application{}, err
+	}
+	overlay, err := proxy.LoadOverlay(o.contracts)
+	if err != nil {
+		return application{}, err
+	}
+	fwd := &proxy.Forwarder{Upstream: upstream, Client: client, MaxResponse: o.maxStored, UpstreamAuth: o.upstreamAuth}
+	built, err := proxy.Build(doc, overlay, proxy.Options{Forward: fwd.Handler, Unvalidated: !o.validate})
+	if err != nil {
+		return application{}, fmt.Errorf("idem proxy: %w", err)
+	}
+	for _, w := range built.Warnings {
+		logger.Warn("proxy", "warning", w)
+	}
+	logger.Info("proxying", "upstream", upstream.String(), "operations", len(built.Operations), "openapi", o.openapi)
+	return application{operations: built.Operations, openapi: built.Document, proxied: true}, nil
+}

@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The upstream of these tests is e2e/testdata/upstream/upstream.py, a
+// small API in Python's standard library (python3 is on every machine
+// of this project; nothing is installed for it).
+
+// upstream is one running upstream.py.
+type upstream struct {
+	url  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	script, err := filepath.Abs("testdata/upstream/upstream.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", script, "0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the Python upstream: %v", err)
+	}
+	u := &upstream{cmd: cmd, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				ready <- addr
+			}
+		}
+		u.done <- cmd.Wait()
+	}()
+	select {
+	case u.url = <-ready:
+	case err := <-u.done:
+		t.Fatalf("the upstream exited before listening: %v", err)
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the upstream did not listen within 20 s")
+	}
+	t.Cleanup(u.kill)
+	return u
+}
+
+func (u *upstream) kill() {
+	if u.cmd.ProcessState == nil {
+		u.cmd.Process.Kill()
+		<-u.done
+	}
+}
+
+// upstreamStats is what the upstream saw (GET /_stats).
+type upstreamStats struct {
+	Effects map[string]int `json:"effects"`
+	Keys    []struct {
+		Kind string `json:"kind"`
+		Key  string `json:"key"`
+	} `json:"keys"`
+	Reads int      `json:"reads"`
+	Auth  []string `json:"auth"`
+}
+
+func (u *upstream) stats(t *testing.T) upstreamStats {
+	t.Helper()
+	resp, err := http.Get(u.url + "/_stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s upstreamStats
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// effects counts the upstream's effects of kind.
+func (s upstreamStats) effects(kind string) int {
+	n := 0
+	for _, k := range s.Keys {
+		if k.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+const proxyToken = "proxy-agent-token"
+
+// proxyDir writes a tokens file (proxyToken: an agent of org acme) and
+// the contracts overlay of createOrder into a new directory.
+func proxyDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	sum := sha256.Sum256([]byte(proxyToken))
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tokens", fmt.Sprintf("sha256:%s acme agent-1 agent\n", hex.EncodeToString(sum[:])))
+	write("contracts.yaml", "createOrder:\n  kind: same_key_replay\n  reconcile: listWidgets\n  rationale: An order replays its original answer by key.\n  timeoutMs: 5000\n")
+	return dir
+}
+
+// startProxy runs idem proxy in front of upstreamURL, reading the
+// document from the upstream.
+func startProxy(t *testing.T, dir, store, upstreamURL string, args ...string) *server {
+	t.Helper()
+	all := append([]string{"proxy", "--upstream", upstreamURL, "--openapi", "/openapi.json",
+		"--contracts", filepath.Join(dir, "contracts.yaml"), "--tokens-file", filepath.Join(dir, "tokens"),
+		"--addr", "127.0.0.1:0", "--store", store, "--secret-key-file", filepath.Join(dir, "idem.key")}, args...)
+	return start(t, dir, all...)
+}
+
+func TestProxy(t *testing.T) {
+	up := startUpstream(t)
+	dir := proxyDir(t)
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url)
+	post := func(path, key, body string) reply {
+		if key == "" {
+			return p.do(t, "POST", path, proxyToken, body)
+		}
+		return p.do(t, "POST", path, proxyToken, body, "Idempotency-Key", key)
+	}
+
+	t.Run("catalog contracts come from the extension, the overlay and the method", func(t *testing.T) {
+		cat := p.do(t, "GET", "/v1/operations", "", "").want(t, 200, "")
+		kinds := map[string]string{}
+		for _, op := range cat.body["operations"].([]any) {
+			o := op.(map[string]any)
+			kinds[o["name"].(string)] = o["retry"].(map[string]any)["kind"].(string)
+		}
+		want := map[string]string{"createWidget": "same_key_replay", "createOrder": "same_key_replay",
+			"createNote": "no_automatic_retry", "listWidgets": "fresh_read", "getWidget": "fresh_read"}
+		for name, kind := range want {
+			if kinds[name] != kind {
+				t.Errorf("%s: kind %q, want %q (catalog %v)", name, kinds[name], kind, kinds)
+			}
+		}
+		if !strings.Contains(p.logs(), "no declared retry contract") || !strings.Contains(p.logs(), "createNote") {
+			t.Errorf("no start-up warning about createNote:\n%s", p.logs())
+		}
+		doc := p.do(t, "GET", "/openapi.json", "", "").want(t, 200, "")
+		ext := field(doc.body, "paths./orders.post.x-idem-agent-retry.kind")
+		if ext != "same_key_replay" {
+			t.Errorf("the served OpenAPI document's createOrder extension: %v", ext)
+		}
+	})
+
+	t.Run("same key replays the upstream answer, once", func(t *testing.T) {
+		first := post("/widgets", "w-1", `{"name":"anvil"}`).want(t, 201, "")
+		again := post("/widgets", "w-1", `{ "name" : "anvil" }`).want(t, 201, "")
+		if string(again.raw) != string(first.raw) || again.header.Get("Idempotent-Replayed") != "true" ||
+			again.header.Get("Idem-Execution-Id") == "" || again.header.Get("Idem-Execution-Id") != first.header.Get("Idem-Execution-Id") ||
+			again.header.Get("Location") != first.header.Get("Location") || again.header.Get("X-Upstream") != "" {
+			t.Fatalf("replay %s %v, first %s %v", again.raw, again.header, first.raw, first.header)
+		}
+		s := up.stats(t)
+		exe := first.header.Get("Idem-Execution-Id")
+		handlerKey := "ik_" + strings.TrimPrefix(exe, "exe_")
+		if s.Effects[handlerKey] != 1 {
+			t.Fatalf("the upstream saw the handler key %s %d times (effects %v)", handlerKey, s.Effects[handlerKey], s.Effects)
+		}
+		if s.Auth[len(s.Auth)-1] != "Bearer "+proxyToken {
+			t.Fatalf("the caller's Authorization was not forwarded: %v", s.Auth)
+		}
+		x := p.do(t, "GET", "/v1/executions/"+exe, proxyToken, "").want(t, 200, "")
+		if field(x.body, "data.outcome") != "succeeded" {
+			t.Fatalf("execution %s", x.raw)
+		}
+		post("/widgets", "w-1", `{"name":"hammer"}`).want(t, 422, "IDEMPOTENCY_KEY_REUSED")
+	})
+
+	t.Run("invalid input never reaches the upstream", func(t *testing.T) {
+		before := up.stats(t).effects("widget")
+		post("/widgets", "w-bad", `{"name":5}`).want(t, 400, "INVALID_INPUT")
+		post("/widgets", "w-bad2", `{"name":"a","colour":"red"}`).want(t, 400, "INVALID_INPUT")
+		post("/orders", "o-bad", `{"item":"x","quantity":0}`).want(t, 400, "INVALID_INPUT")
+		post("/orders", "o-big", `{"item":"x","quantity":9007199254740993}`).want(t, 400, "INVALID_INPUT")
+		if after := up.stats(t).effects("widget"); after != before {
+			t.Fatalf("the upstream ran %d widget effects on invalid input", after-before)
+		}
+	})
+
+	t.Run("contracts decide key rules", func(t *testing.T) {
+		post("/widgets", "", `{"name":"nokey"}`).want(t, 400, "IDEMPOTENCY_KEY_REQUIRED")
+		post("/notes", "n-1", `{"text":"hi"}`).want(t, 400, "IDEMPOTENCY_KEY_NOT_SUPPORTED")
+		post("/notes", "", `{"text":"hi"}`).want(t, 201, "")
+		post("/orders", "o-1", `{"item":"nail"}`).want(t, 201, "")
+		if r := post("/orders", "o-1", `{"item":"nail"}`).want(t, 201, ""); r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("overlay contract: no replay: %v", r.header)
+		}
+	})
+
+	t.Run("a fresh_read is never cached", func(t *testing.T) {
+		before := up.stats(t).Reads
+		p.do(t, "GET", "/widgets", proxyToken, "", "Idempotency-Key", "r-1").want(t, 200, "")
+		r := p.do(t, "GET", "/widgets", proxyToken, "", "Idempotency-Key", "r-1").want(t, 200, "")
+		if r.header.Get("Idempotent-Replayed") != "" || up.stats(t).Reads != before+2 {
+			t.Fatalf("reads %d → %d, headers %v", before, up.stats(t).Reads, r.header)
+		}
+		p.do(t, "GET", "/widgets/nope", proxyToken, "").want(t, 404, "")
+	})
+
+	t.Run("409 while the original runs", func(t *testing.T) {
+		var wg sync.WaitGroup
+		var first reply
+		before := up.stats(t).effects("widget")
+		wg.Go(func() { first = post("/widgets", "w-slow", `{"name":"slow","delayMs":1500}`) })
+		deadline := time.Now().Add(5 * time.Second)
+		for up.stats(t).effects("widget") == before { // the original is at the upstream
+			if time.Now().After(deadline) {
+				t.Fatal("the original never reached the upstream")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		post("/widgets", "w-slow", `{"name":"slow","delayMs":1500}`).want(t, 409, "IDEMPOTENCY_KEY_IN_FLIGHT")
+		waited := p.do(t, "POST", "/widgets", proxyToken, `{"name":"slow","delayMs":1500}`, "Idempotency-Key", "w-slow", "Prefer", "wait=10")
+		wg.Wait()
+		first.want(t, 201, "")
+		if waited.status != 201 || string(waited.raw) != string(first.raw) || waited.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("Prefer: wait answered %d %s %v", waited.status, waited.raw, waited.header)
+		}
+	})
+
+	t.Run("an upstream 500 is indeterminate", func(t *testing.T) {
+		r := post("/widgets", "w-boom", `{"name":"explode"}`)
+		if r.status != 500 || !strings.Contains(string(r.raw), "exploded") {
+			t.Fatalf("first answer %d %s", r.status, r.raw)
+		}
+		again := post("/widgets", "w-boom", `{"name":"explode"}`).want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
+		if again.get("details.reconcile") != "listWidgets" {
+			t.Fatalf("details %s", again.raw)
+		}
+	})
+
+	t.Run("MCP tools carry the contracts", func(t *testing.T) {
+		cs := mcpHTTP(t, p, proxyToken)
+		tools, err := cs.ListTools(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, tool := range tools.Tools {
+			if tool.Name != "createWidget" {
+				continue
+			}
+			found = true
+			schema, _ := json.Marshal(tool.InputSchema)
+			if !strings.Contains(string(schema), "idempotencyKey") || tool.Annotations == nil || tool.Annotations.ReadOnlyHint {
+				t.Fatalf("createWidget tool %s, annotations %+v", schema, tool.Annotations)
+			}
+		}
+		if !found {
+			t.Fatal("no createWidget tool")
+		}
+		sc, res := toolCall(t, cs, "createWidget", map[string]any{"name": "mcp-widget", "idempotencyKey": "m-1"})
+		if res.IsError || field(sc, "status") != float64(201) || field(sc, "data.name") != "mcp-widget" {
+			t.Fatalf("tool result %v", sc)
+		}
+		// The same intent over HTTP replays it.
+		r := post("/widgets", "m-1", `{"name":"mcp-widget"}`).want(t, 201, "")
+		if r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("HTTP after MCP: %v", r.header)
+		}
+	})
+}
+
+// TestProxyUpstreamDown: nothing reached the upstream, so the key is
+// free; an upstream killed while it holds the request leaves the record
+// indeterminate.
+func TestProxyUpstreamDown(t *testing.T) {
+	up := startUpstream(t)
+	dir := proxyDir(t)
+	docPath := filepath.Join(dir, "openapi.json")
+	resp, err := http.Get(up.url + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := new(strings.Builder)
+	_, _ = bufio.NewReader(resp.Body).WriteTo(doc)
+	resp.Body.Close()
+	if err := os.WriteFile(docPath, []byte(doc.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("refused before dispatch: the key is free", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "http://" + ln.Addr().String()
+		ln.Close()
+		p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "down.db"), closed, "--openapi", docPath)
+		r := p.do(t, "POST", "/widgets", proxyToken, `{"name":"a"}`, "Idempotency-Key", "d-1").want(t, 503, "UPSTREAM_UNAVAILABLE")
+		if r.get("retryable") != true {
+			t.Fatalf("answer %s", r.raw)
+		}
+		p.do(t, "GET", "/v1/attempts/d-1", proxyToken, "").want(t, 404, "NOT_FOUND")
+	})
+
+	t.Run("killed mid-request: indeterminate", func(t *testing.T) {
+		p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "kill.db"), up.url, "--openapi", docPath)
+		done := make(chan reply, 1)
+		go func() {
+			done <- p.do(t, "POST", "/widgets", proxyToken, `{"name":"doomed","delayMs":3000}`, "Idempotency-Key", "k-1")
+		}()
+		deadline := time.Now().Add(5 * time.Second)
+		for up.stats(t).effects("widget") == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the upstream never received the request")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		up.kill()
+		r := <-done
+		if r.status != 500 || r.get("code") != "EXECUTION_FAILED" || r.get("retryable") != false || r.get("details.reconcile") != "listWidgets" {
+			t.Fatalf("answer %d %s", r.status, r.raw)
+		}
+		p.do(t, "POST", "/widgets", proxyToken, `{"name":"doomed","delayMs":3000}`, "Idempotency-Key", "k-1").want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
+	})
+}

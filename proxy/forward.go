@@ -1,0 +1,178 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"idem"
+)
+
+// DefaultMaxStoredResponse bounds an upstream answer (1 MiB): one larger
+// is an error the caller sees, never a silent non-replay.
+const DefaultMaxStoredResponse = 1 << 20
+
+// Forwarder sends calls to the upstream.
+type Forwarder struct {
+	Upstream *url.URL
+	Client   *http.Client
+	// MaxResponse bounds an upstream answer's body
+	// (DefaultMaxStoredResponse when 0).
+	MaxResponse int64
+	// UpstreamAuth, when set, replaces the caller's Authorization header.
+	UpstreamAuth string
+}
+
+// hopByHop are the headers of one connection (RFC 9110 §7.6.1), never
+// forwarded, with the ones the proxy sets itself.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Host", idem.HeaderIdempotencyKey, "Prefer"}
+
+// NewClient is the upstream client: redirects are answered to the caller,
+// not followed (a proxy passes them on).
+func NewClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func (f *Forwarder) client() *http.Client {
+	if f.Client != nil {
+		return f.Client
+	}
+	return http.DefaultClient
+}
+
+// Handler is the raw handler that forwards op's calls.
+func (f *Forwarder) Handler(op Operation) idem.RawHandler {
+	return func(ctx context.Context, call *idem.Call, req idem.RawRequest) (idem.RawResponse, error) {
+		return f.forward(ctx, op, call, req)
+	}
+}
+
+func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, req idem.RawRequest) (idem.RawResponse, error) {
+	target := f.Upstream.JoinPath(req.Path)
+	query := req.Query
+	if call.DryRun {
+		query = cloneValues(query)
+		query.Set(idem.DryRunParam, "true")
+	}
+	target.RawQuery = query.Encode()
+	// The body is not rewindable (no GetBody), so that the transport
+	// never sends it a second time on its own; see also the key header.
+	var body io.Reader
+	if len(req.Body) > 0 {
+		body = io.NopCloser(bytes.NewReader(req.Body))
+	}
+	out, err := http.NewRequestWithContext(ctx, req.Method, target.String(), body)
+	if err != nil {
+		return idem.RawResponse{}, err
+	}
+	out.ContentLength = int64(len(req.Body))
+	for name, values := range req.Header {
+		out.Header[name] = append([]string(nil), values...)
+	}
+	removeHopByHop(out.Header)
+	if len(req.Body) > 0 && out.Header.Get("Content-Type") == "" {
+		out.Header.Set("Content-Type", "application/json") // a body built from flat arguments (MCP)
+	}
+	if f.UpstreamAuth != "" {
+		out.Header.Set("Authorization", f.UpstreamAuth)
+	}
+	if op.Writes {
+		// The handler key: one per execution, the same on every attempt
+		// of it (SPEC §7), so that an upstream that deduplicates by key
+		// gets end-to-end safety. It is set under its lower-case name on
+		// purpose: net/http's transport treats a request carrying
+		// "Idempotency-Key" as replayable and may send it again by itself
+		// after a connection breaks, which only an upstream that
+		// deduplicates would survive; header names are case-insensitive on
+		// the wire.
+		out.Header["idempotency-key"] = []string{call.IdempotencyKey}
+	}
+	var connected atomic.Bool
+	out = out.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	}))
+	resp, err := f.client().Do(out)
+	if err != nil {
+		if !connected.Load() && ctx.Err() == nil {
+			// No connection was ever made: not a byte reached the
+			// upstream.
+			return idem.RawResponse{}, idem.NotDispatched(idem.Errorf(idem.CodeUpstreamUnavailable,
+				"the upstream could not be reached (%s); nothing was sent, so the key is not consumed: send the same request again later", dialCause(err)))
+		}
+		if ctx.Err() != nil {
+			return idem.RawResponse{}, ctx.Err()
+		}
+		return idem.RawResponse{}, fmt.Errorf("the connection to the upstream broke after the request was sent: %w", err)
+	}
+	defer resp.Body.Close()
+	limit := f.MaxResponse
+	if limit <= 0 {
+		limit = DefaultMaxStoredResponse
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return idem.RawResponse{}, ctx.Err()
+		}
+		return idem.RawResponse{}, fmt.Errorf("the upstream's answer (%s) broke off: %w", resp.Status, err)
+	}
+	if int64(len(data)) > limit {
+		e := idem.Errorf(idem.CodeExecutionFailed, "the upstream answered %s with a body over the %d-byte limit (--max-stored-response), which idem proxy cannot store for a replay", resp.Status, limit)
+		return idem.RawResponse{}, e
+	}
+	header := resp.Header.Clone()
+	removeHopByHop(header)
+	return idem.RawResponse{Status: resp.StatusCode, Header: header, Body: data}, nil
+}
+
+// removeHopByHop deletes the hop-by-hop headers, and those the
+// Connection header names.
+func removeHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			h.Del(textproto.TrimString(name))
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+	delete(h, "idempotency-key")
+}
+
+// dialCause words a failure to connect without the addresses of the
+// proxy's own side.
+func dialCause(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "connection refused"):
+		return "connection refused"
+	case strings.Contains(msg, "no such host"):
+		return "no such host"
+	case strings.Contains(msg, "timeout"):
+		return "connect timeout"
+	}
+	return "connect failed"
+}
+
+func cloneValues(v url.Values) url.Values {
+	out := make(url.Values, len(v)+1)
+	for k, vs := range v {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}

@@ -1,0 +1,388 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"mime"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"idem"
+	"idem/httpapi"
+)
+
+// Options shape the operations Build makes.
+type Options struct {
+	// Forward is the handler of every operation (Forwarder.Handler).
+	Forward func(op Operation) idem.RawHandler
+	// Unvalidated turns input validation off (--validate=false).
+	Unvalidated bool
+}
+
+// Operation is what Build knows about one proxied operation.
+type Operation struct {
+	Name   string
+	Method string
+	Path   string
+	// Writes is whether the operation has effects (its side effect is not
+	// none or read): the upstream then receives the handler key.
+	Writes bool
+	// Contract says where the retry contract came from: "extension",
+	// "overlay" or "method".
+	Contract string
+}
+
+// Built is what Build returns.
+type Built struct {
+	Operations []idem.Operation
+	Proxied    []Operation
+	// Warnings are for the start-up log: writing operations without a
+	// declared contract, operations whose input is not validated.
+	Warnings []string
+	// Document is the OpenAPI document served at /openapi.json: the
+	// upstream's, with every operation's x-idem-agent-retry filled in.
+	Document []byte
+}
+
+// segment is a path template segment: literal, or exactly one {name}.
+var segment = regexp.MustCompile(`^(\{[^{}/]+\}|[^{}]*)$`)
+
+// Build declares one raw operation per operation of doc (SPEC §15). It
+// refuses, naming method and path or the operationId: an operation
+// without an operationId, a path segment that mixes text and a
+// parameter, an overlay entry for no operation, and everything idem's
+// registration refuses (which NewRegistry reports).
+func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
+	out := &Built{}
+	var errs []error
+	seen := map[string]bool{}
+	defs, err := componentDefs(doc)
+	if err != nil {
+		return nil, err
+	}
+	var undeclared []string
+	for _, path := range doc.Paths.InMatchingOrder() {
+		item := doc.Paths.Value(path)
+		methods := item.Operations()
+		for _, method := range slices.Sorted(maps.Keys(methods)) {
+			op := methods[method]
+			where := method + " " + path
+			if op.OperationID == "" {
+				errs = append(errs, fmt.Errorf("%s has no operationId: give every operation one (it names the operation, its MCP tool and its catalog entry)", where))
+				continue
+			}
+			for _, seg := range strings.Split(path, "/") {
+				if !segment.MatchString(seg) {
+					errs = append(errs, fmt.Errorf("operation %q (%s): path segment %q mixes text and a parameter; idem proxy routes whole-segment parameters only", op.OperationID, where, seg))
+				}
+			}
+			seen[op.OperationID] = true
+			def, warn, err := declare(doc, defs, method, path, item, op, overlay, opts)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if warn != "" {
+				out.Warnings = append(out.Warnings, warn)
+			}
+			if def.proxied.Contract == string(fromMethod) && def.proxied.Writes {
+				undeclared = append(undeclared, op.OperationID)
+			}
+			out.Operations = append(out.Operations, def.op)
+			out.Proxied = append(out.Proxied, def.proxied)
+			ext, _ := json.Marshal(def.op.Metadata().WithDefaults().Retry)
+			op.Extensions = withExtension(op.Extensions, ext)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(overlay)) {
+		if !seen[name] {
+			errs = append(errs, fmt.Errorf("the contracts overlay declares %q, which is no operationId of the document", name))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(undeclared) > 0 {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in --contracts",
+			len(undeclared), strings.Join(undeclared, ", ")))
+	}
+	served, err := json.Marshal(doc.T)
+	if err != nil {
+		return nil, fmt.Errorf("openapi document: %w", err)
+	}
+	out.Document = served
+	return out, nil
+}
+
+type declared struct {
+	op      idem.Operation
+	proxied Operation
+}
+
+// declare builds one operation.
+func declare(doc *Document, defs map[string]any, method, path string, item *openapi3.PathItem, op *openapi3.Operation, overlay Overlay, opts Options) (declared, string, error) {
+	name := op.OperationID
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("operation %q (%s %s): %s", name, method, path, fmt.Sprintf(format, args...))
+	}
+	meta := idem.Metadata{Name: name, Method: method, Path: path, Summary: summaryOf(op, method, path)}
+	entry, inOverlay := overlay[name]
+	source := fromMethod
+	if raw, ok := op.Extensions[httpapi.AgentRetryExtension]; ok {
+		b, _ := json.Marshal(raw)
+		if err := json.Unmarshal(b, &meta.Retry); err != nil {
+			return declared{}, "", fail("x-idem-agent-retry: %v", err)
+		}
+		source = fromExtension
+	} else if inOverlay {
+		meta.Retry = idem.RetryContract{Kind: entry.Kind, Reconcile: entry.Reconcile, Rationale: entry.Rationale, Preview: entry.Preview}
+		source = fromOverlay
+	}
+	meta.SideEffect = sideEffectOf(method)
+	if inOverlay && entry.SideEffect != "" {
+		meta.SideEffect = entry.SideEffect
+	}
+	if source == fromMethod {
+		meta.Retry = idem.RetryContract{Kind: idem.RetryFreshRead, Rationale: "A read: it always runs and is never cached."}
+		if meta.SideEffect.Writes() {
+			meta.Retry = idem.RetryContract{Kind: idem.RetryNoAutomaticRetry, Rationale: undeclaredRationale}
+		}
+	}
+	if inOverlay {
+		meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
+		meta.Approval = entry.Approval
+	}
+	params, schema, validate, why, err := inputOf(doc, defs, item, op)
+	if err != nil {
+		return declared{}, "", fail("%v", err)
+	}
+	warn := ""
+	if !validate && !opts.Unvalidated {
+		warn = fmt.Sprintf("operation %q: input is forwarded without validation: %s", name, why)
+	}
+	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
+	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: outputOf(doc, defs, op),
+		Unvalidated: opts.Unvalidated || !validate, Handler: opts.Forward(p)}
+	return declared{op: idem.DefineRaw(meta, spec), proxied: p}, warn, nil
+}
+
+// summaryOf is the operation's summary, else the first line of its
+// description, else its route.
+func summaryOf(op *openapi3.Operation, method, path string) string {
+	if s := strings.TrimSpace(op.Summary); s != "" {
+		return s
+	}
+	if d, _, _ := strings.Cut(strings.TrimSpace(op.Description), "\n"); d != "" {
+		return d
+	}
+	return method + " " + path
+}
+
+// inputOf is the operation's flat arguments and their schema: path and
+// query parameters, then the properties of a JSON object body. validate
+// is false (with why) when the request cannot be checked that way: a body
+// that is not a JSON object, a query parameter that takes several values.
+func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *openapi3.Operation) (params []idem.Param, schema json.RawMessage, validate bool, why string, err error) {
+	openapi30 := doc.IsOpenAPI30()
+	props := map[string]any{}
+	var required []string
+	validate = true
+	byName := map[string]string{}
+	add := func(name, in string, s any) error {
+		if prev, dup := byName[name]; dup {
+			return fmt.Errorf("argument %q is both a %s and a %s argument: the flat arguments (MCP, the catalog) need distinct names", name, prev, in)
+		}
+		if name == "idempotencyKey" || name == "dryRun" {
+			return fmt.Errorf("argument %q is reserved for idem's own arguments", name)
+		}
+		byName[name] = in
+		props[name] = s
+		return nil
+	}
+	for _, ref := range mergedParameters(item, op) {
+		p := ref.Value
+		if p == nil || (p.In != "path" && p.In != "query") {
+			continue // headers and cookies are forwarded as they are
+		}
+		var s any = map[string]any{}
+		typ := "string"
+		if p.Schema != nil {
+			if s, err = schemaJSON(p.Schema, openapi30); err != nil {
+				return nil, nil, false, "", err
+			}
+			if v := p.Schema.Value; v != nil && v.Type != nil {
+				for _, t := range []string{"integer", "number", "boolean", "array", "object"} {
+					if v.Type.Is(t) || v.Type.Includes(t) {
+						typ = t
+						break
+					}
+				}
+			}
+		}
+		if typ == "array" || typ == "object" {
+			validate, why = false, fmt.Sprintf("%s parameter %q takes a list or an object", p.In, p.Name)
+			typ = "string"
+		}
+		if err := add(p.Name, p.In, s); err != nil {
+			return nil, nil, false, "", err
+		}
+		params = append(params, idem.Param{Name: p.Name, In: p.In, Type: typ})
+		if p.Required || p.In == "path" {
+			required = append(required, p.Name)
+		}
+	}
+	root := map[string]any{"type": "object"}
+	if body := op.RequestBody; body != nil && body.Value != nil {
+		mt, media := jsonMedia(body.Value.Content)
+		switch {
+		case media == nil:
+			validate, why = false, "its body is not JSON"
+		case media.Schema == nil || media.Schema.Value == nil || !isObject(media.Schema.Value):
+			validate, why = false, fmt.Sprintf("its %s body is not declared as a JSON object", mt)
+		default:
+			v := media.Schema.Value
+			for _, prop := range slices.Sorted(maps.Keys(v.Properties)) {
+				s, err := schemaJSON(v.Properties[prop], openapi30)
+				if err != nil {
+					return nil, nil, false, "", err
+				}
+				if err := add(prop, "body", s); err != nil {
+					return nil, nil, false, "", err
+				}
+				params = append(params, idem.Param{Name: prop, In: "body"})
+			}
+			if body.Value.Required {
+				required = append(required, v.Required...)
+			}
+			if v.AdditionalProperties.Has != nil && !*v.AdditionalProperties.Has {
+				root["additionalProperties"] = false
+			} else if v.AdditionalProperties.Schema != nil {
+				s, err := schemaJSON(v.AdditionalProperties.Schema, openapi30)
+				if err != nil {
+					return nil, nil, false, "", err
+				}
+				root["additionalProperties"] = s
+			}
+		}
+	}
+	root["properties"] = props
+	if len(required) > 0 {
+		root["required"] = required
+	}
+	if len(defs) > 0 {
+		root["$defs"] = defs
+	}
+	schema, err = json.Marshal(root)
+	return params, schema, validate, why, err
+}
+
+// outputOf is the JSON schema of the first 2xx JSON answer, or nil.
+func outputOf(doc *Document, defs map[string]any, op *openapi3.Operation) json.RawMessage {
+	if op.Responses == nil {
+		return nil
+	}
+	for _, code := range slices.Sorted(maps.Keys(op.Responses.Map())) {
+		r := op.Responses.Value(code)
+		if !strings.HasPrefix(code, "2") || r == nil || r.Value == nil {
+			continue
+		}
+		if _, media := jsonMedia(r.Value.Content); media != nil && media.Schema != nil {
+			s, err := schemaJSON(media.Schema, doc.IsOpenAPI30())
+			if err != nil {
+				return nil
+			}
+			if m, ok := s.(map[string]any); ok && len(defs) > 0 {
+				m["$defs"] = defs
+			}
+			b, _ := json.Marshal(s)
+			return b
+		}
+	}
+	return nil
+}
+
+// mergedParameters are the path item's parameters overridden by the
+// operation's, by (in, name).
+func mergedParameters(item *openapi3.PathItem, op *openapi3.Operation) openapi3.Parameters {
+	var out openapi3.Parameters
+	index := map[string]int{}
+	for _, list := range []openapi3.Parameters{item.Parameters, op.Parameters} {
+		for _, ref := range list {
+			if ref == nil || ref.Value == nil {
+				continue
+			}
+			k := ref.Value.In + "\x00" + ref.Value.Name
+			if i, ok := index[k]; ok {
+				out[i] = ref
+				continue
+			}
+			index[k] = len(out)
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// jsonMedia picks the JSON media type of content (application/json, or
+// a +json type), if any.
+func jsonMedia(content openapi3.Content) (string, *openapi3.MediaType) {
+	for _, mt := range slices.Sorted(maps.Keys(content)) {
+		base, _, err := mime.ParseMediaType(mt)
+		if err != nil {
+			base = mt
+		}
+		if base == "application/json" || strings.HasSuffix(base, "+json") {
+			return mt, content[mt]
+		}
+	}
+	return "", nil
+}
+
+func isObject(s *openapi3.Schema) bool {
+	return s.Type != nil && s.Type.Is("object") || s.Type == nil && len(s.Properties) > 0
+}
+
+// schemaJSON is one schema as JSON Schema 2020-12 (toJSONSchema).
+func schemaJSON(ref *openapi3.SchemaRef, openapi30 bool) (any, error) {
+	if ref.Ref != "" && !strings.HasPrefix(ref.Ref, componentRef) {
+		return nil, fmt.Errorf("schema reference %q: only references to #/components/schemas/… are supported", ref.Ref)
+	}
+	v, err := jsonOf(ref)
+	if err != nil {
+		return nil, err
+	}
+	return toJSONSchema(v, openapi30), nil
+}
+
+// componentDefs are the document's component schemas, converted, for
+// $defs.
+func componentDefs(doc *Document) (map[string]any, error) {
+	defs := map[string]any{}
+	if doc.Components == nil {
+		return defs, nil
+	}
+	for name, ref := range doc.Components.Schemas {
+		s, err := schemaJSON(ref, doc.IsOpenAPI30())
+		if err != nil {
+			return nil, fmt.Errorf("components.schemas.%s: %w", name, err)
+		}
+		defs[name] = s
+	}
+	return defs, nil
+}
+
+// withExtension sets x-idem-agent-retry to ext (the contract as
+// registered).
+func withExtension(exts map[string]any, ext json.RawMessage) map[string]any {
+	if exts == nil {
+		exts = map[string]any{}
+	}
+	exts[httpapi.AgentRetryExtension] = ext
+	return exts
+}
