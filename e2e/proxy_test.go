@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"idem/internal/pgtest"
 )
 
 // The upstream of these tests is e2e/testdata/upstream/upstream.py, a
@@ -137,10 +139,20 @@ func startProxy(t *testing.T, dir, store, upstreamURL string, args ...string) *s
 	return start(t, dir, all...)
 }
 
+// TestProxy drives idem proxy in front of the Python upstream, on both
+// stores: contracts, replay, 422, validation, key rules, fresh reads,
+// 409 in flight and Prefer: wait, indeterminate after a 500, MCP.
 func TestProxy(t *testing.T) {
-	up := startUpstream(t)
-	dir := proxyDir(t)
-	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url)
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			dir := proxyDir(t)
+			up := startUpstream(t)
+			testProxy(t, up, startProxy(t, dir, store(t, dir), up.url))
+		})
+	}
+}
+
+func testProxy(t *testing.T, up *upstream, p *server) {
 	post := func(path, key, body string) reply {
 		if key == "" {
 			return p.do(t, "POST", path, proxyToken, body)
@@ -344,4 +356,52 @@ func TestProxyUpstreamDown(t *testing.T) {
 		}
 		p.do(t, "POST", "/widgets", proxyToken, `{"name":"doomed","delayMs":3000}`, "Idempotency-Key", "k-1").want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
 	})
+}
+
+// TestProxyStormTwoInstances: two proxies share one PostgreSQL database
+// in front of one upstream; 200 same-key requests at once, alternating
+// between them, reach the upstream once.
+func TestProxyStormTwoInstances(t *testing.T) {
+	up := startUpstream(t)
+	dir := proxyDir(t)
+	url := pgtest.NewDatabase(t)
+	proxies := []*server{startProxy(t, dir, url, up.url), startProxy(t, dir, url, up.url)}
+	for _, wait := range []bool{false, true} {
+		key := fmt.Sprintf("storm-%v", wait)
+		body := fmt.Sprintf(`{"name":%q,"delayMs":300}`, key)
+		headers := []string{"Idempotency-Key", key}
+		if wait {
+			headers = append(headers, "Prefer", "wait=10")
+		}
+		before := up.stats(t).effects("widget")
+		const n = 200
+		replies := make([]reply, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				replies[i], errs[i] = proxies[i%2].try("POST", "/widgets", proxyToken, body, headers...)
+			})
+		}
+		close(start)
+		wg.Wait()
+		executions := map[string]bool{}
+		for i, r := range replies {
+			switch {
+			case errs[i] != nil:
+				t.Fatalf("request %d: %v", i, errs[i])
+			case r.status == 201:
+				executions[r.header.Get("Idem-Execution-Id")] = true
+			case r.status == 409 && r.get("code") == "IDEMPOTENCY_KEY_IN_FLIGHT" && !wait:
+			case r.status == 429 || r.status == 503:
+			default:
+				t.Fatalf("wait=%v: unexpected answer %d %s", wait, r.status, r.raw)
+			}
+		}
+		if got := up.stats(t).effects("widget") - before; got != 1 || len(executions) != 1 {
+			t.Fatalf("wait=%v: the upstream ran %d times, answers named %d executions; want exactly one", wait, got, len(executions))
+		}
+	}
 }
