@@ -219,6 +219,22 @@ func (x *execution) rawResult(status int, header http.Header, body []byte) Resul
 	return rawAnswer(status, header, body, x.meta(), x.executionID)
 }
 
+// RawResultOf is the Result of a raw operation's answer received as bytes
+// (over HTTP from idem proxy: it carries HeaderExecutionID), so that a
+// remote answer reads like a local one; meta says what the caller knows
+// (its operation and key), completed from the headers.
+func RawResultOf(status int, header http.Header, body []byte, meta *Meta) Result {
+	m := *meta
+	m.ExecutionID = header.Get(HeaderExecutionID)
+	replayed := header.Get(HeaderIdempotentReplayed) == "true"
+	if m.Idempotency != nil {
+		m.Idempotency = &IdempotencyMeta{Key: m.Idempotency.Key, Replayed: replayed}
+	}
+	res := rawAnswer(status, header, body, &m, m.ExecutionID)
+	res.Replayed = replayed
+	return res
+}
+
 // rawAnswer is a raw operation's answer, fresh or replayed.
 func rawAnswer(status int, header http.Header, body []byte, meta *Meta, executionID string) Result {
 	h := header.Clone()

@@ -300,6 +300,13 @@ func testProxy(t *testing.T, up *upstream, p *server) {
 		if r.header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("HTTP after MCP: %v", r.header)
 		}
+		// And over stdio (idem mcp --server), the same intent is a replay.
+		stdio := mcpStdio(t, p, proxyToken)
+		sc, res = toolCall(t, stdio, "createWidget", map[string]any{"name": "mcp-widget", "idempotencyKey": "m-1"})
+		if res.IsError || field(sc, "status") != float64(201) || field(sc, "meta.idempotency.replayed") != true ||
+			field(sc, "meta.executionId") != r.header.Get("Idem-Execution-Id") {
+			t.Fatalf("stdio tool result %v", sc)
+		}
 	})
 }
 

@@ -217,6 +217,15 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 		return idem.Result{}, networkError(ctx, t, u, err)
 	}
 	res, err := idem.ParseResult(resp.StatusCode, resp.Header, answer)
+	if resp.Header.Get(idem.HeaderExecutionID) != "" && (err != nil || res.Problem == nil) {
+		// A proxied operation's own answer (idem proxy): the upstream's
+		// body, with the idempotency facts in headers.
+		meta := &idem.Meta{Operation: name}
+		if key != "" {
+			meta.Idempotency = &idem.IdempotencyMeta{Key: key}
+		}
+		return idem.RawResultOf(resp.StatusCode, resp.Header, answer, meta), nil
+	}
 	if err != nil {
 		// A broken upstream (a proxy's page, a truncated body).
 		return brokenAnswer(resp.StatusCode), nil
