@@ -134,7 +134,7 @@ func (x *execution) fail(e *Error) Result {
 func (x *execution) run(ctx context.Context) Result {
 	r, req := x.r, x.req
 	// Stage 2: resolve.
-	op, ok := r.ops[req.Operation]
+	op, ok := r.decl.Load().ops[req.Operation]
 	if !ok || !exposedOn(op.meta, req.Surface) {
 		return x.fail(Errorf(CodeOperationNotFound, "no operation named %q on this surface", req.Operation))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -148,9 +149,10 @@ func CheckRetention(reg *Registry, retention, grace, margin time.Duration) error
 
 // Runner is the one execution pipeline (SPEC §5) every surface calls.
 type Runner struct {
-	cfg   RunnerConfig
-	ops   map[string]*compiled
-	reg   *Registry
+	cfg RunnerConfig
+	// decl holds the declarations calls resolve against; Reload swaps it,
+	// and a call keeps the operation it resolved.
+	decl  atomic.Pointer[declarations]
 	cache *replayCache
 	done  completions
 	audit *auditQueue
@@ -158,9 +160,14 @@ type Runner struct {
 	decoding, executions budget
 }
 
-// NewRunner returns the pipeline over the registry's operations.
-func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
-	cfg = cfg.WithDefaults()
+// declarations are a registry's operations as a runner runs them.
+type declarations struct {
+	ops map[string]*compiled
+	reg *Registry
+}
+
+// declare checks reg's operations against cfg and prepares them.
+func declare(reg *Registry, cfg RunnerConfig) (*declarations, error) {
 	ops := make(map[string]*compiled, len(reg.ops))
 	for name, op := range reg.ops {
 		c := *op
@@ -172,7 +179,18 @@ func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
 	if err := cfg.validate(reg, ops); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, ops: ops, reg: reg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}
+	return &declarations{ops: ops, reg: reg}, nil
+}
+
+// NewRunner returns the pipeline over the registry's operations.
+func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
+	cfg = cfg.WithDefaults()
+	d, err := declare(reg, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: cfg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}
+	r.decl.Store(d)
 	r.decoding, r.executions = newBudget(cfg.DecodeBudget), newBudget(int64(cfg.MaxExecutions))
 	if feed, ok := cfg.Store.(CompletionFeed); ok {
 		if keys := feed.Completions(context.Background()); keys != nil {
@@ -198,19 +216,33 @@ func (r *Runner) Flush(ctx context.Context) error {
 // Describe returns an operation's descriptor as this runner publishes it
 // (with its configured secret window).
 func (r *Runner) Describe(name string) (Descriptor, bool) {
-	c, ok := r.ops[name]
+	c, ok := r.decl.Load().ops[name]
 	if !ok {
 		return Descriptor{}, false
 	}
 	return c.descriptor(), true
 }
 
+// Reload replaces the operations the runner serves with reg's, checked as
+// NewRunner checks them; on error nothing changes. Calls that resolved
+// their operation before finish under its old declaration; every later
+// call resolves against reg (idem proxy reloads its upstream's document
+// this way). A key's record keeps the fingerprint it was reserved with.
+func (r *Runner) Reload(reg *Registry) error {
+	d, err := declare(reg, r.cfg)
+	if err != nil {
+		return err
+	}
+	r.decl.Store(d)
+	return nil
+}
+
 // Descriptors returns every operation's descriptor, sorted by name.
 func (r *Runner) Descriptors() []Descriptor {
-	out := make([]Descriptor, 0, len(r.reg.sorted))
-	for _, name := range r.reg.sorted {
-		d, _ := r.Describe(name)
-		out = append(out, d)
+	d := r.decl.Load()
+	out := make([]Descriptor, 0, len(d.reg.sorted))
+	for _, name := range d.reg.sorted {
+		out = append(out, d.ops[name].descriptor())
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,8 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"idem/internal/pgtest"
 )
@@ -411,4 +415,103 @@ func TestProxyStormTwoInstances(t *testing.T) {
 			t.Fatalf("wait=%v: the upstream ran %d times, answers named %d executions; want exactly one", wait, got, len(executions))
 		}
 	}
+}
+
+// TestProxyReload: on SIGHUP idem proxy re-reads its document and overlay;
+// the catalog and the OpenAPI document change together, MCP clients are
+// told (notifications/tools/list_changed), a key keeps its record, and a
+// document that fails to load or register keeps the running declarations.
+func TestProxyReload(t *testing.T) {
+	up := startUpstream(t)
+	dir := proxyDir(t)
+	resp, err := http.Get(up.url + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	docPath := filepath.Join(dir, "openapi.json")
+	writeDoc := func(d any) {
+		b, _ := json.Marshal(d)
+		if err := os.WriteFile(docPath, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeDoc(doc)
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--openapi", docPath)
+	kind := func(name string) any {
+		cat := p.do(t, "GET", "/v1/operations", "", "").want(t, 200, "")
+		for _, op := range cat.body["operations"].([]any) {
+			if o := op.(map[string]any); o["name"] == name {
+				return field(o, "retry.kind")
+			}
+		}
+		return nil
+	}
+	changed := make(chan struct{}, 8)
+	transport := &mcp.StreamableClientTransport{Endpoint: p.url + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{proxyToken}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	}).Connect(t.Context(), transport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	first := p.do(t, "POST", "/widgets", proxyToken, `{"name":"before"}`, "Idempotency-Key", "rl-1").want(t, 201, "")
+	if kind("createNote") != "no_automatic_retry" {
+		t.Fatalf("createNote starts as %v", kind("createNote"))
+	}
+
+	// Declare createNote's contract in the document, and reload.
+	note := field(doc, "paths./notes.post").(map[string]any)
+	note["x-idem-agent-retry"] = map[string]any{"kind": "same_key_replay", "reconcile": "listWidgets", "rationale": "Notes replay by key."}
+	writeDoc(doc)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for kind("createNote") != "same_key_replay" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the catalog did not change after SIGHUP:\n%s", p.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ext := field(p.do(t, "GET", "/openapi.json", "", "").body, "paths./notes.post.x-idem-agent-retry.kind"); ext != "same_key_replay" {
+		t.Fatalf("the OpenAPI document did not change with the catalog: %v", ext)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the MCP client was not told that the tools changed")
+	}
+	p.do(t, "POST", "/notes", proxyToken, `{"text":"hi"}`, "Idempotency-Key", "rl-note").want(t, 201, "")
+	again := p.do(t, "POST", "/widgets", proxyToken, `{"name":"before"}`, "Idempotency-Key", "rl-1").want(t, 201, "")
+	if again.header.Get("Idempotent-Replayed") != "true" || again.header.Get("Idem-Execution-Id") != first.header.Get("Idem-Execution-Id") {
+		t.Fatalf("a key across the reload: %v", again.header)
+	}
+
+	// A document that does not register (a reconcile naming nothing) and
+	// one that does not parse: both keep the running declarations.
+	note["x-idem-agent-retry"] = map[string]any{"kind": "same_key_replay", "reconcile": "noSuchRead", "rationale": "x"}
+	writeDoc(doc)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	for !strings.Contains(p.logs(), "noSuchRead") {
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("no reload failure logged:\n%s", p.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := os.WriteFile(docPath, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(500 * time.Millisecond)
+	if kind("createNote") != "same_key_replay" || !strings.Contains(p.logs(), "reload failed") {
+		t.Fatalf("after failed reloads createNote is %v; log:\n%s", kind("createNote"), p.logs())
+	}
+	p.do(t, "POST", "/notes", proxyToken, `{"text":"hi"}`, "Idempotency-Key", "rl-note").want(t, 201, "")
 }

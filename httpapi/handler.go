@@ -146,6 +146,31 @@ func (h *handler) dispatch(byMethod map[string]http.HandlerFunc) http.HandlerFun
 	}
 }
 
+// CheckRoutes reports routes of descs that ServeMux cannot serve side by
+// side (two patterns that match the same requests with neither more
+// specific, such as /{a}/x and /y/{b}), naming the operations, so that a
+// declaration is refused before NewHandler would panic.
+func CheckRoutes(descs []idem.Descriptor) (err error) {
+	mux := http.NewServeMux()
+	var current string
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("operation %q: its route cannot be served beside the others: %v", current, v)
+		}
+	}()
+	seen := map[string]bool{}
+	for _, d := range descs {
+		pattern, _ := muxPattern(d.Path)
+		if seen[pattern] {
+			continue // several methods on one path are one pattern
+		}
+		seen[pattern] = true
+		current = d.Name
+		mux.HandleFunc(pattern, func(http.ResponseWriter, *http.Request) {})
+	}
+	return nil
+}
+
 // muxPattern is the ServeMux pattern of a route template: each {name}
 // becomes a wildcard whose name ServeMux accepts ({_p0}, {_p1}, … unless
 // name is one already), and wildcards maps those back to the parameter

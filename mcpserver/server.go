@@ -87,9 +87,9 @@ const instructions = "Each tool is one idem operation. Read a tool's description
 // exposed on mcp. It fails when an operation's input schema is not an
 // object schema or declares a reserved argument name.
 func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
-	descs, err := b.Descriptors(ctx)
+	tools, err := toolsOf(ctx, b)
 	if err != nil {
-		return nil, fmt.Errorf("mcpserver: list operations: %w", err)
+		return nil, err
 	}
 	if opts.Name == "" {
 		opts.Name = "idem"
@@ -99,6 +99,50 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: opts.Name, Version: opts.Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
+	for _, t := range tools {
+		srv.AddTool(t.tool, t.handler)
+	}
+	return srv, nil
+}
+
+// Update makes srv's tools those of b's operations now: tools are added
+// or replaced, and the ones named in previous that are gone are removed;
+// the SDK tells connected clients with notifications/tools/list_changed.
+// It returns the tool names srv has now; on error srv is unchanged.
+func Update(ctx context.Context, srv *mcp.Server, b Backend, previous []string) ([]string, error) {
+	tools, err := toolsOf(ctx, b)
+	if err != nil {
+		return previous, err
+	}
+	names := make([]string, 0, len(tools))
+	for _, t := range tools {
+		srv.AddTool(t.tool, t.handler)
+		names = append(names, t.tool.Name)
+	}
+	var gone []string
+	for _, name := range previous {
+		if !slices.Contains(names, name) {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		srv.RemoveTools(gone...)
+	}
+	return names, nil
+}
+
+type boundTool struct {
+	tool    *mcp.Tool
+	handler mcp.ToolHandler
+}
+
+// toolsOf builds the tools of b's operations exposed on mcp.
+func toolsOf(ctx context.Context, b Backend) ([]boundTool, error) {
+	descs, err := b.Descriptors(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: list operations: %w", err)
+	}
+	var out []boundTool
 	var errs []error
 	for _, t := range descs {
 		if !slices.Contains(t.Surfaces, idem.SurfaceMCP) {
@@ -109,12 +153,12 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 			errs = append(errs, err)
 			continue
 		}
-		srv.AddTool(tool, handler(b, t))
+		out = append(out, boundTool{tool, handler(b, t)})
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("mcpserver: %w", errors.Join(errs...))
 	}
-	return srv, nil
+	return out, nil
 }
 
 // NewTool builds the MCP tool of an operation (SPEC §10.2): named as the

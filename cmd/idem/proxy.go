@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,7 @@ type proxyOptions struct {
 	validate     bool
 	maxStored    int64
 	upstreamAuth string
+	reloadEvery  time.Duration
 }
 
 func (m Main) proxyCommand() *cobra.Command {
@@ -59,6 +61,7 @@ func (m Main) proxyCommand() *cobra.Command {
 	f.BoolVar(&o.validate, "validate", true, "validate inputs against the document's schemas before forwarding (false: forward as is)")
 	f.Int64Var(&o.maxStored, "max-stored-response", proxy.DefaultMaxStoredResponse, "largest upstream answer body, in bytes; a larger one is an error the caller sees")
 	f.StringVar(&o.upstreamAuth, "upstream-auth", "", "Authorization header value sent upstream instead of the caller's (e.g. \"Bearer s3cr3t\")")
+	f.DurationVar(&o.reloadEvery, "reload-interval", 0, "re-read the OpenAPI document and the overlay this often (0: only on SIGHUP); a document that fails to load or register keeps the running declarations")
 	return cmd
 }
 
@@ -72,8 +75,23 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 	if o.maxStored <= 0 {
 		return application{}, usagef("--max-stored-response must be positive, got %d", o.maxStored)
 	}
-	client := proxy.NewClient()
-	doc, err := proxy.Load(ctx, o.openapi, upstream, client)
+	if o.reloadEvery < 0 {
+		return application{}, usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
+	}
+	fwd := &proxy.Forwarder{Upstream: upstream, Client: proxy.NewClient(), MaxResponse: o.maxStored, UpstreamAuth: o.upstreamAuth}
+	app, err := o.declare(ctx, fwd, logger)
+	if err != nil {
+		return application{}, err
+	}
+	app.reload = func(ctx context.Context) (application, error) { return o.declare(ctx, fwd, logger) }
+	app.reloadEvery = o.reloadEvery
+	return app, nil
+}
+
+// declare reads the document and the overlay and declares the operations
+// (at start, and again on every reload).
+func (o proxyOptions) declare(ctx context.Context, fwd *proxy.Forwarder, logger *slog.Logger) (application, error) {
+	doc, err := proxy.Load(ctx, o.openapi, fwd.Upstream, fwd.Client)
 	if err != nil {
 		return application{}, err
 	}
@@ -81,7 +99,6 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 	if err != nil {
 		return application{}, err
 	}
-	fwd := &proxy.Forwarder{Upstream: upstream, Client: client, MaxResponse: o.maxStored, UpstreamAuth: o.upstreamAuth}
 	built, err := proxy.Build(doc, overlay, proxy.Options{Forward: fwd.Handler, Unvalidated: !o.validate})
 	if err != nil {
 		return application{}, fmt.Errorf("idem proxy: %w", err)
@@ -89,6 +106,6 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 	for _, w := range built.Warnings {
 		logger.Warn("proxy", "warning", w)
 	}
-	logger.Info("proxying", "upstream", upstream.String(), "operations", len(built.Operations), "openapi", o.openapi)
+	logger.Info("proxying", "upstream", fwd.Upstream.String(), "operations", len(built.Operations), "openapi", o.openapi)
 	return application{operations: built.Operations, openapi: built.Document, proxied: true}, nil
 }

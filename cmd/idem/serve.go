@@ -205,21 +205,40 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
-	handler := httpapi.NewHandler(httpapi.Config{
+	httpConfig := httpapi.Config{
 		Runner: runner, Store: store, Auth: tokens, Logger: logger, Version: buildVersion(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: app.routes,
 		OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
-	})
-	mcpServer, err := mcpserver.New(ctx, mcpserver.RunnerBackend{Runner: runner}, mcpserver.Options{Version: buildVersion()})
+	}
+	if err := httpapi.CheckRoutes(runner.Descriptors()); err != nil {
+		return err
+	}
+	var root swappable
+	root.Store(httpapi.NewHandler(httpConfig))
+	backend := mcpserver.RunnerBackend{Runner: runner}
+	mcpServer, err := mcpserver.New(ctx, backend, mcpserver.Options{Version: buildVersion()})
 	if err != nil {
 		return err
+	}
+	if app.reload != nil {
+		tools := registry.Names()
+		rl := reloader{
+			app: app, runner: runner, httpConfig: httpConfig, root: &root, logger: logger,
+			check: func(r *idem.Registry) error { return idem.CheckRetention(r, o.retention, o.leaseGrace, idem.DefaultLeaseMargin) },
+			mcp: func(ctx context.Context) error {
+				var err error
+				tools, err = mcpserver.Update(ctx, mcpServer, backend, tools)
+				return err
+			},
+		}
+		go rl.run(ctx)
 	}
 	mcpHandler := mcpserver.Handler(mcpServer, tokens, mcpserver.HTTPOptions{AllowedOrigins: origins})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpHandler)
 	mux.Handle("/mcp/", mcpHandler)
 	mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: tokens, Logger: logger}))
-	mux.Handle("/", handler)
+	mux.Handle("/", &root)
 
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
@@ -374,6 +393,10 @@ type application struct {
 	tokens map[string]idem.Principal
 	// openapi replaces the document built from the operations.
 	openapi []byte
+	// reload, when set, declares the operations again (idem proxy: the
+	// document re-read) on SIGHUP and every reloadEvery (when positive).
+	reload      func(context.Context) (application, error)
+	reloadEvery time.Duration
 	// proxied: the operations are an upstream's (idem proxy), so the
 	// catalog lists no direct CLI operations.
 	proxied bool
