@@ -54,7 +54,9 @@ func TestRunnerReload(t *testing.T) {
 	// A registry the runner refuses (a lease longer than the retention)
 	// leaves the running one.
 	slow := idem.DefineRaw(idem.Metadata{Name: "slowRead", Method: "GET", Path: "/slow", Summary: "Slow.", SideEffect: idem.SideEffectRead, Timeout: 48 * time.Hour},
-		idem.RawSpec{Handler: func(context.Context, *idem.Call, idem.RawRequest) (idem.RawResponse, error) { return idem.RawResponse{Status: 200}, nil }})
+		idem.RawSpec{Handler: func(context.Context, *idem.Call, idem.RawRequest) (idem.RawResponse, error) {
+			return idem.RawResponse{Status: 200}, nil
+		}})
 	bad, err := idem.NewRegistry(slow)
 	if err != nil {
 		t.Fatal(err)

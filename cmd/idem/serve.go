@@ -224,7 +224,9 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 		tools := registry.Names()
 		rl := reloader{
 			app: app, runner: runner, httpConfig: httpConfig, root: &root, logger: logger,
-			check: func(r *idem.Registry) error { return idem.CheckRetention(r, o.retention, o.leaseGrace, idem.DefaultLeaseMargin) },
+			check: func(r *idem.Registry) error {
+				return idem.CheckRetention(r, o.retention, o.leaseGrace, idem.DefaultLeaseMargin)
+			},
 			mcp: func(ctx context.Context) error {
 				var err error
 				tools, err = mcpserver.Update(ctx, mcpServer, backend, tools)
