@@ -185,34 +185,6 @@ func TestRawOperationNotDispatchedFreesTheKey(t *testing.T) {
 	})
 }
 
-func TestReleaseIsFenced(t *testing.T) {
-	onEachStore(t, func(t *testing.T, s rawStore) {
-		{
-			ctx := t.Context()
-			p := idem.ReserveParams{StartParams: idem.StartParams{ExecutionID: "exe_rel1", Scope: agent.Scope(), Operation: "createWidget", Fingerprint: "fp"},
-				Key: "k-r", Lease: time.Minute, Retention: time.Hour}
-			res, err := s.store.Reserve(ctx, p)
-			if err != nil || !res.Reserved {
-				t.Fatalf("reserve: %+v %v", res, err)
-			}
-			fence := idem.Fence{Scope: agent.Scope(), Key: "k-r", FencingToken: res.Attempt.FencingToken}
-			wrong := fence
-			wrong.FencingToken++
-			fin := idem.FinishParams{Outcome: idem.OutcomeFailed, Code: idem.CodeUpstreamUnavailable, Attempts: 1}
-			if err := s.store.Release(ctx, idem.ReleaseParams{Fence: wrong, Finish: fin}); !errors.Is(err, idem.ErrFenced) {
-				t.Fatalf("release under another token: %v, want ErrFenced", err)
-			}
-			s.clock.Advance(2 * time.Minute)
-			if err := s.store.Release(ctx, idem.ReleaseParams{Fence: fence, Finish: fin}); !errors.Is(err, idem.ErrFenced) {
-				t.Fatalf("release past the lease: %v, want ErrFenced", err)
-			}
-			if a, err := s.store.GetAttempt(ctx, idem.GetAttemptParams{Scope: agent.Scope(), Key: "k-r"}); err != nil || a.State != idem.AttemptIndeterminate {
-				t.Fatalf("the record after refused releases: %+v %v, want it kept, indeterminate by lease", a, err)
-			}
-		}
-	})
-}
-
 type rawStore struct {
 	name  string
 	store idem.Store
