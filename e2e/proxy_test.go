@@ -115,21 +115,38 @@ func (s upstreamStats) effects(kind string) int {
 	return n
 }
 
-const proxyToken = "proxy-agent-token"
+const (
+	proxyToken    = "proxy-agent-token"
+	proxyApprover = "proxy-approver-token"
+)
 
 // proxyDir writes a tokens file (proxyToken: an agent of org acme) and
 // the contracts overlay of createOrder into a new directory.
 func proxyDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	sum := sha256.Sum256([]byte(proxyToken))
+	hash := func(token string) string {
+		sum := sha256.Sum256([]byte(token))
+		return hex.EncodeToString(sum[:])
+	}
 	write := func(name, content string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("tokens", fmt.Sprintf("sha256:%s acme agent-1 agent\n", hex.EncodeToString(sum[:])))
-	write("contracts.yaml", "createOrder:\n  kind: same_key_replay\n  reconcile: listWidgets\n  rationale: An order replays its original answer by key.\n  timeoutMs: 5000\n")
+	write("tokens", fmt.Sprintf("sha256:%s acme agent-1 agent\nsha256:%s acme bob cli_session approver\n", hash(proxyToken), hash(proxyApprover)))
+	write("contracts.yaml", `createOrder:
+  kind: same_key_replay
+  reconcile: listWidgets
+  rationale: An order replays its original answer by key.
+  timeoutMs: 5000
+createPayout:
+  kind: same_key_replay
+  reconcile: listWidgets
+  rationale: A payout replays by key, once a person approved it.
+  sideEffect: external
+  approval: always
+`)
 	return dir
 }
 
@@ -272,6 +289,24 @@ func testProxy(t *testing.T, up *upstream, p *server) {
 		again := post("/widgets", "w-boom", `{"name":"explode"}`).want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
 		if again.get("details.reconcile") != "listWidgets" {
 			t.Fatalf("details %s", again.raw)
+		}
+	})
+
+	t.Run("an overlay's approval: always", func(t *testing.T) {
+		req := post("/payouts", "pay-1", `{"amount":100}`).want(t, 403, "APPROVAL_REQUIRED")
+		id, _ := req.get("details.approvalId").(string)
+		if id == "" || up.stats(t).effects("payout") != 0 {
+			t.Fatalf("approval required: %s, %d payouts", req.raw, up.stats(t).effects("payout"))
+		}
+		p.do(t, "POST", "/v1/approvals/"+id+"/approve", proxyToken, "").want(t, 403, "FORBIDDEN")
+		p.do(t, "POST", "/v1/approvals/"+id+"/approve", proxyApprover, `{"reason":"ok"}`).want(t, 200, "")
+		post("/payouts", "pay-1", `{"amount":100}`).want(t, 201, "")
+		if r := post("/payouts", "pay-1", `{"amount":100}`).want(t, 201, ""); r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the approved payout's retry: %v", r.header)
+		}
+		post("/payouts", "pay-2", `{"amount":100}`).want(t, 403, "APPROVAL_REQUIRED") // the approval was used once
+		if n := up.stats(t).effects("payout"); n != 1 {
+			t.Fatalf("%d payouts, want 1", n)
 		}
 	})
 

@@ -42,6 +42,12 @@ OPENAPI = {
                          "required": ["item"], "additionalProperties": False}}}},
                      "responses": {"201": {"description": "placed"}}},
         },
+        "/payouts": {
+            "post": {"operationId": "createPayout", "summary": "Pay money out.",
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                         "type": "object", "properties": {"amount": {"type": "integer", "minimum": 1}}, "required": ["amount"]}}}},
+                     "responses": {"201": {"description": "paid"}}},
+        },
         "/notes": {
             "post": {"operationId": "createNote", "summary": "Leave a note.",
                      "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {"text": {"type": "string"}}}}}},
@@ -118,6 +124,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/orders":
             self.effect("order")
             return self.answer(201, {"item": body.get("item"), "quantity": body.get("quantity", 1)})
+        if self.path == "/payouts":
+            self.effect("payout")
+            time.sleep(body.get("delayMs", 0) / 1000)
+            return self.answer(201, {"amount": body.get("amount")})
         if self.path == "/notes":
             self.effect("note")
             return self.answer(201, {"text": body.get("text")})
