@@ -550,3 +550,50 @@ func TestProxyReload(t *testing.T) {
 	}
 	p.do(t, "POST", "/notes", proxyToken, `{"text":"hi"}`, "Idempotency-Key", "rl-note").want(t, 201, "")
 }
+
+// TestProxyCrash kills idem proxy (SIGKILL) while the upstream holds a
+// keyed request, and restarts it on the same store: the same key answers
+// 409 in flight until the lease passes, then indeterminate; the upstream
+// ran it once and never again.
+func TestProxyCrash(t *testing.T) {
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			up := startUpstream(t)
+			dir := proxyDir(t)
+			url := store(t, dir)
+			contracts := filepath.Join(dir, "short.yaml")
+			if err := os.WriteFile(contracts, []byte("createWidget:\n  kind: same_key_replay\n  timeoutMs: 2500\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--contracts", contracts, "--lease-grace", "1s"}
+			a := startProxy(t, dir, url, up.url, args...)
+			body := `{"name":"crash","delayMs":2000}`
+			go func() { _, _ = a.try("POST", "/widgets", proxyToken, body, "Idempotency-Key", "c-1") }()
+			deadline := time.Now().Add(5 * time.Second)
+			for up.stats(t).effects("widget") == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the upstream never received the request")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			a.kill(t)
+			b := startProxy(t, dir, url, up.url, args...)
+			b.do(t, "POST", "/widgets", proxyToken, body, "Idempotency-Key", "c-1").want(t, 409, "IDEMPOTENCY_KEY_IN_FLIGHT")
+			deadline = time.Now().Add(10 * time.Second)
+			for {
+				r := b.do(t, "POST", "/widgets", proxyToken, body, "Idempotency-Key", "c-1")
+				if r.status == 409 && r.get("code") == "IDEMPOTENCY_RESULT_INDETERMINATE" {
+					break
+				}
+				if r.status != 409 || r.get("code") != "IDEMPOTENCY_KEY_IN_FLIGHT" || time.Now().After(deadline) {
+					t.Fatalf("after the crash: %d %s", r.status, r.raw)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			time.Sleep(2500 * time.Millisecond) // the upstream finishes the request it held
+			if n := up.stats(t).effects("widget"); n != 1 {
+				t.Fatalf("the upstream ran the request %d times, want 1", n)
+			}
+		})
+	}
+}
