@@ -146,11 +146,19 @@ func (h *handler) dispatch(byMethod map[string]http.HandlerFunc) http.HandlerFun
 	}
 }
 
-// CheckRoutes reports routes of descs that ServeMux cannot serve side by
-// side (two patterns that match the same requests with neither more
-// specific, such as /{a}/x and /y/{b}), naming the operations, so that a
-// declaration is refused before NewHandler would panic.
-func CheckRoutes(descs []idem.Descriptor) (err error) {
+// systemPaths are the paths NewHandler serves besides the operations'.
+var systemPaths = []string{"/v1/operations", "/openapi.json", "/healthz", "/readyz", "/metrics",
+	"/v1/approvals", "/v1/approvals/{id}", "/v1/approvals/{id}/approve", "/v1/approvals/{id}/reject",
+	"/v1/executions/{id}", "/v1/attempts/{key}"}
+
+// CheckRoutes reports routes of descs that cannot be served: one that is
+// idem's own (the system routes, or one of reserved, such as the
+// binary's /mcp), or two that ServeMux cannot serve side by side (they
+// match the same requests with neither more specific, such as /{a}/x and
+// /y/{b}), naming the operation, so that a declaration (an upstream's
+// OpenAPI document) is refused before NewHandler would panic or shadow a
+// route.
+func CheckRoutes(descs []idem.Descriptor, reserved ...string) (err error) {
 	mux := http.NewServeMux()
 	var current string
 	defer func() {
@@ -158,6 +166,25 @@ func CheckRoutes(descs []idem.Descriptor) (err error) {
 			err = fmt.Errorf("operation %q: its route cannot be served beside the others: %v", current, v)
 		}
 	}()
+	own := map[string]bool{}
+	for _, p := range systemPaths {
+		own[p] = true
+		mux.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
+	}
+	for _, p := range reserved {
+		own[p] = true // served before this handler: only shadowing matters
+	}
+	for _, d := range descs {
+		pattern, _ := muxPattern(d.Path)
+		shadowed := own[pattern]
+		for p := range own {
+			// A subtree (a path ending in /) takes every path under it.
+			shadowed = shadowed || strings.HasSuffix(p, "/") && strings.HasPrefix(pattern+"/", p)
+		}
+		if shadowed {
+			return fmt.Errorf("operation %q: %s %s is one of idem's own routes; serve the API under another path", d.Name, d.Method, d.Path)
+		}
+	}
 	seen := map[string]bool{}
 	for _, d := range descs {
 		pattern, _ := muxPattern(d.Path)

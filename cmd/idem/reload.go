@@ -80,7 +80,7 @@ func (rl reloader) reload(ctx context.Context) error {
 	if err := rl.check(reg); err != nil {
 		return err
 	}
-	if err := httpapi.CheckRoutes(reg.Descriptors()); err != nil {
+	if err := httpapi.CheckRoutes(reg.Descriptors(), binaryRoutes...); err != nil {
 		return err
 	}
 	if err := rl.runner.Reload(reg); err != nil {

@@ -210,7 +210,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: app.routes,
 		OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
 	}
-	if err := httpapi.CheckRoutes(runner.Descriptors()); err != nil {
+	if err := httpapi.CheckRoutes(runner.Descriptors(), binaryRoutes...); err != nil {
 		return err
 	}
 	var root swappable
@@ -295,6 +295,9 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	logger.Info("stopped")
 	return nil
 }
+
+// binaryRoutes are the paths the binary serves before the HTTP API's.
+var binaryRoutes = []string{"/mcp", "/mcp/", webui.Prefix}
 
 // allowedOrigins parses --allowed-origins.
 func allowedOrigins(list string) ([]string, error) {
