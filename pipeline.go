@@ -78,6 +78,11 @@ func (r *Runner) Call(ctx context.Context, req Request) Result {
 	start := r.cfg.Clock.Now()
 	x := &execution{r: r, req: req, start: start}
 	resp := x.run(ctx)
+	if x.op != nil && x.op.raw != nil && resp.Problem != nil && x.executionID != "" {
+		// A raw operation's answers carry their execution in a header,
+		// problems included (SPEC §15); its own answers have it already.
+		resp.Header.Set(HeaderExecutionID, x.executionID)
+	}
 	took := r.cfg.Clock.Now().Sub(start)
 	x.log(resp, took)
 	if r.cfg.Observe != nil {

@@ -163,8 +163,9 @@ func TestRawOperationNotDispatchedFreesTheKey(t *testing.T) {
 				return createdWidget(req)
 			}}
 			f := newFixtureOn(t, s.clock, s.store, rawWidgetOps(u, false))
-			d := expect(t, f.do(t.Context(), rawCall("k-d", `{"name":"a"}`)), 503, idem.CodeUpstreamUnavailable)
-			if !d.Retryable || d.Details["reconcile"] != nil {
+			r := f.do(t.Context(), rawCall("k-d", `{"name":"a"}`))
+			d := expect(t, r, 503, idem.CodeUpstreamUnavailable)
+			if !d.Retryable || d.Details["reconcile"] != nil || r.Header.Get(idem.HeaderExecutionID) != d.Meta.ExecutionID {
 				t.Fatalf("not dispatched: %+v", d)
 			}
 			if _, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "k-d"}); !errors.Is(err, idem.ErrNotFound) {
