@@ -91,7 +91,6 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result
 // record stays as it is and a same-key retry reads it.
 func (x *execution) release(ctx context.Context, o outcome, fence int64) Result {
 	e := *o.err
-	e.Retryable = true
 	e.Details = nil
 	o.err = &e
 	resp, fin := x.answer(o)

@@ -25,6 +25,11 @@ import (
 // JSON is not read.
 func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	if x.op.raw != nil && x.op.raw.Unvalidated {
+		for _, name := range slices.Sorted(maps.Keys(x.req.PathParams)) {
+			if v := x.req.PathParams[name]; v == "." || v == ".." {
+				return nil, nil, invalidInput([]map[string]string{{"path": "/" + name, "message": fmt.Sprintf("path parameter %s cannot be %q", name, v)}})
+			}
+		}
 		return json.RawMessage(`{}`), x.rawRequest(), nil
 	}
 	args := map[string]json.RawMessage{}
@@ -64,6 +69,11 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 		var present bool
 		if p.In == "path" {
 			value, present = x.req.PathParams[p.Name]
+			if x.op.raw != nil && (value == "." || value == "..") {
+				// Forwarded, it would be a dot segment: another path.
+				bad("/"+p.Name, "path parameter %s cannot be %q", p.Name, value)
+				continue
+			}
 		} else if vs, ok := x.req.Query[p.Name]; ok && len(vs) > 0 {
 			if len(vs) > 1 {
 				bad("/"+p.Name, "query parameter %s is given %d times; give it once", p.Name, len(vs))

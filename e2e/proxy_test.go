@@ -88,6 +88,7 @@ type upstreamStats struct {
 	} `json:"keys"`
 	Reads int      `json:"reads"`
 	Auth  []string `json:"auth"`
+	Paths []string `json:"paths"`
 }
 
 func (u *upstream) stats(t *testing.T) upstreamStats {
@@ -258,6 +259,13 @@ func testProxy(t *testing.T, up *upstream, p *server) {
 			t.Fatalf("reads %d → %d, headers %v", before, up.stats(t).Reads, r.header)
 		}
 		p.do(t, "GET", "/widgets/nope", proxyToken, "").want(t, 404, "")
+		// A parameter is forwarded percent-encoded once, and a dot segment
+		// never (it would name another path upstream).
+		p.do(t, "GET", "/widgets/a%20b%2Fc", proxyToken, "").want(t, 404, "")
+		if paths := up.stats(t).Paths; paths[len(paths)-1] != "/widgets/a%20b%2Fc" {
+			t.Fatalf("the upstream saw %q", paths[len(paths)-1])
+		}
+		p.do(t, "GET", "/widgets/%2E%2E", proxyToken, "").want(t, 400, "INVALID_INPUT")
 	})
 
 	t.Run("409 while the original runs", func(t *testing.T) {

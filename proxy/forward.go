@@ -59,7 +59,10 @@ func (f *Forwarder) Handler(op Operation) idem.RawHandler {
 }
 
 func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, req idem.RawRequest) (idem.RawResponse, error) {
-	target := f.Upstream.JoinPath(req.Path)
+	target, err := f.target(req.Path)
+	if err != nil {
+		return idem.RawResponse{}, idem.NotDispatched(err)
+	}
 	query := req.Query
 	if call.DryRun {
 		query = cloneValues(query)
@@ -134,6 +137,27 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 	header := resp.Header.Clone()
 	removeHopByHop(header)
 	return idem.RawResponse{Status: resp.StatusCode, Header: header, Body: data}, nil
+}
+
+// target is the upstream URL of a concrete path (its parameters
+// percent-encoded, FillPath): appended to the upstream's own path as it
+// is, never cleaned or escaped twice.
+func (f *Forwarder) target(path string) (*url.URL, error) {
+	u := *f.Upstream
+	unescaped, err := url.PathUnescape(path)
+	if err != nil {
+		return nil, idem.Errorf(idem.CodeInvalidInput, "the concrete path %q is not percent-encoded: %v", path, err)
+	}
+	for _, seg := range strings.Split(unescaped, "/") {
+		if seg == "." || seg == ".." {
+			// The pipeline refuses such parameters; this is the last line.
+			return nil, idem.NotDispatched(idem.Errorf(idem.CodeInvalidInput, "the path %q has a dot segment, which would reach another path upstream", path))
+		}
+	}
+	base := strings.TrimRight(u.EscapedPath(), "/")
+	u.Path = strings.TrimRight(u.Path, "/") + unescaped
+	u.RawPath = base + path
+	return &u, nil
 }
 
 // removeHopByHop deletes the hop-by-hop headers, and those the

@@ -12,7 +12,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
-STATE = {"widgets": [], "effects": {}, "keys": [], "reads": 0, "auth": []}
+STATE = {"widgets": [], "effects": {}, "keys": [], "reads": 0, "auth": [], "paths": []}
 
 OPENAPI = {
     "openapi": "3.1.0",
@@ -100,6 +100,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/widgets"):
             with LOCK:
                 STATE["reads"] += 1
+                STATE["paths"].append(self.path)
                 widgets = list(STATE["widgets"])
             if self.path == "/widgets":
                 return self.answer(200, {"widgets": widgets})
