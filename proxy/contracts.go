@@ -82,16 +82,39 @@ const (
 )
 
 // sideEffectOf derives a side effect from the method, when nothing
-// declares one: reads for GET and HEAD, destructive for DELETE, writes
-// otherwise.
+// declares one: reads for the safe methods (RFC 9110 §9.2.1), destructive
+// for DELETE, writes otherwise.
 func sideEffectOf(method string) idem.SideEffect {
 	switch method {
-	case "GET", "HEAD":
+	case "GET", "HEAD", "OPTIONS", "TRACE":
 		return idem.SideEffectRead
 	case "DELETE":
 		return idem.SideEffectDestructive
 	}
 	return idem.SideEffectWrite
+}
+
+// retryFields are the members of the catalog's retry object, the only
+// ones an x-idem-agent-retry extension may have.
+var retryFields = map[string]bool{"kind": true, "keyRequired": true, "enforcement": true, "responseSemantics": true,
+	"reconcile": true, "rationale": true, "preview": true, "secretReplayWindowMs": true, "transactional": true}
+
+// parseExtension reads an x-idem-agent-retry value strictly: a misspelt
+// member is an error, never a contract silently weaker than meant.
+func parseExtension(raw any) (idem.RetryContract, error) {
+	var c idem.RetryContract
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return c, fmt.Errorf("must be an object like the catalog's retry ({kind, reconcile, rationale, …}), got %T", raw)
+	}
+	for k := range m {
+		if !retryFields[k] {
+			return c, fmt.Errorf("unknown member %q (the members are those of the catalog's retry object: kind, keyRequired, enforcement, responseSemantics, reconcile, rationale, preview, secretReplayWindowMs)", k)
+		}
+	}
+	b, _ := json.Marshal(m)
+	err := json.Unmarshal(b, &c)
+	return c, err
 }
 
 // undeclaredRationale is the rationale of a writing operation nobody

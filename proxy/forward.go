@@ -32,9 +32,14 @@ type Forwarder struct {
 }
 
 // hopByHop are the headers of one connection (RFC 9110 §7.6.1), never
-// forwarded, with the ones the proxy sets itself.
+// forwarded, with the ones the proxy sets itself or must not pass on:
+// the caller's keys (net/http resends a written request by itself when it
+// carries one, see forward) and Accept-Encoding (the transport asks for
+// gzip and decodes it, so that the body stored for a replay is the one
+// its replayed headers describe).
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Host", idem.HeaderIdempotencyKey, "Prefer"}
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Host", idem.HeaderIdempotencyKey,
+	"X-Idempotency-Key", "Prefer", "Accept-Encoding"}
 
 // NewClient is the upstream client: redirects are answered to the caller,
 // not followed (a proxy passes them on).
@@ -168,10 +173,14 @@ func removeHopByHop(h http.Header) {
 			h.Del(textproto.TrimString(name))
 		}
 	}
-	for _, name := range hopByHop {
-		h.Del(name)
+	for name := range h {
+		// By every spelling: a Go caller may use non-canonical keys.
+		for _, hop := range hopByHop {
+			if strings.EqualFold(name, hop) {
+				delete(h, name)
+			}
+		}
 	}
-	delete(h, "idempotency-key")
 }
 
 // dialCause words a failure to connect without the addresses of the

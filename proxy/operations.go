@@ -50,6 +50,9 @@ type Built struct {
 	Document []byte
 }
 
+// routeParam is a {name} of a route.
+var routeParam = regexp.MustCompile(`\{([^{}/]+)\}`)
+
 // segment is a path template segment: literal, or exactly one {name}.
 var segment = regexp.MustCompile(`^(\{[^{}/]+\}|[^{}]*)$`)
 
@@ -62,9 +65,20 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 	out := &Built{}
 	var errs []error
 	seen := map[string]bool{}
-	defs, err := componentDefs(doc)
+	if opts.Forward == nil {
+		return nil, errors.New("proxy: Options.Forward is required")
+	}
+	requests, err := newConverter(doc, true)
 	if err != nil {
 		return nil, err
+	}
+	answers, err := newConverter(doc, false)
+	if err != nil {
+		return nil, err
+	}
+	served, err := jsonOf(doc.T)
+	if err != nil {
+		return nil, fmt.Errorf("openapi document: %w", err)
 	}
 	var undeclared []string
 	for _, path := range doc.Paths.InMatchingOrder() {
@@ -83,7 +97,7 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 				}
 			}
 			seen[op.OperationID] = true
-			def, warn, err := declare(doc, defs, method, path, item, op, overlay, opts)
+			def, warn, err := declare(requests, answers, method, path, item, op, overlay, opts)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -97,7 +111,7 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 			out.Operations = append(out.Operations, def.op)
 			out.Proxied = append(out.Proxied, def.proxied)
 			ext, _ := json.Marshal(def.op.Metadata().WithDefaults().Retry)
-			op.Extensions = withExtension(op.Extensions, ext)
+			setExtension(served, path, method, ext)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(overlay)) {
@@ -112,11 +126,14 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in --contracts",
 			len(undeclared), strings.Join(undeclared, ", ")))
 	}
-	served, err := json.Marshal(doc.T)
-	if err != nil {
+	if m, ok := served.(map[string]any); ok {
+		// Clients reach the operations through the proxy, at the
+		// document's own origin (the OpenAPI default), not the upstream.
+		delete(m, "servers")
+	}
+	if out.Document, err = json.Marshal(served); err != nil {
 		return nil, fmt.Errorf("openapi document: %w", err)
 	}
-	out.Document = served
 	return out, nil
 }
 
@@ -126,7 +143,7 @@ type declared struct {
 }
 
 // declare builds one operation.
-func declare(doc *Document, defs map[string]any, method, path string, item *openapi3.PathItem, op *openapi3.Operation, overlay Overlay, opts Options) (declared, string, error) {
+func declare(in, out *converter, method, path string, item *openapi3.PathItem, op *openapi3.Operation, overlay Overlay, opts Options) (declared, string, error) {
 	name := op.OperationID
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("operation %q (%s %s): %s", name, method, path, fmt.Sprintf(format, args...))
@@ -135,16 +152,19 @@ func declare(doc *Document, defs map[string]any, method, path string, item *open
 	entry, inOverlay := overlay[name]
 	source := fromMethod
 	if raw, ok := op.Extensions[httpapi.AgentRetryExtension]; ok {
-		b, _ := json.Marshal(raw)
-		if err := json.Unmarshal(b, &meta.Retry); err != nil {
+		c, err := parseExtension(raw)
+		if err != nil {
 			return declared{}, "", fail("x-idem-agent-retry: %v", err)
 		}
-		source = fromExtension
+		meta.Retry, source = c, fromExtension
 	} else if inOverlay {
 		meta.Retry = idem.RetryContract{Kind: entry.Kind, Reconcile: entry.Reconcile, Rationale: entry.Rationale, Preview: entry.Preview}
 		source = fromOverlay
 	}
 	meta.SideEffect = sideEffectOf(method)
+	if source == fromExtension && meta.Retry.Kind == idem.RetryFreshRead {
+		meta.SideEffect = idem.SideEffectRead // a declared read (POST /search) reads
+	}
 	if inOverlay && entry.SideEffect != "" {
 		meta.SideEffect = entry.SideEffect
 	}
@@ -158,7 +178,7 @@ func declare(doc *Document, defs map[string]any, method, path string, item *open
 		meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
 		meta.Approval = entry.Approval
 	}
-	params, schema, validate, why, err := inputOf(doc, defs, item, op)
+	params, schema, validate, why, err := inputOf(in, path, item, op)
 	if err != nil {
 		return declared{}, "", fail("%v", err)
 	}
@@ -167,7 +187,7 @@ func declare(doc *Document, defs map[string]any, method, path string, item *open
 		warn = fmt.Sprintf("operation %q: input is forwarded without validation: %s", name, why)
 	}
 	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
-	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: outputOf(doc, defs, op),
+	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: outputOf(out, op),
 		Unvalidated: opts.Unvalidated || !validate, Handler: opts.Forward(p)}
 	return declared{op: idem.DefineRaw(meta, spec), proxied: p}, warn, nil
 }
@@ -188,8 +208,7 @@ func summaryOf(op *openapi3.Operation, method, path string) string {
 // query parameters, then the properties of a JSON object body. validate
 // is false (with why) when the request cannot be checked that way: a body
 // that is not a JSON object, a query parameter that takes several values.
-func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *openapi3.Operation) (params []idem.Param, schema json.RawMessage, validate bool, why string, err error) {
-	openapi30 := doc.IsOpenAPI30()
+func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Operation) (params []idem.Param, schema json.RawMessage, validate bool, why string, err error) {
 	props := map[string]any{}
 	var required []string
 	validate = true
@@ -213,7 +232,7 @@ func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *op
 		var s any = map[string]any{}
 		typ := "string"
 		if p.Schema != nil {
-			if s, err = schemaJSON(p.Schema, openapi30); err != nil {
+			if s, err = c.of(p.Schema); err != nil {
 				return nil, nil, false, "", err
 			}
 			if v := p.Schema.Value; v != nil && v.Type != nil {
@@ -237,6 +256,16 @@ func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *op
 			required = append(required, p.Name)
 		}
 	}
+	// A route parameter the document does not declare is a string.
+	for _, m := range routeParam.FindAllStringSubmatch(path, -1) {
+		if _, declared := byName[m[1]]; !declared {
+			if err := add(m[1], "path", map[string]any{"type": "string"}); err != nil {
+				return nil, nil, false, "", err
+			}
+			params = append(params, idem.Param{Name: m[1], In: "path", Type: "string"})
+			required = append(required, m[1])
+		}
+	}
 	root := map[string]any{"type": "object"}
 	if body := op.RequestBody; body != nil && body.Value != nil {
 		mt, media := jsonMedia(body.Value.Content)
@@ -248,7 +277,7 @@ func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *op
 		default:
 			v := media.Schema.Value
 			for _, prop := range slices.Sorted(maps.Keys(v.Properties)) {
-				s, err := schemaJSON(v.Properties[prop], openapi30)
+				s, err := c.of(v.Properties[prop])
 				if err != nil {
 					return nil, nil, false, "", err
 				}
@@ -258,12 +287,16 @@ func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *op
 				params = append(params, idem.Param{Name: prop, In: "body"})
 			}
 			if body.Value.Required {
-				required = append(required, v.Required...)
+				for _, name := range v.Required {
+					if p := v.Properties[name]; p == nil || p.Value == nil || !p.Value.ReadOnly {
+						required = append(required, name) // readOnly: never sent in a request
+					}
+				}
 			}
 			if v.AdditionalProperties.Has != nil && !*v.AdditionalProperties.Has {
 				root["additionalProperties"] = false
 			} else if v.AdditionalProperties.Schema != nil {
-				s, err := schemaJSON(v.AdditionalProperties.Schema, openapi30)
+				s, err := c.of(v.AdditionalProperties.Schema)
 				if err != nil {
 					return nil, nil, false, "", err
 				}
@@ -275,7 +308,7 @@ func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *op
 	if len(required) > 0 {
 		root["required"] = required
 	}
-	if len(defs) > 0 {
+	if defs := c.defsFor(root); len(defs) > 0 {
 		root["$defs"] = defs
 	}
 	schema, err = json.Marshal(root)
@@ -283,7 +316,7 @@ func inputOf(doc *Document, defs map[string]any, item *openapi3.PathItem, op *op
 }
 
 // outputOf is the JSON schema of the first 2xx JSON answer, or nil.
-func outputOf(doc *Document, defs map[string]any, op *openapi3.Operation) json.RawMessage {
+func outputOf(c *converter, op *openapi3.Operation) json.RawMessage {
 	if op.Responses == nil {
 		return nil
 	}
@@ -293,12 +326,14 @@ func outputOf(doc *Document, defs map[string]any, op *openapi3.Operation) json.R
 			continue
 		}
 		if _, media := jsonMedia(r.Value.Content); media != nil && media.Schema != nil {
-			s, err := schemaJSON(media.Schema, doc.IsOpenAPI30())
+			s, err := c.of(media.Schema)
 			if err != nil {
 				return nil
 			}
-			if m, ok := s.(map[string]any); ok && len(defs) > 0 {
-				m["$defs"] = defs
+			if m, ok := s.(map[string]any); ok {
+				if defs := c.defsFor(m); len(defs) > 0 {
+					m["$defs"] = defs
+				}
 			}
 			b, _ := json.Marshal(s)
 			return b
@@ -348,41 +383,13 @@ func isObject(s *openapi3.Schema) bool {
 	return s.Type != nil && s.Type.Is("object") || s.Type == nil && len(s.Properties) > 0
 }
 
-// schemaJSON is one schema as JSON Schema 2020-12 (toJSONSchema).
-func schemaJSON(ref *openapi3.SchemaRef, openapi30 bool) (any, error) {
-	if ref.Ref != "" && !strings.HasPrefix(ref.Ref, componentRef) {
-		return nil, fmt.Errorf("schema reference %q: only references to #/components/schemas/… are supported", ref.Ref)
+// setExtension sets x-idem-agent-retry of one operation of the served
+// document (generic JSON) to ext, the contract as registered.
+func setExtension(doc any, path, method string, ext json.RawMessage) {
+	m, _ := doc.(map[string]any)
+	paths, _ := m["paths"].(map[string]any)
+	item, _ := paths[path].(map[string]any)
+	if op, ok := item[strings.ToLower(method)].(map[string]any); ok {
+		op[httpapi.AgentRetryExtension] = ext
 	}
-	v, err := jsonOf(ref)
-	if err != nil {
-		return nil, err
-	}
-	return toJSONSchema(v, openapi30), nil
-}
-
-// componentDefs are the document's component schemas, converted, for
-// $defs.
-func componentDefs(doc *Document) (map[string]any, error) {
-	defs := map[string]any{}
-	if doc.Components == nil {
-		return defs, nil
-	}
-	for name, ref := range doc.Components.Schemas {
-		s, err := schemaJSON(ref, doc.IsOpenAPI30())
-		if err != nil {
-			return nil, fmt.Errorf("components.schemas.%s: %w", name, err)
-		}
-		defs[name] = s
-	}
-	return defs, nil
-}
-
-// withExtension sets x-idem-agent-retry to ext (the contract as
-// registered).
-func withExtension(exts map[string]any, ext json.RawMessage) map[string]any {
-	if exts == nil {
-		exts = map[string]any{}
-	}
-	exts[httpapi.AgentRetryExtension] = ext
-	return exts
 }

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
 )
 
 // The input schema of a proxied operation is JSON Schema 2020-12, the
@@ -25,12 +28,94 @@ var (
 	dropped30 = map[string]bool{"nullable": true, "discriminator": true, "xml": true, "externalDocs": true, "example": true}
 )
 
-// toJSONSchema converts one schema (generic JSON) to JSON Schema 2020-12.
-func toJSONSchema(v any, openapi30 bool) any {
+// converter turns a document's schemas into JSON Schema 2020-12, for
+// requests (readOnly properties are not required of a request) or for
+// answers (nor writeOnly ones of an answer).
+type converter struct {
+	openapi30, request bool
+	// components are the document's component schemas as generic JSON.
+	components map[string]any
+}
+
+// newConverter reads doc's component schemas.
+func newConverter(doc *Document, request bool) (*converter, error) {
+	c := &converter{openapi30: doc.IsOpenAPI30(), request: request, components: map[string]any{}}
+	if doc.Components == nil {
+		return c, nil
+	}
+	for name, ref := range doc.Components.Schemas {
+		if ref.Ref != "" && !strings.HasPrefix(ref.Ref, componentRef) {
+			return nil, fmt.Errorf("components.schemas.%s: schema reference %q: only references to #/components/schemas/… are supported", name, ref.Ref)
+		}
+		v, err := jsonOf(ref)
+		if err != nil {
+			return nil, fmt.Errorf("components.schemas.%s: %w", name, err)
+		}
+		c.components[name] = v
+	}
+	return c, nil
+}
+
+// of converts one schema of the document.
+func (c *converter) of(ref *openapi3.SchemaRef) (any, error) {
+	if ref.Ref != "" && !strings.HasPrefix(ref.Ref, componentRef) {
+		return nil, fmt.Errorf("schema reference %q: only references to #/components/schemas/… are supported", ref.Ref)
+	}
+	v, err := jsonOf(ref)
+	if err != nil {
+		return nil, err
+	}
+	return c.convert(v), nil
+}
+
+// defsFor returns the converted components that root refers to, directly
+// or through other components: what its $defs must hold, and no more.
+func (c *converter) defsFor(root any) map[string]any {
+	defs := map[string]any{}
+	queue := refsIn(root, nil)
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		if _, done := defs[name]; done {
+			continue
+		}
+		raw, ok := c.components[name]
+		if !ok {
+			continue // the validator reports the dangling reference
+		}
+		conv := c.convert(raw)
+		defs[name] = conv
+		queue = refsIn(conv, queue)
+	}
+	return defs
+}
+
+// refsIn appends the component names v's $refs name.
+func refsIn(v any, out []string) []string {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, sub := range t {
+			if ref, ok := sub.(string); ok && k == "$ref" && strings.HasPrefix(ref, "#/$defs/") {
+				out = append(out, strings.TrimPrefix(ref, "#/$defs/"))
+				continue
+			}
+			out = refsIn(sub, out)
+		}
+	case []any:
+		for _, sub := range t {
+			out = refsIn(sub, out)
+		}
+	}
+	return out
+}
+
+// convert converts one schema (generic JSON) to JSON Schema 2020-12.
+func (c *converter) convert(v any) any {
 	s, ok := v.(map[string]any)
 	if !ok {
 		return v // true, false
 	}
+	openapi30 := c.openapi30
 	out := make(map[string]any, len(s))
 	for k, val := range s {
 		switch {
@@ -39,12 +124,12 @@ func toJSONSchema(v any, openapi30 bool) any {
 				val = "#/$defs/" + strings.TrimPrefix(ref, componentRef)
 			}
 		case schemaValued[k]:
-			val = toJSONSchema(val, openapi30)
+			val = c.convert(val)
 		case schemaMaps[k]:
 			if m, ok := val.(map[string]any); ok {
 				conv := make(map[string]any, len(m))
 				for name, sub := range m {
-					conv[name] = toJSONSchema(sub, openapi30)
+					conv[name] = c.convert(sub)
 				}
 				val = conv
 			}
@@ -52,7 +137,7 @@ func toJSONSchema(v any, openapi30 bool) any {
 			if l, ok := val.([]any); ok {
 				conv := make([]any, len(l))
 				for i, sub := range l {
-					conv[i] = toJSONSchema(sub, openapi30)
+					conv[i] = c.convert(sub)
 				}
 				val = conv
 			}
@@ -61,23 +146,12 @@ func toJSONSchema(v any, openapi30 bool) any {
 		}
 		out[k] = val
 	}
+	c.dropOneWayRequired(out)
 	if !openapi30 {
 		return out
 	}
-	if s["nullable"] == true {
-		switch t := out["type"].(type) {
-		case string:
-			out["type"] = []any{t, "null"}
-		case nil:
-		default:
-		}
-		if enum, ok := out["enum"].([]any); ok {
-			out["enum"] = append(enum, nil)
-		}
-	}
 	for _, bound := range []struct{ flag, value string }{{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}} {
-		switch flag := out[bound.flag].(type) {
-		case bool:
+		if flag, ok := out[bound.flag].(bool); ok {
 			delete(out, bound.flag)
 			if n, ok := out[bound.value]; ok && flag {
 				out[bound.flag] = n
@@ -85,5 +159,45 @@ func toJSONSchema(v any, openapi30 bool) any {
 			}
 		}
 	}
+	if s["nullable"] == true {
+		switch t := out["type"].(type) {
+		case string:
+			out["type"] = []any{t, "null"}
+			if enum, ok := out["enum"].([]any); ok {
+				out["enum"] = append(enum, nil)
+			}
+		case nil:
+			// No type to widen (nullable beside allOf: [$ref], the usual
+			// nullable reference): null, or the schema.
+			return map[string]any{"anyOf": []any{map[string]any{"type": "null"}, out}}
+		}
+	}
 	return out
+}
+
+// dropOneWayRequired removes from s's required the properties that do
+// not travel this way: readOnly ones in a request, writeOnly ones in an
+// answer (OpenAPI: they "MUST NOT be sent" that way, so required does not
+// apply).
+func (c *converter) dropOneWayRequired(s map[string]any) {
+	req, ok := s["required"].([]any)
+	props, _ := s["properties"].(map[string]any)
+	if !ok || props == nil {
+		return
+	}
+	oneWay := "writeOnly"
+	if c.request {
+		oneWay = "readOnly"
+	}
+	kept := req[:0:0]
+	for _, name := range req {
+		if p, _ := props[fmt.Sprint(name)].(map[string]any); p == nil || p[oneWay] != true {
+			kept = append(kept, name)
+		}
+	}
+	if len(kept) == 0 {
+		delete(s, "required")
+		return
+	}
+	s["required"] = kept
 }

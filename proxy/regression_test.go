@@ -1,7 +1,7 @@
 package proxy_test
 
-// Tests of defects found in review; each fails until its fix lands (see
-// the comment on each).
+// Regression tests of defects found in review, each with what went wrong
+// and how it was fixed (the comment on each says "Fix:").
 
 import (
 	"bytes"
