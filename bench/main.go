@@ -37,11 +37,16 @@ type options struct {
 	serve    []string // extra flags for idem serve
 	outDir   string
 	quick    bool
-	memory   int // concurrent large bodies of the memory mode (memory.go); 0: off
-	dbPID    int // the throwaway cluster's postmaster, for its CPU (dbstat.go)
+	memory   int  // concurrent large bodies of the memory mode (memory.go); 0: off
+	proxy    bool // the proxy mode (proxy.go) instead of the phases
+	dbPID    int  // the throwaway cluster's postmaster, for its CPU (dbstat.go)
 }
 
 func main() {
+	if os.Getenv(upstreamEnv) != "" {
+		upstreamMain()
+		return
+	}
 	var o options
 	var stores string
 	flag.StringVar(&o.binary, "binary", "", "idem binary to benchmark (default: go build ./cmd/idem into a temp dir)")
@@ -55,6 +60,7 @@ func main() {
 	serveArgs := flag.String("serve-args", "", "extra flags for every idem serve, space-separated, e.g. --replay-cache-mb=64")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON and Markdown results")
 	flag.IntVar(&o.memory, "memory", 0, "instead of the phases, send N concurrent 1 MiB bodies of many small objects to idem serve --demo on SQLite and report its peak RSS (memory.go)")
+	flag.BoolVar(&o.proxy, "proxy", false, "instead of the phases, measure idem proxy on each store of --stores (default sqlite,pg) against calling a Go upstream directly (proxy.go)")
 	flag.BoolVar(&o.quick, "quick", false, "quick mode for development: 2s phases, 16 clients (unless set explicitly)")
 	flag.Parse()
 	o.serve = strings.Fields(*serveArgs)
@@ -67,6 +73,9 @@ func main() {
 		if !set["clients"] {
 			o.clients = 16
 		}
+	}
+	if o.proxy && !set["stores"] {
+		stores = "sqlite,pg"
 	}
 	for _, s := range strings.Split(stores, ",") {
 		switch s = strings.TrimSpace(s); s {
@@ -139,6 +148,12 @@ func run(ctx context.Context, o options) error {
 		res.PostgreSQL = cluster.version
 		o.dbPID = postmasterPID(filepath.Join(cluster.dir, "data"))
 	}
+	if o.proxy {
+		if res.Proxy, err = runProxy(ctx, o, tmp, pgURL); err != nil {
+			return err
+		}
+		o.stores = nil
+	}
 	for _, s := range o.stores {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -168,6 +183,7 @@ type Results struct {
 	Storm      int           `json:"stormRequests"`
 	Prefill    int           `json:"prefilledKeys,omitempty"`
 	Stores     []StoreResult `json:"stores"`
+	Proxy      []ProxyRow    `json:"proxy,omitempty"` // the proxy mode (--proxy)
 }
 
 // Machine describes where the run happened.

@@ -21,8 +21,11 @@ var phaseOrder = []string{"ceiling", "first", "first-2p", "replay", "raw"}
 func (r Results) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## idem benchmark, %s\n\n", r.Started.Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "`%s` · %d clients · %s per phase · storm of %d · %d CPUs (%s), %s RAM · %s",
-		r.Command, r.Clients, r.Duration, r.Storm, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemTotal, r.Machine.Go)
+	fmt.Fprintf(&b, "`%s` · %d clients · %s per phase", r.Command, r.Clients, r.Duration)
+	if len(r.Stores) > 0 {
+		fmt.Fprintf(&b, " · storm of %d", r.Storm)
+	}
+	fmt.Fprintf(&b, " · %d CPUs (%s), %s RAM · %s", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemTotal, r.Machine.Go)
 	if r.PostgreSQL != "" {
 		fmt.Fprintf(&b, " · %s", r.PostgreSQL)
 	}
@@ -33,11 +36,19 @@ func (r Results) markdown() string {
 		fmt.Fprintf(&b, " · servers' PostgreSQL URL + `%s`", r.PGParams)
 	}
 	fmt.Fprintf(&b, "\n\nDurability: %s\n\n", r.Durability)
+	if len(r.Stores) > 0 {
+		r.storesMarkdown(&b)
+	}
+	proxyMarkdown(&b, r.Proxy)
+	return b.String()
+}
 
+// storesMarkdown renders the stores' phases and storms.
+func (r Results) storesMarkdown(b *strings.Builder) {
 	// Side by side: requests per second (×ceiling, ×raw).
 	b.WriteString("### Side by side: requests/s (ratio to the ceiling · ratio to the raw limit)\n\n| |")
 	for _, s := range r.Stores {
-		fmt.Fprintf(&b, " %s |", storeTitle(s))
+		fmt.Fprintf(b, " %s |", storeTitle(s))
 	}
 	b.WriteString("\n|---|")
 	for range r.Stores {
@@ -45,14 +56,14 @@ func (r Results) markdown() string {
 	}
 	b.WriteString("\n")
 	for _, ph := range phaseOrder {
-		fmt.Fprintf(&b, "| %s |", phaseTitles[ph])
+		fmt.Fprintf(b, "| %s |", phaseTitles[ph])
 		for _, s := range r.Stores {
 			row, ok := s.row(ph)
 			if !ok {
 				b.WriteString(" – |")
 				continue
 			}
-			fmt.Fprintf(&b, " %.0f (%.2f× · %.2f×) |", row.PerSecond, row.VsCeiling, row.VsRaw)
+			fmt.Fprintf(b, " %.0f (%.2f× · %.2f×) |", row.PerSecond, row.VsCeiling, row.VsRaw)
 		}
 		b.WriteString("\n")
 	}
@@ -63,26 +74,26 @@ func (r Results) markdown() string {
 			b.WriteString(" – |")
 			continue
 		}
-		fmt.Fprintf(&b, " %.1f ms at %.0f/s |", row.AddedP99Ms, row.PacedAt)
+		fmt.Fprintf(b, " %.1f ms at %.0f/s |", row.AddedP99Ms, row.PacedAt)
 	}
 	b.WriteString("\n")
 	for _, wait := range []bool{false, true} {
 		if wait {
-			fmt.Fprintf(&b, "| same-key storm, Prefer: wait=5 |")
+			fmt.Fprintf(b, "| same-key storm, Prefer: wait=5 |")
 		} else {
-			fmt.Fprintf(&b, "| same-key storm, no wait |")
+			fmt.Fprintf(b, "| same-key storm, no wait |")
 		}
 		for _, s := range r.Stores {
 			st := s.Storm
 			if wait {
 				st = s.StormWait
 			}
-			fmt.Fprintf(&b, " %d execution(s), %d replays, %d × 409", st.Executions, st.Replays, st.InFlight)
+			fmt.Fprintf(b, " %d execution(s), %d replays, %d × 409", st.Executions, st.Replays, st.InFlight)
 			if st.Other+st.Errors > 0 {
-				fmt.Fprintf(&b, ", %d other", st.Other+st.Errors)
+				fmt.Fprintf(b, ", %d other", st.Other+st.Errors)
 			}
 			if wait {
-				fmt.Fprintf(&b, "; waiters after original p50 %.1f / p99 %.1f ms", st.WaitP50Ms, st.WaitP99Ms)
+				fmt.Fprintf(b, "; waiters after original p50 %.1f / p99 %.1f ms", st.WaitP50Ms, st.WaitP99Ms)
 			}
 			b.WriteString(" |")
 		}
@@ -94,7 +105,7 @@ func (r Results) markdown() string {
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Stores {
 		for _, row := range s.Rows {
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f | %.2f | %d |\n",
+			fmt.Fprintf(b, "| %s | %s | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f | %.2f | %d |\n",
 				storeTitle(s), row.Phase, row.PerSecond, row.P50Ms, row.P99Ms, row.P999Ms,
 				blank(row.CPUPerReqUs, "%.0f"), blank(row.RSSMB, "%.0f"), blank(row.BytesPerKey, "%.0f"),
 				row.VsCeiling, row.VsRaw, row.Errors)
@@ -110,7 +121,7 @@ func (r Results) markdown() string {
 			if i == 1 {
 				prefer = "wait=5"
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %.1f / %.1f / %.1f | %.0f |\n",
+			fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %d | %d | %d | %.1f / %.1f / %.1f | %.0f |\n",
 				storeTitle(s), prefer, st.Requests, st.Executions, st.ExecutionIDs, st.Replays, st.InFlight,
 				st.Other+st.Errors, st.WaitP50Ms, st.WaitP99Ms, st.WaitMaxMs, st.ElapsedMs)
 		}
@@ -118,16 +129,15 @@ func (r Results) markdown() string {
 	for _, s := range r.Stores {
 		for _, row := range s.Rows {
 			if row.FirstError != "" {
-				fmt.Fprintf(&b, "\n%s %s, first error: `%.200s`\n", s.Store, row.Phase, row.FirstError)
+				fmt.Fprintf(b, "\n%s %s, first error: `%.200s`\n", s.Store, row.Phase, row.FirstError)
 			}
 		}
 		for _, st := range []stormResult{s.Storm, s.StormWait} {
 			if st.FirstOther != "" {
-				fmt.Fprintf(&b, "\n%s storm, first unexpected answer: `%.200s`\n", s.Store, st.FirstOther)
+				fmt.Fprintf(b, "\n%s storm, first unexpected answer: `%.200s`\n", s.Store, st.FirstOther)
 			}
 		}
 	}
-	return b.String()
 }
 
 func (s StoreResult) row(phase string) (Row, bool) {

@@ -33,6 +33,12 @@ func startServer(ctx context.Context, binary, store, dir string, extra []string)
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "IDEM_STORE=", "IDEM_ADDR=")
+	return startProcess(ctx, cmd, "idem "+args[0])
+}
+
+// startProcess starts cmd and waits for `listening on http://ADDR` on its
+// stderr; what names it in errors.
+func startProcess(ctx context.Context, cmd *exec.Cmd, what string) (*server, error) {
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -65,10 +71,10 @@ func startServer(ctx context.Context, binary, store, dir string, extra []string)
 	case s.url = <-ready:
 		return s, nil
 	case err := <-s.done:
-		return nil, fmt.Errorf("idem serve exited before listening (%v):\n%s", err, s.logs())
+		return nil, fmt.Errorf("%s exited before listening (%v):\n%s", what, err, s.logs())
 	case <-time.After(60 * time.Second):
 		s.kill()
-		return nil, fmt.Errorf("idem serve did not listen within 60 s:\n%s", s.logs())
+		return nil, fmt.Errorf("%s did not listen within 60 s:\n%s", what, s.logs())
 	case <-ctx.Done():
 		s.kill()
 		return nil, ctx.Err()
