@@ -35,9 +35,9 @@ type workload struct {
 	// rolled-back failure), TxDeclareRate of those with declare (a stored
 	// 409 whose write is undone).
 	TxFailRate, TxDeclareRate float64
-	// RawFailRate is the share of linRaw bodies answered 500
-	// (indeterminate), RawDeclareRate of those answered 409, the others
-	// 201; independently, RawNotDispatchedRate is the share of linRaw
+	// RawFailRate is the share of linRaw bodies whose upstream fails (a
+	// 500 or a connection broken after the request: indeterminate),
+	// RawDeclareRate of those it answers 409, the others 201; independently, RawNotDispatchedRate is the share of linRaw
 	// bodies whose executions are each NotDispatched (the key freed) with
 	// probability refuseShare (proxy_test.go).
 	RawFailRate, RawDeclareRate, RawNotDispatchedRate float64
