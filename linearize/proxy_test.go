@@ -505,3 +505,42 @@ func TestRejectsNoRelease(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) { rejectedOn(t, sqliteServers, wrap, w) })
 	t.Run("postgres", func(t *testing.T) { rejectedOn(t, postgresServers, wrap, w) })
 }
+
+// TestVerifyRawAnswers checks verify on hand-made answers, so that its
+// silence on real ones means what it says.
+func TestVerifyRawAnswers(t *testing.T) {
+	u := &upstream{effects: map[string][]string{"s": {"exe_a", "exe_b"}}, refused: map[string]bool{"exe_c": true},
+		answers: map[string]upstreamAnswer{
+			"exe_a": {status: 201, header: http.Header{"Content-Type": {"application/json"}, "Location": {"/x"}, "X-Upstream": {"linearize"}}, body: []byte(`{"a":  1}`)},
+			"exe_b": {broken: true},
+		}}
+	tg := target{rawSlot: "s"}
+	fresh := http.Header{"Content-Type": {"application/json"}, "Location": {"/x"}, "X-Upstream": {"linearize"}, idem.HeaderExecutionID: {"exe_a"}}
+	replayed := http.Header{"Content-Type": {"application/json"}, "Location": {"/x"}, idem.HeaderExecutionID: {"exe_a"}, idem.HeaderIdempotentReplayed: {"true"}}
+	for _, tt := range []struct {
+		name string
+		out  output
+		rep  reply
+		ok   bool
+	}{
+		{"fresh as the upstream answered", output{Result: executed, ExecutionID: "exe_a", Status: 201}, reply{201, fresh, []byte(`{"a":  1}`)}, true},
+		{"replay as the upstream answered", output{Result: replay, ExecutionID: "exe_a", Status: 201}, reply{201, replayed, []byte(`{"a":  1}`)}, true},
+		{"replay re-encoded", output{Result: replay, ExecutionID: "exe_a", Status: 201}, reply{201, replayed, []byte(`{"a":1}`)}, false},
+		{"replay with another status", output{Result: replay, ExecutionID: "exe_a", Status: 200}, reply{200, replayed, []byte(`{"a":  1}`)}, false},
+		{"replay with a header not replayable", output{Result: replay, ExecutionID: "exe_a", Status: 201},
+			reply{201, func() http.Header { h := replayed.Clone(); h.Set("X-Upstream", "linearize"); return h }(), []byte(`{"a":  1}`)}, false},
+		{"replay without Location", output{Result: replay, ExecutionID: "exe_a", Status: 201},
+			reply{201, func() http.Header { h := replayed.Clone(); h.Del("Location"); return h }(), []byte(`{"a":  1}`)}, false},
+		{"raw answer of a broken execution", output{Result: executed, ExecutionID: "exe_b", Status: 201}, reply{201, http.Header{idem.HeaderExecutionID: {"exe_b"}}, nil}, false},
+		{"broken execution failed", output{Result: executed, ExecutionID: "exe_b", Status: 500}, reply{500, http.Header{}, nil}, true},
+		{"freed, refused", output{Result: freed, ExecutionID: "exe_c", Status: 503}, reply{503, http.Header{}, nil}, true},
+		{"freed, yet it reached the upstream", output{Result: freed, ExecutionID: "exe_a", Status: 503}, reply{503, http.Header{}, nil}, false},
+		{"indeterminate, yet completed", output{Result: indeterminate, ExecutionID: "exe_a", Status: 409}, reply{409, http.Header{}, nil}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := u.verify(tg, tt.out, tt.rep); (err == nil) != tt.ok {
+				t.Errorf("verify = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
