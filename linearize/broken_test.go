@@ -45,8 +45,9 @@ func (s noFingerprintStore) Reserve(ctx context.Context, p idem.ReserveParams) (
 
 // noLockStore skips the lock: Reserve always reserves, under a fresh
 // internal key, so concurrent same-key calls that both passed the existing
-// attempt check (stage 5) both execute. GetAttempt and Complete follow the
-// latest internal key, so sequential calls still replay.
+// attempt check (stage 5) both execute. GetAttempt follows the latest
+// internal key, Complete and Release the fence's, so sequential calls
+// still replay.
 type noLockStore struct {
 	idem.Store
 	mu      sync.Mutex
@@ -103,6 +104,16 @@ func (s *noLockStore) Complete(ctx context.Context, p idem.CompleteParams) (idem
 	a, err := s.Store.Complete(ctx, p)
 	a.Key = key
 	return a, err
+}
+
+// Release follows the fencing token to the internal key, as Complete does.
+func (s *noLockStore) Release(ctx context.Context, p idem.ReleaseParams) error {
+	s.mu.Lock()
+	if internal, ok := s.byFence[p.FencingToken]; ok {
+		p.Key = internal
+	}
+	s.mu.Unlock()
+	return s.Store.Release(ctx, p)
 }
 
 // abortCommitsStore ignores Abort: a transactional execution whose handler

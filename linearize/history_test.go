@@ -35,13 +35,20 @@ type workload struct {
 	// rolled-back failure), TxDeclareRate of those with declare (a stored
 	// 409 whose write is undone).
 	TxFailRate, TxDeclareRate float64
+	// RawFailRate is the share of linRaw bodies whose upstream fails (a
+	// 500 or a connection broken after the request: indeterminate),
+	// RawDeclareRate of those it answers 409, the others 201; independently, RawNotDispatchedRate is the share of linRaw
+	// bodies whose executions are each NotDispatched (the key freed) with
+	// probability refuseShare (proxy_test.go).
+	RawFailRate, RawDeclareRate, RawNotDispatchedRate float64
 	// ShortTimeoutRate is the share of calls whose client gives up after
 	// 1–30 ms, often before the answer (an ambiguous outcome).
 	ShortTimeoutRate float64
 }
 
 // defaultWorkload is the short mode's shape.
-var defaultWorkload = workload{Clients: 12, Ops: 500, Records: 20, FailRate: 0.1, TxFailRate: 0.35, TxDeclareRate: 0.1, ShortTimeoutRate: 0.12}
+var defaultWorkload = workload{Clients: 12, Ops: 500, Records: 20, FailRate: 0.1, TxFailRate: 0.35, TxDeclareRate: 0.1,
+	RawFailRate: 0.15, RawDeclareRate: 0.15, RawNotDispatchedRate: 0.5, ShortTimeoutRate: 0.12}
 
 // principals are demo tokens: two principals of one org and one of
 // another, sharing key names, so that scopes are exercised too.
@@ -61,6 +68,11 @@ type target struct {
 	// linID is the lin.put record id whose committed effects the table
 	// holds; empty for other operations.
 	linID string
+	// rawSlot is the linRaw slot whose upstream effects the cluster's
+	// upstream holds (proxy_test.go); empty for other operations. frees
+	// tells, per body, whether it may answer NotDispatched.
+	rawSlot string
+	frees   []bool
 }
 
 // stats counts a history's answers by result.
@@ -74,18 +86,20 @@ func (s *stats) add(o stats) {
 
 func (s stats) String() string {
 	var b bytes.Buffer
-	for r := executed; r <= rolledBack; r++ {
+	for r := executed; r <= freed; r++ {
 		fmt.Fprintf(&b, "%s %d, ", r, s[r])
 	}
 	return b.String()[:b.Len()-2]
 }
 
-// targets makes w.Records records, a third of each: refunds of distinct
-// orders with small amounts, delays of 0–50 ms and sometimes
+// targets makes w.Records records, a quarter of each: refunds of
+// distinct orders with small amounts, delays of 0–50 ms and sometimes
 // failAfterEffect; business creates whose slugs sometimes collide (a
-// stored 409 BUSINESS_EXISTS); and lin.put records (transactional) with
+// stored 409 BUSINESS_EXISTS); lin.put records (transactional) with
 // delays of 0–50 ms, sometimes failAfterWrite (rolled back) or declare (a
-// stored 409). transactional tells which operations are transactional.
+// stored 409); and linRaw records (a raw operation, the path of idem
+// proxy: rawTarget). transactional tells which operations are
+// transactional.
 func targets(rng *mrand.Rand, run string, w workload, transactional func(op string) bool) []target {
 	var out []target
 	lastSlug := ""
@@ -93,7 +107,7 @@ func targets(rng *mrand.Rand, run string, w workload, transactional func(op stri
 		t := target{token: principals[i%len(principals)], key: fmt.Sprintf("lin-%s-%d", run, i/len(principals))}
 		t.name = t.token + "/" + t.key
 		n := 2 + rng.IntN(2)
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
 		case 0:
 			t.op = "business.create"
 			slug := fmt.Sprintf("lin-%s-%d", run, i)
@@ -118,6 +132,8 @@ func targets(rng *mrand.Rand, run string, w workload, transactional func(op stri
 				}
 				t.bodies = append(t.bodies, mustJSON(in))
 			}
+		case 2:
+			rawTarget(rng, &t, fmt.Sprintf("%s-%d", run, i), n, w)
 		default:
 			t.op = "order.refund"
 			t.path = fmt.Sprintf("/v1/orders/ord_%d/refund", 1+rng.IntN(100))
@@ -170,8 +186,11 @@ func recordHistory(t *testing.T, cl *cluster, w workload, seed uint64) ([]porcup
 	// send makes one call as client id and records it.
 	send := func(id int, url string, tg target, body int, timeout time.Duration) {
 		call := time.Since(start).Nanoseconds()
-		out, err := do(client, url+tg.path, tg, tg.bodies[body], timeout)
+		out, rep, err := do(client, url+tg.path, tg, tg.bodies[body], timeout)
 		ret := time.Since(start).Nanoseconds()
+		if err == nil && tg.rawSlot != "" {
+			err = cl.upstream.verify(tg, out, rep)
+		}
 		if err != nil {
 			t.Errorf("%s body %d: %v", tg.name, body, err)
 			return
@@ -210,10 +229,10 @@ func recordHistory(t *testing.T, cl *cluster, w workload, seed uint64) ([]porcup
 
 // operations are the history's operations for one call of client id on
 // tg, sent at call and answered at ret: the call, and the finish half of
-// an executed call or the release half of a rolled-back one, both over
-// the call's interval.
+// an executed call or the release half of a rolled-back or freed one,
+// both over the call's interval.
 func operations(id int, tg target, body int, call, ret int64, out output) []porcupine.Operation {
-	in := input{Record: tg.name, Body: body, Tx: tg.tx}
+	in := input{Record: tg.name, Body: body, Tx: tg.tx, Frees: tg.rawSlot != "" && tg.frees[body]}
 	if out.Result == ambiguous {
 		// It may take effect any time after the call: its interval is
 		// open.
@@ -224,33 +243,47 @@ func operations(id int, tg target, body int, call, ret int64, out output) []porc
 	switch out.Result {
 	case executed:
 		ops = append(ops, porcupine.Operation{ClientId: id, Input: half, Call: call, Output: output{Result: finished, ExecutionID: out.ExecutionID}, Return: ret})
-	case rolledBack:
+	case rolledBack, freed:
 		ops = append(ops, porcupine.Operation{ClientId: id, Input: half, Call: call, Output: output{Result: released, ExecutionID: out.ExecutionID}, Return: ret})
 	}
 	return ops
 }
 
-// do sends one keyed call and classifies its answer.
-func do(client *http.Client, url string, tg target, body []byte, timeout time.Duration) (output, error) {
+// reply is an HTTP answer as received.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends one keyed call and classifies its answer, which it returns too
+// (empty when ambiguous).
+func do(client *http.Client, url string, tg target, body []byte, timeout time.Duration) (output, reply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return output{}, err
+		return output{}, reply{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+tg.token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", tg.key)
 	resp, err := client.Do(req)
 	if err != nil {
-		return output{Result: ambiguous}, nil
+		return output{Result: ambiguous}, reply{}, nil
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return output{Result: ambiguous}, nil
+		return output{Result: ambiguous}, reply{}, nil
 	}
-	return classify(resp.StatusCode, resp.Header, raw)
+	rep := reply{resp.StatusCode, resp.Header, raw}
+	if tg.rawSlot != "" {
+		out, err := classifyRaw(resp.StatusCode, resp.Header, raw)
+		return out, rep, err
+	}
+	out, err := classify(resp.StatusCode, resp.Header, raw)
+	return out, rep, err
 }
 
 // answer is the part of an envelope or problem object the model reads.

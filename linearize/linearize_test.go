@@ -58,11 +58,13 @@ func linearizable(t *testing.T, servers func(*testing.T, func(idem.Store) idem.S
 	var (
 		total        stats
 		totalEffects effectCounts
+		totalRaw     rawEffectCounts
 	)
 	ops := 0
 	for i := range n {
 		seed := uint64(time.Now().UnixNano())
 		start := time.Now()
+		fresh, replays := c.upstream.fresh.Load(), c.upstream.replays.Load()
 		history, counts, pool := recordHistory(t, c, w, seed)
 		took := time.Since(start)
 		res, path := check(t, history, true)
@@ -70,13 +72,15 @@ func linearizable(t *testing.T, servers func(*testing.T, func(idem.Store) idem.S
 			t.Fatalf("history %d (seed %d, %d calls: %s): porcupine says %s; visualization: %s%s", i, seed, countCalls(history), counts, res, path, describeIllegal(history))
 		}
 		effects := checkEffects(t, c.lin.all(t), pool, history)
+		raw := checkRawEffects(t, c.upstream, pool, history, int(c.upstream.fresh.Load()-fresh), int(c.upstream.replays.Load()-replays))
 		total.add(counts)
 		calls := countCalls(history)
 		ops += calls
-		t.Logf("history %d (seed %d): %d calls in %s, linearizable: %s; %s", i, seed, calls, took.Round(time.Millisecond), counts, effects)
+		t.Logf("history %d (seed %d): %d calls in %s, linearizable: %s; %s; %s", i, seed, calls, took.Round(time.Millisecond), counts, effects, raw)
 		totalEffects.add(effects)
+		totalRaw.add(raw)
 	}
-	t.Logf("LINEARIZABLE %d histories, %d calls against %d server(s): %s; %s", n, ops, len(c.urls), total, totalEffects)
+	t.Logf("LINEARIZABLE %d histories, %d calls against %d server(s): %s; %s; %s", n, ops, len(c.urls), total, totalEffects, totalRaw)
 }
 
 // effectCounts counts the transactional records of histories by what
@@ -220,11 +224,16 @@ func TestLinearizablePostgresTwoServers(t *testing.T) { linearizable(t, postgres
 // rejected records histories against a broken store until the checker
 // rejects one (Illegal), up to a few tries, and fails if none is.
 func rejected(t *testing.T, servers func(*testing.T, func(idem.Store) idem.Store) *cluster, wrap func(idem.Store) idem.Store) {
+	rejectedOn(t, servers, wrap, defaultWorkload)
+}
+
+// rejectedOn is rejected with histories of w.
+func rejectedOn(t *testing.T, servers func(*testing.T, func(idem.Store) idem.Store) *cluster, wrap func(idem.Store) idem.Store, w workload) {
 	c := servers(t, wrap)
 	const tries = 3
 	for i := range tries {
 		seed := uint64(time.Now().UnixNano())
-		history, counts, _ := recordHistory(t, c, defaultWorkload, seed)
+		history, counts, _ := recordHistory(t, c, w, seed)
 		switch res, _ := check(t, history, false); res {
 		case porcupine.Illegal:
 			t.Logf("REJECTED history %d (seed %d, %d calls: %s), as it must be%s", i, seed, countCalls(history), counts, describeIllegal(history))

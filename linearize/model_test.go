@@ -28,6 +28,15 @@ import (
 // absent again and the key runs afresh. A record taken by an ambiguous
 // call of a transactional operation may have rolled back: until its commit
 // is observed, it may revert to absent at any moment no call observes.
+//
+// A raw operation (SPEC §15, the path of idem proxy) is not transactional:
+// its record is read like any other while in flight. But a handler error
+// marked NotDispatched frees the key (store.Release): such a call is split
+// like a rolled-back one, into the call, which takes the record in flight
+// (readable: same body in flight, another body reused), and its release,
+// after which the record is absent again. A record taken by an ambiguous
+// call whose body may answer NotDispatched may likewise revert to absent
+// until it is seen final.
 
 // result classifies one answer.
 type result int
@@ -53,13 +62,17 @@ const (
 	// whole (a 5xx with retryable true and meta.executionId, replayed
 	// false).
 	rolledBack
+	// freed: a raw call whose handler answered NotDispatched (503
+	// UPSTREAM_UNAVAILABLE, retryable, with meta.executionId): its key was
+	// released.
+	freed
 	// finished: the finish half of an executed call.
 	finished
 	// released: the release half of a rolled-back call.
 	released
 )
 
-var resultNames = [...]string{"executed", "replay", "in-flight", "indeterminate", "reused", "not-stored", "ambiguous", "rolled-back", "finished", "released"}
+var resultNames = [...]string{"executed", "replay", "in-flight", "indeterminate", "reused", "not-stored", "ambiguous", "rolled-back", "freed", "finished", "released"}
 
 func (r result) String() string { return resultNames[r] }
 
@@ -71,8 +84,12 @@ type input struct {
 	// Tx marks a call of a transactional operation (SPEC §6.7); every call
 	// of a record has the same.
 	Tx bool
+	// Frees marks a call of a raw operation whose body may answer
+	// NotDispatched (and so free the key).
+	Frees bool
 	// Finish marks the second half of a call: the finish of an executed
-	// one, the release of a rolled-back one (by its output's result).
+	// one, the release of a rolled-back or freed one (by its output's
+	// result).
 	Finish bool
 }
 
@@ -92,7 +109,7 @@ const (
 	unknownOutcome outcome = iota // taken by an ambiguous call: not known yet
 	completedOutcome
 	indeterminateOutcome
-	rolledBackOutcome // a transactional execution that failed: rolling back
+	rolledBackOutcome // a transactional execution that failed, or a raw one not dispatched: being released
 )
 
 // record is the state of one attempt record. It is comparable, so states
@@ -109,6 +126,9 @@ type record struct {
 	// Final: completed or indeterminate, no longer in flight; for a
 	// transactional operation, committed.
 	Final bool
+	// Frees: taken by an ambiguous call whose body may answer
+	// NotDispatched, so the record may be released unobserved.
+	Frees bool
 }
 
 func (r record) String() string {
@@ -119,7 +139,7 @@ func (r record) String() string {
 	if r.Final {
 		phase = "final"
 	}
-	out := [...]string{"?", "completed", "indeterminate", "rolling back"}[r.Outcome]
+	out := [...]string{"?", "completed", "indeterminate", "releasing"}[r.Outcome]
 	exe := r.ExecutionID
 	if exe == "" {
 		exe = "?"
@@ -144,9 +164,10 @@ func step(s record, in input, out output) []record {
 // unobserved returns s and the states it may have moved to meanwhile
 // without any call observing it: a transactional record taken by an
 // ambiguous call (its execution unknown) and not seen committed may have
-// rolled back.
+// rolled back; a raw one whose taker's body may answer NotDispatched, not
+// seen final, may have been released.
 func unobserved(s record, in input) []record {
-	if in.Tx && s.Taken && !s.Final && s.ExecutionID == "" {
+	if (in.Tx || s.Frees) && s.Taken && !s.Final && s.ExecutionID == "" {
 		return []record{s, {}}
 	}
 	return []record{s}
@@ -179,7 +200,7 @@ func stepFrom(s record, in input, out output) []record {
 		// its execution, result and outcome are unknown).
 		next := []record{s}
 		if !s.Taken {
-			next = append(next, record{Taken: true, Body: in.Body})
+			next = append(next, record{Taken: true, Body: in.Body, Frees: in.Frees})
 		}
 		return next
 	case executed:
@@ -195,8 +216,10 @@ func stepFrom(s record, in input, out output) []record {
 			o = indeterminateOutcome
 		}
 		return []record{{Taken: true, Body: in.Body, ExecutionID: out.ExecutionID, Status: out.Status, Outcome: o}}
-	case rolledBack:
-		if !in.Tx || s.Taken {
+	case rolledBack, freed:
+		// Only a transactional call rolls back, only a raw one whose body
+		// may be NotDispatched is freed; either took the absent record.
+		if s.Taken || (out.Result == rolledBack && !in.Tx) || (out.Result == freed && !in.Frees) {
 			return nil
 		}
 		return []record{{Taken: true, Body: in.Body, ExecutionID: out.ExecutionID, Status: out.Status, Outcome: rolledBackOutcome}}
@@ -225,12 +248,12 @@ func stepFrom(s record, in input, out output) []record {
 			return []record{s}
 		}
 	case replay:
-		if s.Outcome != indeterminateOutcome && sameOrUnknown(s.ExecutionID, out.ExecutionID) && (s.Status == 0 || s.Status == out.Status) {
+		if (s.Outcome == unknownOutcome || s.Outcome == completedOutcome) && sameOrUnknown(s.ExecutionID, out.ExecutionID) && (s.Status == 0 || s.Status == out.Status) {
 			s.ExecutionID, s.Status, s.Outcome, s.Final = out.ExecutionID, out.Status, completedOutcome, true
 			return []record{s}
 		}
 	case indeterminate:
-		if s.Outcome != completedOutcome && sameOrUnknown(s.ExecutionID, out.ExecutionID) {
+		if (s.Outcome == unknownOutcome || s.Outcome == indeterminateOutcome) && sameOrUnknown(s.ExecutionID, out.ExecutionID) {
 			s.ExecutionID, s.Outcome, s.Final = out.ExecutionID, indeterminateOutcome, true
 			return []record{s}
 		}
@@ -312,6 +335,9 @@ var attemptModel = (&porcupine.NondeterministicModel{
 		s := fmt.Sprintf("%s body %d → %s", i.Record, i.Body, o.Result)
 		if i.Tx {
 			s = fmt.Sprintf("%s (tx) body %d → %s", i.Record, i.Body, o.Result)
+		}
+		if i.Frees {
+			s = fmt.Sprintf("%s (raw, may be NotDispatched) body %d → %s", i.Record, i.Body, o.Result)
 		}
 		if o.ExecutionID != "" {
 			s += fmt.Sprintf(" %s/%d", o.ExecutionID, o.Status)

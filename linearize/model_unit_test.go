@@ -1,6 +1,7 @@
 package linearize
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -137,4 +138,55 @@ func TestModelTransactional(t *testing.T) {
 			t.Error("a two-phase record taken by an ambiguous call was freed")
 		}
 	})
+}
+
+// TestModelFreed checks the model's steps for raw operations (SPEC §15):
+// a call answered NotDispatched frees the key, its record readable (not
+// uncommitted) until then, and an ambiguous call whose body may be
+// NotDispatched may have freed it. Bodies 0 and 1 may be NotDispatched,
+// body 2 may not.
+func TestModelFreed(t *testing.T) {
+	call := func(client, body int, from, to int64, res result, exe string, status int) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Body: body, Frees: body < 2}, Call: from, Return: to, Output: output{Result: res, ExecutionID: exe, Status: status}}
+	}
+	half := func(client int, from, to int64, res result, exe string) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Input: input{Record: "k", Finish: true}, Call: from, Return: to, Output: output{Result: res, ExecutionID: exe}}
+	}
+	executes := func(client, body int, from, to int64, exe string, status int) []porcupine.Operation {
+		return []porcupine.Operation{call(client, body, from, to, executed, exe, status), half(client, from, to, finished, exe)}
+	}
+	frees := func(client, body int, from, to int64, exe string) []porcupine.Operation {
+		return []porcupine.Operation{call(client, body, from, to, freed, exe, 503), half(client, from, to, released, exe)}
+	}
+	h := func(parts ...[]porcupine.Operation) []porcupine.Operation { return slices.Concat(parts...) }
+	one := func(op porcupine.Operation) []porcupine.Operation { return []porcupine.Operation{op} }
+	const never = 1 << 40
+	tests := []struct {
+		name    string
+		history []porcupine.Operation
+		ok      bool
+	}{
+		{"freed, then the same body runs afresh", h(frees(0, 0, 0, 10, "e1"), executes(1, 0, 11, 20, "e2", 201), one(call(2, 0, 21, 22, replay, "e2", 201))), true},
+		{"freed, then another body runs", h(frees(0, 0, 0, 10, "e1"), executes(1, 2, 11, 20, "e2", 409), one(call(2, 0, 21, 22, reused, "", 422))), true},
+		{"in flight while being freed", h(frees(0, 0, 0, 10, "e1"), one(call(1, 0, 2, 3, inFlight, "", 409))), true},
+		{"reused while being freed", h(frees(0, 0, 0, 10, "e1"), one(call(1, 1, 2, 3, reused, "", 422))), true},
+		{"another body in flight while being freed", h(frees(0, 0, 0, 10, "e1"), one(call(1, 1, 2, 3, inFlight, "", 409))), false},
+		{"in flight after the release", h(frees(0, 0, 0, 10, "e1"), one(call(1, 0, 11, 12, inFlight, "", 409))), false},
+		{"reused after the release", h(frees(0, 0, 0, 10, "e1"), one(call(1, 1, 11, 12, reused, "", 422))), false},
+		{"freed, then replayed", h(frees(0, 0, 0, 10, "e1"), one(call(1, 0, 11, 12, replay, "e1", 503))), false},
+		{"freed, then indeterminate", h(frees(0, 0, 0, 10, "e1"), one(call(1, 0, 11, 12, indeterminate, "e1", 409))), false},
+		{"freed while another executes", h(executes(0, 0, 0, 10, "e1", 201), frees(1, 0, 11, 20, "e2")), false},
+		{"a body that is never NotDispatched is not freed", h(frees(0, 2, 0, 10, "e1")), false},
+		{"ambiguous call freed, then the key runs afresh", h(one(call(0, 0, 0, never, ambiguous, "", 0)), one(call(1, 0, 1, 2, inFlight, "", 409)), executes(2, 1, 3, 10, "e1", 201)), true},
+		{"ambiguous call never freed if its body cannot be", h(one(call(0, 2, 0, never, ambiguous, "", 0)), one(call(1, 2, 1, 2, inFlight, "", 409)), executes(2, 1, 3, 10, "e1", 201)), false},
+		{"ambiguous call seen indeterminate is not freed", h(one(call(0, 0, 0, never, ambiguous, "", 0)), one(call(1, 0, 1, 2, indeterminate, "e9", 409)), executes(2, 1, 3, 10, "e1", 201)), false},
+		{"upstream 5xx is indeterminate", h(executes(0, 0, 0, 10, "e1", 500), one(call(1, 0, 11, 12, indeterminate, "e1", 409))), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := porcupine.CheckOperations(attemptModel, tt.history); got != tt.ok {
+				t.Errorf("CheckOperations = %v, want %v", got, tt.ok)
+			}
+		})
+	}
 }

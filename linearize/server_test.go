@@ -26,15 +26,19 @@ type cluster struct {
 	transactional func(op string) bool
 	// lin is the table of lin.put's committed effects.
 	lin *linTable
+	// upstream is the stand-in API behind linRaw (proxy_test.go), one for
+	// all the servers, as the API idem proxy fronts is.
+	upstream *upstream
 }
 
 // startServer starts the demo application, with lin.put and lin.show
-// (linop_test.go) on lin, on storeURL (sqlite:PATH or a PostgreSQL URL)
+// (linop_test.go) on lin and the raw operations linRaw and linRawShow
+// (proxy_test.go) on up, on storeURL (sqlite:PATH or a PostgreSQL URL)
 // behind a real HTTP listener, with its own store (its own pool) wrapped
 // by wrap when set, and returns the server's URL and its registry. The
 // server and store close when the test ends; Close waits for running
 // requests.
-func startServer(t *testing.T, storeURL string, lin *linTable, wrap func(idem.Store) idem.Store) (string, *idem.Registry) {
+func startServer(t *testing.T, storeURL string, lin *linTable, up *upstream, wrap func(idem.Store) idem.Store) (string, *idem.Registry) {
 	t.Helper()
 	ctx := context.Background()
 	var (
@@ -64,7 +68,8 @@ func startServer(t *testing.T, storeURL string, lin *linTable, wrap func(idem.St
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { app.Close() })
-	reg, err := idem.NewRegistry(append(app.Operations(), linOperations(lin)...)...)
+	ops := append(app.Operations(), linOperations(lin)...)
+	reg, err := idem.NewRegistry(append(ops, rawOperations(t, up)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,11 +89,11 @@ func startServer(t *testing.T, storeURL string, lin *linTable, wrap func(idem.St
 
 // startCluster starts n servers on storeURL.
 func startCluster(t *testing.T, storeURL string, n int, wrap func(idem.Store) idem.Store) *cluster {
-	c := &cluster{lin: openLinTable(t, storeURL)}
+	c := &cluster{lin: openLinTable(t, storeURL), upstream: newUpstream(t)}
 	var reg *idem.Registry
 	for range n {
 		var url string
-		url, reg = startServer(t, storeURL, c.lin, wrap)
+		url, reg = startServer(t, storeURL, c.lin, c.upstream, wrap)
 		c.urls = append(c.urls, url)
 	}
 	c.transactional = func(op string) bool {
