@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"idem"
+	"idem/internal/groupcommit"
 )
 
 // PartitionSpan and PartitionsAhead let the tests compute the partitions
@@ -58,3 +59,13 @@ const AuditPartitionSpan = auditPartitionSpan
 // KeyLockSeed is the seed of the key's advisory lock, for tests that hold
 // it as another transaction would.
 const KeyLockSeed = keyLockSeed
+
+// SetCompletionWorkers gives s's completions n workers instead of
+// writeWorkers, before s is used.
+func SetCompletionWorkers(s *Store, n int) {
+	s.completions.Close()
+	s.completions = groupcommit.NewBatcher(s.runTx, s.completeSet, groupcommit.Config{Workers: n, MaxBatch: maxBatch})
+}
+
+// QueuedCompletions is how many Complete calls wait for a worker.
+func QueuedCompletions(s *Store) int { return s.completions.Queued() }

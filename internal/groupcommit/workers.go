@@ -109,6 +109,9 @@ func (w *workers[V, R]) enqueue(ctx context.Context, k *pending[V, R]) error {
 	}
 }
 
+// Queued reports how many calls wait for a worker.
+func (w *workers[V, R]) Queued() int { return len(w.queue) }
+
 // Stats reports how many transactions ran and how many calls they served.
 func (w *workers[V, R]) Stats() (batches, calls int64) {
 	return w.batches.Load(), w.calls.Load()
