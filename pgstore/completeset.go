@@ -32,8 +32,8 @@ type completion struct {
 // events names an execution other than its record's, or its record
 // changed under the statement. Complete then runs it alone through
 // completeSQL, whose answer is the caller's (ErrFenced, or the events
-// appended to that other execution, or NOT_FOUND): both are rare, and
-// the set statement stays free of the reads that would tell them apart.
+// appended to that other execution, or NOT_FOUND): all are rare, and the
+// set statement stays free of the reads that would tell them apart.
 var errNotCompleted = errors.New("pgstore: not completed in the set of completions")
 
 // ownEvents reports whether every event of p names no execution or the
@@ -160,6 +160,7 @@ func (s *Store) completeSet(ctx context.Context, tx pgx.Tx, cs []completion) ([]
 	for i := range errs {
 		errs[i] = errNotCompleted
 	}
+	// notified is read only so that the NOTIFY CTE runs.
 	var n, finished, appended, notified, completed, events int
 	for rows.Next() {
 		a, err := scanAttempt(prefixed{rows, []any{&n, &finished, &appended, &notified}})
