@@ -252,15 +252,33 @@ func (p prefixed) Scan(dest ...any) error {
 // Complete stores the result if the record is still in flight under the
 // caller's fencing token and lease, and finishes the execution, in one
 // statement. Fencing tokens are unique, so the token picks the one row
-// among the key's.
+// among the key's. Concurrent completions share that statement
+// (completeSet); one whose events name another execution, and one the
+// set statement did not complete, have one of their own (completeOne).
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attempt, error) {
 	headers, err := json.Marshal(idem.FilterReplayedHeaders(p.Headers))
 	if err != nil {
 		return idem.Attempt{}, err
 	}
+	if !ownEvents(p) {
+		return s.completeOne(ctx, p, headers)
+	}
+	a, err := s.completions.Do(ctx, completion{p, headers})
+	if errors.Is(err, errNotCompleted) {
+		return s.completeOne(ctx, p, headers)
+	}
+	if err != nil {
+		return idem.Attempt{}, interpretError(ctx, "complete", err)
+	}
+	return a, nil
+}
+
+// completeOne is Complete in a statement of its own (completeSQL), in the
+// group commit of the other writes.
+func (s *Store) completeOne(ctx context.Context, p idem.CompleteParams, headers []byte) (idem.Attempt, error) {
 	var a idem.Attempt
 	var now time.Time
-	err = s.write(ctx, "complete", func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, "complete", func(ctx context.Context, tx pgx.Tx) error {
 		now = s.now() // when it runs: the lease is checked against it
 		var err error
 		a, err = completeTx(ctx, tx, p, headers, now)

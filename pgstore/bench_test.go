@@ -35,34 +35,8 @@ func BenchmarkReserveComplete(b *testing.B) {
 	url := pgtest.NewDatabase(b)
 	var trace tracer
 	pool := openTraced(b, url, &trace)
-	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 30, 0, 0, time.UTC))
-	s, err := pgstore.New(b.Context(), pool, idem.StoreConfig{Clock: clock})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	scope := idem.Scope{Org: "acme", Principal: "bench"}
-	params := func(key string) idem.ReserveParams {
-		return idem.ReserveParams{
-			StartParams: idem.StartParams{ExecutionID: "exe_" + key, Scope: scope, Operation: "op", Fingerprint: "fp"},
-			Key:         key, Lease: time.Minute, Retention: 24 * time.Hour,
-		}
-	}
-	// Eight days of history: one record an hour, swept as the sweeper
-	// would.
-	sweep := idem.SweepParams{AuditRetention: 7 * 24 * time.Hour}
-	for h := range 8 * 24 {
-		if _, err := s.Reserve(b.Context(), params(fmt.Sprint("history-", h))); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Sweep(b.Context(), sweep); err != nil {
-			b.Fatal(err)
-		}
-		clock.Advance(time.Hour)
-	}
-	if _, err := s.Sweep(b.Context(), sweep); err != nil {
-		b.Fatal(err)
-	}
+	s, params := historyStore(b, pool)
+	scope := params("").Scope
 
 	var n atomic.Int64
 	run := func() error {
@@ -148,6 +122,40 @@ func BenchmarkReserveComplete(b *testing.B) {
 			m.report(b)
 		})
 	}
+}
+
+// historyStore is a store on pool whose database holds eight days of
+// hourly records, swept with 24 h retention and the default week of audit
+// retention, as BenchmarkReserveComplete describes; params are the
+// reservation parameters of a key.
+func historyStore(b *testing.B, pool *pgxpool.Pool) (*pgstore.Store, func(key string) idem.ReserveParams) {
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 30, 0, 0, time.UTC))
+	s, err := pgstore.New(b.Context(), pool, idem.StoreConfig{Clock: clock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	scope := idem.Scope{Org: "acme", Principal: "bench"}
+	params := func(key string) idem.ReserveParams {
+		return idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: "exe_" + key, Scope: scope, Operation: "op", Fingerprint: "fp"},
+			Key:         key, Lease: time.Minute, Retention: 24 * time.Hour,
+		}
+	}
+	sweep := idem.SweepParams{AuditRetention: 7 * 24 * time.Hour}
+	for h := range 8 * 24 {
+		if _, err := s.Reserve(b.Context(), params(fmt.Sprint("history-", h))); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Sweep(b.Context(), sweep); err != nil {
+			b.Fatal(err)
+		}
+		clock.Advance(time.Hour)
+	}
+	if _, err := s.Sweep(b.Context(), sweep); err != nil {
+		b.Fatal(err)
+	}
+	return s, params
 }
 
 // openTraced opens a migrated pool on url whose connections count their

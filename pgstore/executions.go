@@ -322,6 +322,14 @@ func appendEventArgs(args []any, events []idem.AuditEvent, now time.Time) ([]any
 		}
 		return args, nil
 	}
+	arrays, err := eventArrays(events, now)
+	return append(args, arrays...), err
+}
+
+// eventArrays are the parameters of events as eventParams parallel arrays,
+// the form finishCTEs reads beyond manyEvents: execution ids first.
+func eventArrays(events []idem.AuditEvent, now time.Time) ([]any, error) {
+	n := len(events)
 	var (
 		ids                     = make([]*string, n)
 		types                   = make([]string, n)
@@ -342,7 +350,7 @@ func appendEventArgs(args []any, events []idem.AuditEvent, now time.Time) ([]any
 		}
 		data[i] = d
 	}
-	return append(args, ids, types, ats, attempt, codes, prev, attempts, durs, data), nil
+	return []any{ids, types, ats, attempt, codes, prev, attempts, durs, data}, nil
 }
 
 // insertEvents appends events in order, each only if its execution exists in

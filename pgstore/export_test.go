@@ -2,11 +2,15 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"idem"
+	"idem/internal/groupcommit"
 )
 
 // PartitionSpan and PartitionsAhead let the tests compute the partitions
@@ -58,3 +62,33 @@ const AuditPartitionSpan = auditPartitionSpan
 // KeyLockSeed is the seed of the key's advisory lock, for tests that hold
 // it as another transaction would.
 const KeyLockSeed = keyLockSeed
+
+// SetCompletionWorkers gives s's completions n workers instead of
+// writeWorkers, before s is used.
+func SetCompletionWorkers(s *Store, n int) {
+	s.completions.Close()
+	s.completions = groupcommit.NewBatcher(s.runTx, s.completeSet, groupcommit.Config{Workers: n, MaxBatch: maxBatch})
+}
+
+// QueuedCompletions is how many Complete calls wait for a worker.
+func QueuedCompletions(s *Store) int { return s.completions.Queued() }
+
+// CompleteSet completes ps in one transaction as one batch of s's
+// completions would (completeSet).
+func CompleteSet(ctx context.Context, s *Store, ps []idem.CompleteParams) ([]idem.Attempt, []error, error) {
+	cs := make([]completion, len(ps))
+	for i, p := range ps {
+		headers, err := json.Marshal(idem.FilterReplayedHeaders(p.Headers))
+		if err != nil {
+			return nil, nil, err
+		}
+		cs[i] = completion{p, headers}
+	}
+	var as []idem.Attempt
+	var errs []error
+	err := s.runTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		as, errs, err = s.completeSet(ctx, tx, cs)
+		return err
+	})
+	return as, errs, err
+}

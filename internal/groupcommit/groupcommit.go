@@ -8,6 +8,11 @@
 // calls queue behind it, so batches grow with load and a lone caller pays
 // nothing extra: batching needs no timer.
 //
+// A Batcher is the same queue for one kind of write: callers queue their
+// parameters instead of functions, and one set function writes a whole
+// batch's (one set-based statement, where a Committer's transaction runs a
+// statement per caller). Its guarantees are the same.
+//
 // Guarantees, the same as one transaction per call:
 //   - Do returns nil only once the caller's writes are committed.
 //   - A caller's writes commit together or not at all, and never partly.
@@ -25,8 +30,6 @@ package groupcommit
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -63,32 +66,9 @@ type Isolate[T any] func(ctx context.Context, tx T, fn func() error) (fnErr, err
 
 // Committer batches calls of Do.
 type Committer[T any] struct {
+	workers[Fn[T], struct{}]
 	run     RunTx[T]
 	isolate Isolate[T] // nil: a failed function reruns its batch alone
-	cfg     Config
-	queue   chan *call[T]
-
-	mu     sync.RWMutex // held for reading while enqueueing; Close takes it
-	closed bool
-	stop   chan struct{}
-	wg     sync.WaitGroup
-
-	batches, calls atomic.Int64
-}
-
-// A call moves from waiting to taken (a worker runs it) or abandoned (its
-// caller gave up first); only a waiting call can be abandoned.
-const (
-	waiting int32 = iota
-	taken
-	abandoned
-)
-
-type call[T any] struct {
-	ctx   context.Context
-	fn    Fn[T]
-	state atomic.Int32
-	done  chan error
 }
 
 // New starts a Committer whose transactions run through run.
@@ -97,15 +77,8 @@ func New[T any](run RunTx[T], cfg Config) *Committer[T] {
 }
 
 func start[T any](run RunTx[T], isolate Isolate[T], cfg Config) *Committer[T] {
-	cfg.Workers = max(cfg.Workers, 1)
-	cfg.MaxBatch = max(cfg.MaxBatch, 1)
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 30 * time.Second
-	}
-	c := &Committer[T]{run: run, isolate: isolate, cfg: cfg, queue: make(chan *call[T], cfg.MaxBatch*cfg.Workers), stop: make(chan struct{})}
-	for range cfg.Workers {
-		c.wg.Go(c.work)
-	}
+	c := &Committer[T]{run: run, isolate: isolate}
+	c.workers.start(cfg, c.runBatch)
 	return c
 }
 
@@ -122,103 +95,14 @@ func NewIsolated[T any](run RunTx[T], isolate Isolate[T], cfg Config) *Committer
 // taken, fn runs detached from ctx's cancellation (bounded by
 // Config.Timeout) and Do waits for the outcome.
 func (c *Committer[T]) Do(ctx context.Context, fn Fn[T]) error {
-	if err := ctx.Err(); err != nil {
-		// Ended already: select below picks among ready cases at random,
-		// and a worker could take fn before Do sees ctx end.
-		return err
-	}
-	k := &call[T]{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	if err := c.enqueue(ctx, k); err != nil {
-		return err
-	}
-	select {
-	case err := <-k.done:
-		return err
-	case <-ctx.Done():
-		if k.state.CompareAndSwap(waiting, abandoned) {
-			return ctx.Err()
-		}
-		return <-k.done
-	}
+	_, err := c.do(ctx, fn)
+	return err
 }
 
-func (c *Committer[T]) enqueue(ctx context.Context, k *call[T]) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return ErrClosed
-	}
-	select {
-	case c.queue <- k:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+type call[T any] = pending[Fn[T], struct{}]
 
-// Stats reports how many transactions ran and how many calls they served.
-func (c *Committer[T]) Stats() (batches, calls int64) {
-	return c.batches.Load(), c.calls.Load()
-}
-
-// Close stops the workers after their current batches; calls still queued
-// get ErrClosed. It may be called more than once.
-func (c *Committer[T]) Close() {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	c.mu.Unlock()
-	close(c.stop)
-	c.wg.Wait()
-	for {
-		select {
-		case k := <-c.queue:
-			if k.state.CompareAndSwap(waiting, taken) {
-				k.done <- ErrClosed
-			}
-		default:
-			return
-		}
-	}
-}
-
-func (c *Committer[T]) work() {
-	batch := make([]*call[T], 0, c.cfg.MaxBatch)
-	for {
-		select {
-		case k := <-c.queue:
-			batch = append(batch[:0], k)
-		case <-c.stop:
-			return
-		}
-	fill:
-		for len(batch) < c.cfg.MaxBatch {
-			select {
-			case k := <-c.queue:
-				batch = append(batch, k)
-			default:
-				break fill
-			}
-		}
-		c.runBatch(batch)
-		clear(batch)
-	}
-}
-
-func (c *Committer[T]) runBatch(batch []*call[T]) {
-	live := batch[:0]
-	for _, k := range batch {
-		if k.state.CompareAndSwap(waiting, taken) {
-			live = append(live, k)
-		}
-	}
-	switch len(live) {
-	case 0:
-		return
-	case 1:
+func (c *Committer[T]) runBatch(live []*call[T]) {
+	if len(live) == 1 {
 		c.alone(live[0])
 		return
 	}
@@ -233,7 +117,7 @@ func (c *Committer[T]) runBatch(batch []*call[T]) {
 	err := c.run(ctx, func(ctx context.Context, tx T) error {
 		fnFailed = false // run may retry the whole transaction
 		for _, k := range live {
-			if err := k.fn(ctx, tx); err != nil {
+			if err := k.v(ctx, tx); err != nil {
 				fnFailed = true
 				return err
 			}
@@ -248,7 +132,7 @@ func (c *Committer[T]) runBatch(batch []*call[T]) {
 		return
 	}
 	for _, k := range live {
-		k.done <- err
+		k.answer(struct{}{}, err)
 	}
 }
 
@@ -259,7 +143,7 @@ func (c *Committer[T]) runIsolated(ctx context.Context, live []*call[T]) {
 	err := c.run(ctx, func(ctx context.Context, tx T) error {
 		clear(fnErrs) // run may retry the whole transaction
 		for i, k := range live {
-			fnErr, err := c.isolate(ctx, tx, func() error { return k.fn(ctx, tx) })
+			fnErr, err := c.isolate(ctx, tx, func() error { return k.v(ctx, tx) })
 			if err != nil {
 				return err
 			}
@@ -269,25 +153,18 @@ func (c *Committer[T]) runIsolated(ctx context.Context, live []*call[T]) {
 	})
 	for i, k := range live {
 		if err == nil && fnErrs[i] != nil {
-			k.done <- fnErrs[i]
+			k.answer(struct{}{}, fnErrs[i])
 			continue
 		}
-		k.done <- err
+		k.answer(struct{}{}, err)
 	}
 }
 
 // alone runs one taken call in its own transaction. Like a batch, it runs
-// detached from the caller's cancellation (bounded by Timeout), so that a
-// commit is never cut off halfway and the caller always learns whether its
-// writes landed.
+// detached from the caller's cancellation (bounded by Timeout).
 func (c *Committer[T]) alone(k *call[T]) {
 	c.count(1)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), c.cfg.Timeout)
+	ctx, cancel := c.detached(k.ctx)
 	defer cancel()
-	k.done <- c.run(ctx, k.fn)
-}
-
-func (c *Committer[T]) count(calls int) {
-	c.batches.Add(1)
-	c.calls.Add(int64(calls))
+	k.answer(struct{}{}, c.run(ctx, k.v))
 }
