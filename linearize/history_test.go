@@ -288,6 +288,7 @@ func do(client *http.Client, url string, tg target, body []byte, timeout time.Du
 
 // answer is the part of an envelope or problem object the model reads.
 type answer struct {
+	Type      string         `json:"type"`
 	Code      idem.Code      `json:"code"`
 	Retryable bool           `json:"retryable"`
 	Details   map[string]any `json:"details"`

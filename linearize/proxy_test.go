@@ -306,16 +306,25 @@ func rawTarget(rng *mrand.Rand, t *target, slot string, n int, w workload) {
 // objects without Idem-Execution-Id, read by classify, but for
 // NotDispatched (503 UPSTREAM_UNAVAILABLE, retryable, with
 // meta.executionId), which freed the key.
+// ownProblem tells the proxy's own problem objects, which carry the
+// execution's header too, from an upstream's answer: their type names
+// idem (an upstream's own problem object's does not).
+func ownProblem(body []byte) bool {
+	var a answer
+	return json.Unmarshal(body, &a) == nil && strings.HasPrefix(a.Type, idem.ProblemTypeBase)
+}
+
 func classifyRaw(status int, h http.Header, body []byte) (output, error) {
 	replayed := h.Get(idem.HeaderIdempotentReplayed) == "true"
-	if exe := h.Get(idem.HeaderExecutionID); exe != "" {
+	var a answer
+	own := json.Unmarshal(body, &a) == nil && ownProblem(body)
+	if exe := h.Get(idem.HeaderExecutionID); exe != "" && !own {
 		if replayed {
 			return output{Result: replay, ExecutionID: exe, Status: status}, nil
 		}
 		return output{Result: executed, ExecutionID: exe, Status: status}, nil
 	}
-	var a answer
-	if err := json.Unmarshal(body, &a); err != nil {
+	if !own {
 		return output{}, fmt.Errorf("status %d: neither a raw answer (no %s) nor a problem object: %q", status, idem.HeaderExecutionID, body)
 	}
 	if a.Code == idem.CodeUpstreamUnavailable && status == http.StatusServiceUnavailable && a.Retryable && a.Meta != nil && a.Meta.ExecutionID != "" && !replayed {
@@ -340,7 +349,7 @@ func (u *upstream) verify(tg target, out output, rep reply) error {
 	refused := u.refused[out.ExecutionID]
 	reached := slices.Contains(u.effects[tg.rawSlot], out.ExecutionID)
 	u.mu.Unlock()
-	rawAnswer := rep.header.Get(idem.HeaderExecutionID) != ""
+	rawAnswer := rep.header.Get(idem.HeaderExecutionID) != "" && !ownProblem(rep.body)
 	switch {
 	case out.Result == freed:
 		if !refused || reached {

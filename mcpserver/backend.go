@@ -217,9 +217,10 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 		return idem.Result{}, networkError(ctx, t, u, err)
 	}
 	res, err := idem.ParseResult(resp.StatusCode, resp.Header, answer)
-	if resp.Header.Get(idem.HeaderExecutionID) != "" && (err != nil || res.Problem == nil) {
+	if resp.Header.Get(idem.HeaderExecutionID) != "" && (err != nil || res.Problem == nil || !strings.HasPrefix(res.Problem.Type, idem.ProblemTypeBase)) {
 		// A proxied operation's own answer (idem proxy): the upstream's
-		// body, with the idempotency facts in headers.
+		// body, with the idempotency facts in headers. The proxy's own
+		// problems carry the header too, and a type that names idem.
 		meta := &idem.Meta{Operation: name}
 		if key != "" {
 			meta.Idempotency = &idem.IdempotencyMeta{Key: key}
