@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // writeCounter counts the store writes that start an execution.

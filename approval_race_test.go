@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
 )
 
 // raceStore runs another request at a chosen point of one request's

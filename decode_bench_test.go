@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 type bulkItem struct {

@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"strings"
 
-	"idem/internal/schema"
+	"github.com/idem-run/idem/internal/schema"
 )
 
 // Handler runs one attempt of an operation. ctx carries the call's

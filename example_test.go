@@ -12,8 +12,8 @@ import (
 	"strings"
 	"sync"
 
-	"idem"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // exampleStore opens a SQLite store in a new temporary directory and

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
-	"idem/internal/pgtest"
-	"idem/pgstore"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 var (

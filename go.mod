@@ -1,4 +1,4 @@
-module idem
+module github.com/idem-run/idem
 
 go 1.26.8
 

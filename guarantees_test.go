@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
 )
 
 type amountIn struct {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // failingOp is a keyed create whose handler fails as its name says:

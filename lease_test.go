@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // leaseOp is a keyed, idempotent write with one runtime retry; fn is its

@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"idem/canonical"
+	"github.com/idem-run/idem/canonical"
 )
 
 // Request is one call as a surface received it (SPEC §5 stage 1), in the

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func TestParseDryRun(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"idem/canonical"
+	"github.com/idem-run/idem/canonical"
 )
 
 // decodeInput builds the flat argument object from the path, the query and

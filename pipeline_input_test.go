@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
 )
 
 // valuesIn has a field of every kind the input rules treat apart.

@@ -12,7 +12,7 @@ import (
 	"regexp"
 	"strings"
 
-	"idem/internal/schema"
+	"github.com/idem-run/idem/internal/schema"
 )
 
 // A raw operation (DefineRaw) takes the HTTP request as the surface

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // TestRunnerReload: a call that resolved its operation finishes under the

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // A replay's Data is the first answer's byte for byte, whether it is made

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // BenchmarkKeyedCall measures the runner with a store and a trivial

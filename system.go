@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"idem/canonical"
+	"github.com/idem-run/idem/canonical"
 )
 
 // The runner's system calls: approvals (SPEC §8), executions and attempt

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // ListExecutions applies GetExecution's visibility: approvers see the org,

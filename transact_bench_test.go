@@ -14,11 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/internal/sqlitetest"
-	"idem/pgstore"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/internal/sqlitetest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // BenchmarkFirstExecution compares, in process and in parallel, a first

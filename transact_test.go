@@ -12,13 +12,13 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
-	"idem"
-	"idem/internal/fakeclock"
-	"idem/internal/pgtest"
-	"idem/internal/sqlitetest"
-	"idem/pgstore"
-	"idem/sqlitestore"
-	"idem/storetest"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/internal/sqlitetest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/sqlitestore"
+	"github.com/idem-run/idem/storetest"
 )
 
 // txEnv is a database on which transactional handlers write effects: its

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/url"
 
-	"idem/canonical"
+	"github.com/idem-run/idem/canonical"
 )
 
 func ExampleTransform() {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // CallOptions are the per-call choices of Call.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // testCatalog is a catalog with one operation per retry contract kind.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Catalog is the operations catalog (GET /v1/operations, SPEC §4).

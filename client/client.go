@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Defaults of the retry bounds (SPEC §10.3).

@@ -15,7 +15,7 @@ import (
 	"sort"
 	"time"
 
-	"idem/canonical"
+	"github.com/idem-run/idem/canonical"
 )
 
 // Entry is one task of the attempt journal: the key its first run minted

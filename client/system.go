@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/url"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Answer is the answer of a system route: the decoded data, and the

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // agreementTerms are the terms of an agreement (SPEC §12).

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/pgstore"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // testEnv is the demo on a real store, called through a real Runner.

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Backend is one backend binding: the origin a business's named backend

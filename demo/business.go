@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Business is one business of an org; its slug is unique in the org.

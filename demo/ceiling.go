@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // The ceiling route answers POST /v1/demo/ceiling like business.create

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // The commerce half of the reference application (SPEC §12): orders and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // callAs is env.call for a principal that has no demo token, and with the

@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
-	"idem"
-	"idem/internal/migrate"
-	"idem/internal/storeerr"
-	"idem/pgstore"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/migrate"
+	"github.com/idem-run/idem/internal/storeerr"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 //go:embed schema

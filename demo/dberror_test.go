@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // TestRefusedDataIsInternal: a statement the database refuses for its data

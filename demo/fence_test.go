@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // A refund commits only while its execution holds its lease: called with

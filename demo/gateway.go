@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"time"
 
-	"idem"
-	"idem/pgstore"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // The payment gateway simulator of SPEC §12. It models a real gateway that

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // limitView is a usage limit. Its identity is (subscription, subject);

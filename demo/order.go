@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // refundApprovalThreshold is the largest refund, in cents, that needs no

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Every list read answers one page (docs/demo.md, "Bounds"): at most

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // TestOrderRefundsBounded makes more refunds of one order than an order

@@ -6,7 +6,7 @@ import (
 	"encoding/base32"
 	"encoding/base64"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // platformOperations: businesses, backends, webhooks, tokens, auth

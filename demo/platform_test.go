@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/secretbox"
-	"idem/webhooksig"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/webhooksig"
 )
 
 func TestPlatformContracts(t *testing.T) {

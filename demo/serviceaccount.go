@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // The states of a service account.

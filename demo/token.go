@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Token is an API token as lists show it: never the token itself.

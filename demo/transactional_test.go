@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // transactionalOperations are the operations whose effects are rows of

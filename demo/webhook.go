@@ -14,8 +14,8 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
-	"idem/webhooksig"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/webhooksig"
 )
 
 // Webhook is a business's webhook endpoint as lists show it: never its

@@ -21,7 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem/internal/pgtest"
+	"github.com/idem-run/idem/internal/pgtest"
 )
 
 // cli runs the built idem binary as one agent: a server, a token and a

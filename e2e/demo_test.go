@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"idem/internal/pgtest"
+	"github.com/idem-run/idem/internal/pgtest"
 )
 
 // stores starts a demo server on each store kind.

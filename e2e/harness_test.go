@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "idem")
-	build := exec.Command("go", "build", "-o", binary, "idem/cmd/idem")
+	build := exec.Command("go", "build", "-o", binary, "github.com/idem-run/idem/cmd/idem")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build idem:", err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem/internal/pgtest"
+	"github.com/idem-run/idem/internal/pgtest"
 )
 
 // A PostgreSQL outage under a running server: requests fail closed with

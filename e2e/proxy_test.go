@@ -20,7 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"idem/internal/pgtest"
+	"github.com/idem-run/idem/internal/pgtest"
 )
 
 // The upstream of these tests is e2e/testdata/upstream/upstream.py, a

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"idem/internal/pgtest"
+	"github.com/idem-run/idem/internal/pgtest"
 )
 
 func TestServeStartsAnswersAndStopsGracefully(t *testing.T) {

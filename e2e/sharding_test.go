@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem"
-	"idem/demo"
-	"idem/internal/pgtest"
-	"idem/pgstore"
-	"idem/secretbox"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/secretbox"
 )
 
 // Sharding readiness (docs/SCALE.md): a distributed PostgreSQL such as

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"idem/webhooksig"
+	"github.com/idem-run/idem/webhooksig"
 )
 
 // A webhook trigger retried with the same key gives exactly one delivery

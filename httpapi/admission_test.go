@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // heldBody is a request body that blocks its first Read until released,

@@ -9,7 +9,7 @@ import (
 	"io"
 	"strings"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Authenticator turns a bearer token into a principal.

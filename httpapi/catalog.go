@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // DirectCLIOperations returns the CLI's own commands that change something

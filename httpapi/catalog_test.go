@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // updateGolden rewrites the golden files: go test ./httpapi -run Golden -update

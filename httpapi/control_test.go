@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // SPEC §6.4: control parameters are parsed strictly. A dryRun other than

@@ -18,11 +18,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"idem"
-	"idem/demo"
-	"idem/httpapi"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // fuzzTarget is the demo application's HTTP surface on SQLite, built once

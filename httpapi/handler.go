@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // DefaultMaxBodyBytes is the request body limit (1 MiB).

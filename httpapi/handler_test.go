@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/httpapi"
-	"idem/internal/fakeclock"
-	"idem/internal/pgtest"
-	"idem/pgstore"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // The server under test: a few operations of each contract kind behind a

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // OpenAPIVersion is the OpenAPI version of the document OpenAPI renders.

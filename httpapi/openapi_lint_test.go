@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/demo"
-	"idem/httpapi"
-	"idem/secretbox"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/secretbox"
 )
 
 // demoDescriptors are the descriptors of the reference application, as

@@ -12,7 +12,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 var catalogTestInfo = OpenAPIInfo{Title: "idem test", Version: "1.2.3"}

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/httpapi"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 )
 
 func TestCheckRoutes(t *testing.T) {

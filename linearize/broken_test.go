@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"sync"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Deliberately broken stores, to show that the checker has teeth: each

@@ -17,7 +17,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // workload shapes one history.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 var long = flag.Bool("long", false, "check more and longer histories (also IDEM_LONG=1)")

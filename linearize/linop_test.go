@@ -12,9 +12,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // the "sqlite" driver
 
-	"idem"
-	"idem/pgstore"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // lin.put is a test-only transactional operation (SPEC §6.7), so that the

@@ -21,8 +21,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"idem"
-	"idem/proxy"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/proxy"
 )
 
 // The path of idem proxy (SPEC §15): raw operations built by proxy.Build

@@ -9,13 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/demo"
-	"idem/httpapi"
-	"idem/internal/pgtest"
-	"idem/pgstore"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // cluster is the servers a history runs against, on one database.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // principalKey is the context key of the calling principal.

@@ -22,11 +22,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"idem"
-	"idem/httpapi"
-	"idem/mcpserver"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // failAfter bounds the waits for an event that must come.

@@ -12,8 +12,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"idem"
-	"idem/httpapi"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 )
 
 // HTTPOptions configure Handler.

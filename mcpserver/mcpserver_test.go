@@ -18,8 +18,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"idem"
-	"idem/mcpserver"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/mcpserver"
 )
 
 func TestToolsListMatchesGolden(t *testing.T) {

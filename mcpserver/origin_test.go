@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/httpapi"
-	"idem/mcpserver"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/mcpserver"
 )
 
 func TestNormalizeOrigin(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // The schemas of the reserved arguments.

@@ -25,8 +25,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"idem"
-	"idem/canonical"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/canonical"
 )
 
 // The arguments the MCP surface adds to a tool's input schema. The registry

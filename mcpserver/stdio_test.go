@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/mcpserver"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/mcpserver"
 )
 
 // eofSignal is a reader that closes reached when it returns io.EOF.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/mcpserver"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/mcpserver"
 )
 
 // fakeBackend serves fixed tools and answers nothing.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // MCP arguments go through the runner's input decode (SPEC §6.2): a NUL in

@@ -20,7 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Metric names: part of the operator contract, they never change.

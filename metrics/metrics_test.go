@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // counts is what one Report must move: the executions series it lands in

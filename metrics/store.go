@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Values of the result label of idem_store_duration_seconds. Any other idem

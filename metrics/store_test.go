@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"idem"
-	"idem/internal/sqlitetest"
-	"idem/sqlitestore"
-	"idem/storetest"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/sqlitetest"
+	"github.com/idem-run/idem/sqlitestore"
+	"github.com/idem-run/idem/storetest"
 )
 
 // fakeStore answers every method with err and a fixed result, and records

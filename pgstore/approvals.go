@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 const approvalColumns = `org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,

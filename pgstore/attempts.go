@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 const attemptColumns = `org, principal, key, operation, fingerprint, state, execution_id, fencing_token,

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/pgstore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
 )
 
 // Two instances whose own clocks are two minutes apart (-60 s and +60 s)

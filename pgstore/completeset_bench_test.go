@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/pgstore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
 )
 
 // BenchmarkCompleteSet measures what one batch of k completions costs as

@@ -6,9 +6,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/pgstore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
 )
 
 // poolWith opens a pool on url whose sessions run with synchronous_commit

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"idem/internal/storeerr"
+	"github.com/idem-run/idem/internal/storeerr"
 )
 
 // interpretError is the one translation from driver errors to what the

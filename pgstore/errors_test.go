@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/pgstore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
 )
 
 var internal = &idem.Error{Code: idem.CodeInternal}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // StartExecution consumes p.ApprovalID if set and starts an unkeyed

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem"
-	"idem/internal/groupcommit"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/groupcommit"
 )
 
 // PartitionSpan and PartitionsAhead let the tests compute the partitions

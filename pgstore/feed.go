@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // completedChannel is the NOTIFY channel Complete signals on, in the

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/pgstore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
 )
 
 // The completion of a watched record on one instance reaches the other

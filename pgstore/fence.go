@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // FenceIdleTimeout is how long a transaction holding a fence (CheckFence)

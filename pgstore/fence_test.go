@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem"
-	"idem/internal/fakeclock"
-	"idem/internal/pgtest"
-	"idem/pgstore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
 )
 
 // fenceEnv is one database with a store whose clock is the real one

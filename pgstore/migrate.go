@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem/internal/migrate"
+	"github.com/idem-run/idem/internal/migrate"
 )
 
 //go:embed migrations/*.up.sql

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem"
-	"idem/internal/pgtest"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
 )
 
 // TestTryReserveWritesNothingWithoutTheLock: while one transaction holds

@@ -28,8 +28,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"idem"
-	"idem/internal/groupcommit"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/groupcommit"
 )
 
 var _ idem.Store = (*Store)(nil)

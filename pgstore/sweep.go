@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // defaultBatchSize caps each sweep step when SweepParams.BatchSize is 0.

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 var _ idem.Transactor = (*Store)(nil)

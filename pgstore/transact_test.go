@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/pgtest"
-	"idem/pgstore"
-	"idem/storetest"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/storetest"
 )
 
 // A same-key request that only reads the key's completed record holds the

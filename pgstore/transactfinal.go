@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // A keyed transactional execution without an approval writes its record

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/httpapi"
-	"idem/proxy"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/proxy"
 )
 
 // doc30 wraps paths (YAML, indented two spaces) in a minimal OpenAPI 3.0

@@ -9,7 +9,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v4"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Overlay declares the contracts of operations whose document does not

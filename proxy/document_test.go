@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"idem/proxy"
+	"github.com/idem-run/idem/proxy"
 )
 
 // aliasBomb is YAML whose aliases expand to 9^10 strings.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // DefaultMaxStoredResponse bounds an upstream answer (1 MiB): one larger

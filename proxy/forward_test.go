@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/proxy"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/proxy"
 )
 
 // upstream is an httptest server that records what it received.

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
-	"idem/proxy"
-	"idem/secretbox"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/proxy"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 var agent = idem.Principal{Org: "acme", ID: "agent-1", Kind: idem.KindAgent}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"idem"
-	"idem/httpapi"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 )
 
 // Options shape the operations Build makes.

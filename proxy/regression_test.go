@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"idem"
-	"idem/proxy"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/proxy"
 )
 
 // TestReplayOfACompressedAnswer: the Forwarder passes the caller's

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/proxy"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/proxy"
 )
 
 // Fixes of the review of the proxy package: a strict extension, a

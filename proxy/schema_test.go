@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/proxy"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/proxy"
 )
 
 // input is one call of a schema row.

@@ -5,7 +5,7 @@
 #   e.g. scripts/test.sh -run Foo ./pgstore/
 #
 # Runs the gofmt check, go vet and `go test -race -count=1`. Packages are the
-# arguments that look like packages (., ./x, ../x, idem, idem/x); without any,
+# arguments that look like packages (., ./x, ../x, github.com/idem-run/idem, github.com/idem-run/idem/x); without any,
 # ./... is vetted and tested, then every fuzz target runs for 2 s (see the
 # end). Other arguments go to `go test` unchanged.
 #
@@ -31,7 +31,7 @@ die() {
 pkgs=()
 for a in "$@"; do
 	case $a in
-	. | ./* | .. | ../* | idem | idem/*) pkgs+=("$a") ;;
+	. | ./* | .. | ../* | github.com/idem-run/idem | github.com/idem-run/idem/*) pkgs+=("$a") ;;
 	esac
 done
 default_pkgs=()

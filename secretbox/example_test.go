@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"idem/secretbox"
+	"github.com/idem-run/idem/secretbox"
 )
 
 func ExampleNew() {

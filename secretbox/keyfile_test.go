@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"idem/secretbox"
+	"github.com/idem-run/idem/secretbox"
 )
 
 const header = "# idem secret key — keep private; first key seals, all keys open"

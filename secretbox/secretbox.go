@@ -25,7 +25,7 @@ import (
 	"errors"
 	"fmt"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"idem/secretbox"
+	"github.com/idem-run/idem/secretbox"
 )
 
 // testKey returns a key of 32 copies of b.

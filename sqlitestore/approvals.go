@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 const approvalColumns = `org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 const attemptColumns = `org, principal, key, operation, fingerprint, state, execution_id, fencing_token,

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // BenchmarkReserveComplete measures one keyed execution's two store

@@ -7,7 +7,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"idem/internal/storeerr"
+	"github.com/idem-run/idem/internal/storeerr"
 )
 
 // interpretError is the one place where driver errors become what the store

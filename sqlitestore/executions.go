@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // StartExecution implements idem.Store.

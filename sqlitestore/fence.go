@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // CheckFence makes an effect in the store's database conditional on the

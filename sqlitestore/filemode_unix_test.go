@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"idem"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // A new database file and its -wal and -shm files are 0600, whatever the

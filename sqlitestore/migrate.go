@@ -7,8 +7,8 @@ import (
 	"embed"
 	"fmt"
 
-	"idem"
-	"idem/internal/migrate"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/migrate"
 )
 
 //go:embed migrations/*.up.sql

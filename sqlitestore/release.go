@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Release implements idem.AttemptStore: the fenced delete and the

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
 )
 
 // Executions past the audit retention go oldest first, at most BatchSize

@@ -22,8 +22,8 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"idem"
-	"idem/internal/groupcommit"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/groupcommit"
 )
 
 // busyTimeout is how long a statement waits for another connection's lock

@@ -13,9 +13,9 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"idem"
-	"idem/internal/sqlitetest"
-	"idem/storetest"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/sqlitetest"
+	"github.com/idem-run/idem/storetest"
 )
 
 func TestConformance(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Sweep implements idem.Store. One IMMEDIATE transaction runs the bounded

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 var _ idem.Transactor = (*Store)(nil)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // A same-key request that only reads the key's completed record holds the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // An application's writes through Store.Write share the store's writer:

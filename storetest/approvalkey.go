@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // A keyed approval request answers with the key's attempt record when

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func ctx(t *testing.T) context.Context { return t.Context() }

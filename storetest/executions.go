@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func init() {

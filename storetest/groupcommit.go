@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func init() {

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func init() {

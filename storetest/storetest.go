@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/internal/fakeclock"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/fakeclock"
 )
 
 // Harness opens store instances on one fresh, empty database.

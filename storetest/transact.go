@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // The transactional path of SPEC §6.7: one transaction for the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"idem/webhooksig"
+	"github.com/idem-run/idem/webhooksig"
 )
 
 const (

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"slices"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // approvalsView is the inbox: pending approvals, or the history tab.

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // cookieName names the session cookie.

@@ -3,7 +3,7 @@ package webui
 import (
 	"net/http"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // catalog shows every operation's side effect and retry contract side by

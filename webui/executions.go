@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // executionsView is the explorer: filters and the matching executions.

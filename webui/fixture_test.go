@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"idem"
-	"idem/httpapi"
-	"idem/internal/fakeclock"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 var (

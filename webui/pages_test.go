@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 var decideButton = regexp.MustCompile(`<button type="submit" name="decision" value="(approve|reject)"`)

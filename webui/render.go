@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 //go:embed templates/*.html

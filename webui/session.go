@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // session is one signed-in browser. Its id lives only in the cookie; the

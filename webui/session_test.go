@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"idem/internal/fakeclock"
+	"github.com/idem-run/idem/internal/fakeclock"
 )
 
 func TestSessionsExpire(t *testing.T) {

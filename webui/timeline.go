@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // step is one line of an execution's timeline.

@@ -13,8 +13,8 @@ import (
 	"net/http"
 	"time"
 
-	"idem"
-	"idem/httpapi"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 )
 
 // Prefix is where the console is mounted.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func (m Main) approvalsCommand() *cobra.Command {

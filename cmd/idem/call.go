@@ -15,9 +15,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem"
-	"idem/canonical"
-	"idem/client"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/canonical"
+	"github.com/idem-run/idem/client"
 )
 
 // callOptions are the flags of idem call.

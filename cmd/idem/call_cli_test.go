@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"idem/client"
+	"github.com/idem-run/idem/client"
 )
 
 // cliCatalog is a small catalog: one same_key_replay write, its fresh_read

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func (m Main) executionsCommand() *cobra.Command {

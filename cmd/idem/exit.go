@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"idem"
-	"idem/client"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/client"
 )
 
 // Exit codes of the commands that talk to a server (SPEC §10.3), beyond

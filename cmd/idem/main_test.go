@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"idem"
-	"idem/internal/pgtest"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/pgtest"
 )
 
 // run runs idem with args and an empty environment except env.

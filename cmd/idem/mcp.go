@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"idem/mcpserver"
+	"github.com/idem-run/idem/mcpserver"
 )
 
 // mcpOptions are the flags of idem mcp.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"idem"
-	"idem/httpapi"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // mcpTestServer is an HTTP API with one same-key operation, for idem mcp

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 func (m Main) migrateCommand() *cobra.Command {

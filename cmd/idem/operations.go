@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem/client"
+	"github.com/idem-run/idem/client"
 )
 
 func (m Main) operationsCommand() *cobra.Command {

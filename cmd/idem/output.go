@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem"
-	"idem/client"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/client"
 )
 
 // defaultServer is the server the commands talk to without --server or

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem"
-	"idem/proxy"
-	"idem/secretbox"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/proxy"
+	"github.com/idem-run/idem/secretbox"
 )
 
 // proxyOptions are the flags of idem proxy (SPEC §15) besides those it

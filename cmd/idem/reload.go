@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"idem"
-	"idem/httpapi"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 )
 
 // swappable is an http.Handler that a reload replaces at once: a request

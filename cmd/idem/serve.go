@@ -17,15 +17,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"idem"
-	"idem/demo"
-	"idem/httpapi"
-	"idem/mcpserver"
-	"idem/metrics"
-	"idem/pgstore"
-	"idem/secretbox"
-	"idem/sqlitestore"
-	"idem/webui"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/metrics"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/sqlitestore"
+	"github.com/idem-run/idem/webui"
 )
 
 // serveOptions are the flags of idem serve (SPEC §10.3).

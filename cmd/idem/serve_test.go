@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's concurrent writes.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"strings"
 
-	"idem"
-	"idem/pgstore"
-	"idem/sqlitestore"
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // defaultStore is the store idem uses when neither --store nor IDEM_STORE

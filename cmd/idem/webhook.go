@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"idem/webhooksig"
+	"github.com/idem-run/idem/webhooksig"
 )
 
 // maxDeliveryBody bounds what the receiver reads of one delivery.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"idem/webhooksig"
+	"github.com/idem-run/idem/webhooksig"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the listener's goroutines.

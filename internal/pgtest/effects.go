@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
-	"idem/storetest"
+	"github.com/idem-run/idem/storetest"
 )
 
 // EffectsDB creates the storetest effects table in the database at url

@@ -8,7 +8,7 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
-	"idem/storetest"
+	"github.com/idem-run/idem/storetest"
 )
 
 // Effect writes an effect called name through tx (a *sql.Tx on the

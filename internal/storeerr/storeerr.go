@@ -10,7 +10,7 @@ import (
 	"errors"
 	"fmt"
 
-	"idem"
+	"github.com/idem-run/idem"
 )
 
 // Refused reports whether err is a statement the database refused because
