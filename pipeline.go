@@ -105,6 +105,7 @@ type execution struct {
 	op          *compiled
 	start       time.Time
 	key         string // the valid idempotency key, "" when unkeyed
+	opaque      string // a raw operation's body media type when not JSON (opaqueBody)
 	dryRun      bool   // the request asks for a preview
 	fingerprint string
 	executionID string
@@ -163,7 +164,8 @@ func (x *execution) run(ctx context.Context) Result {
 		return x.fail(aerr)
 	}
 	defer releaseInput()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaqueBody()})
+	x.opaque = x.opaqueBody()
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque})
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no

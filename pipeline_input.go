@@ -40,10 +40,10 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	// The body is read in its strict canonical form (SPEC §6.2): what is
 	// validated and decoded is what the fingerprint hashes, and every value
 	// is one that a store can hold.
-	if mt := x.opaqueBody(); mt != "" && slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "body" }) {
+	if mt := x.opaque; mt != "" && slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "body" }) {
 		bad("", "the body is %s, but this operation's body is a JSON object: send it as JSON with Content-Type: application/json", mt)
 	}
-	if body := bytes.TrimSpace(x.req.Body); len(body) > 0 && x.opaqueBody() == "" {
+	if body := bytes.TrimSpace(x.req.Body); len(body) > 0 && x.opaque == "" {
 		canon, err := canonical.TransformStrict(body)
 		var se *canonical.SyntaxError
 		switch {
