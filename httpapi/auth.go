@@ -2,25 +2,19 @@ package httpapi
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/idem-run/idem"
 )
 
-// Authenticator turns a bearer token into a principal.
-type Authenticator interface {
-	// Authenticate returns the token's principal, or an error when the
-	// token is unknown.
-	Authenticate(ctx context.Context, token string) (idem.Principal, error)
-}
-
-// Tokens is an Authenticator over a fixed set of tokens. It keeps only the
-// tokens' SHA-256 hashes, never the tokens.
+// Tokens is an idem.Authenticator over a fixed set of bearer tokens (the
+// tokens file, the demo tokens). It keeps only the tokens' SHA-256 hashes,
+// never the tokens.
 type Tokens struct {
 	byHash map[[sha256.Size]byte]idem.Principal
 }
@@ -42,11 +36,19 @@ func (t *Tokens) Add(token string, p idem.Principal) {
 // Len returns how many tokens the set accepts.
 func (t *Tokens) Len() int { return len(t.byHash) }
 
-// Authenticate implements Authenticator.
-func (t *Tokens) Authenticate(_ context.Context, token string) (idem.Principal, error) {
+var _ idem.Authenticator = (*Tokens)(nil)
+
+// Authenticate implements idem.Authenticator: the request's bearer token
+// must be one of the set's. An unknown token is Unrecognized, so that a
+// chain may ask another authenticator (JWTs).
+func (t *Tokens) Authenticate(r *http.Request) (idem.Principal, error) {
+	token, err := idem.BearerToken(r)
+	if err != nil {
+		return idem.Principal{}, err
+	}
 	p, ok := t.byHash[sha256.Sum256([]byte(token))]
-	if !ok || token == "" {
-		return idem.Principal{}, idem.Errorf(idem.CodeUnauthenticated, "the bearer token is not known; send a valid token as Authorization: Bearer <token>")
+	if !ok {
+		return idem.Principal{}, idem.Unrecognized(idem.Errorf(idem.CodeUnauthenticated, "the bearer token is not known; send a valid token as Authorization: Bearer <token>"))
 	}
 	return p, nil
 }
@@ -85,14 +87,4 @@ func ReadTokensFile(r io.Reader) (*Tokens, error) {
 		t.byHash[[sha256.Size]byte(sum)] = p
 	}
 	return t, sc.Err()
-}
-
-// bearer returns the token of an Authorization: Bearer header.
-func bearer(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
 }

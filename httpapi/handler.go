@@ -30,7 +30,7 @@ type Config struct {
 	Runner *idem.Runner
 	// Store answers readiness probes (GET /readyz).
 	Store idem.Store
-	Auth  Authenticator
+	Auth  idem.Authenticator
 	// Metrics serves GET /metrics; the route is absent when nil.
 	Metrics http.Handler
 	// MaxBodyBytes limits request bodies; DefaultMaxBodyBytes when 0.
@@ -270,30 +270,31 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 	}
 }
 
-// authenticate answers 401 unless the request carries one Authorization
-// header with a known bearer token.
+// authenticate answers 401 unless the configured authenticator accepts
+// the request. The challenge names the bearer scheme, with
+// error="invalid_token" when the request sent credentials.
 func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Principal, bool) {
-	if n := len(r.Header.Values("Authorization")); n > 1 {
-		resp := idem.ErrorResult(idem.Errorf(idem.CodeUnauthenticated, "the request has %d Authorization headers; send exactly one, Authorization: Bearer <token>", n), nil)
-		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_request"`)
-		write(w, resp)
-		return idem.Principal{}, false
-	}
-	token, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
-		resp := idem.ErrorResult(idem.Errorf(idem.CodeUnauthenticated, "send a token as Authorization: Bearer <token>"), nil)
-		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem"`)
-		write(w, resp)
-		return idem.Principal{}, false
-	}
-	p, err := h.cfg.Auth.Authenticate(r.Context(), token)
+	p, err := h.cfg.Auth.Authenticate(r)
 	if err != nil {
 		resp := idem.ErrorResult(err, nil)
-		resp.Header.Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_token"`)
+		resp.Header.Set("WWW-Authenticate", Challenge(r))
 		write(w, resp)
 		return idem.Principal{}, false
 	}
 	return p, true
+}
+
+// Challenge is the WWW-Authenticate value of a 401 answered to r (RFC
+// 6750 §3): error="invalid_request" for several Authorization headers,
+// error="invalid_token" for one the authenticator refused.
+func Challenge(r *http.Request) string {
+	switch n := len(r.Header.Values("Authorization")); {
+	case n > 1:
+		return `Bearer realm="idem", error="invalid_request"`
+	case n == 1:
+		return `Bearer realm="idem", error="invalid_token"`
+	}
+	return `Bearer realm="idem"`
 }
 
 func (h *handler) authed(fn func(http.ResponseWriter, *http.Request, idem.Principal)) http.HandlerFunc {

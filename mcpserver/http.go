@@ -33,7 +33,7 @@ type HTTPOptions struct {
 // HTTPHandler serves streamable HTTP MCP (at /mcp of idem serve) behind
 // the HTTP API's bearer-token auth.
 type HTTPHandler struct {
-	authn   httpapi.Authenticator
+	authn   idem.Authenticator
 	next    http.Handler
 	origins map[string]bool // AllowedOrigins, normalized
 
@@ -56,6 +56,10 @@ const callerExtra = "idem.caller"
 // callerKey is the request-context key of the caller.
 type callerKey struct{}
 
+// authenticatedStandIn is the bearer token the SDK's middleware sees once
+// authn has accepted a request.
+const authenticatedStandIn = "idem-authenticated"
+
 // tokenLifetime stands in for the expiry the SDK wants on a token: idem
 // tokens do not expire, and every request is authenticated anew.
 const tokenLifetime = 24 * time.Hour
@@ -64,12 +68,12 @@ const tokenLifetime = 24 * time.Hour
 // Origin header is neither absent, nor the server's own origin, nor one of
 // opts.AllowedOrigins is refused first (403 FORBIDDEN), as the MCP
 // transport requires against DNS rebinding. Every other request needs
-// a bearer token that authn knows (else 401 with the UNAUTHENTICATED
+// authn to accept it (else 401 with the UNAUTHENTICATED
 // problem object, as on the HTTP API); a session stays with the principal
 // that opened it. Tool handlers get the principal in their context
 // (PrincipalFrom) and, for unkeyed calls, are cancelled when the client
 // drops the request's stream.
-func Handler(srv *mcp.Server, authn httpapi.Authenticator, opts HTTPOptions) *HTTPHandler {
+func Handler(srv *mcp.Server, authn idem.Authenticator, opts HTTPOptions) *HTTPHandler {
 	if opts.SessionTimeout == 0 {
 		opts.SessionTimeout = 30 * time.Minute
 	}
@@ -125,25 +129,26 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer context.AfterFunc(h.draining, cancel)()
 	}
 	c := &caller{principal: p, stream: r.Context()}
-	h.next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, callerKey{}, c)))
+	// The SDK's bearer middleware pins sessions to the principal; it
+	// needs a bearer header, which the caller's credentials need not be
+	// (a client certificate, a gateway's header). It gets a stand-in: the
+	// caller's own credentials go no further than authn.
+	r = r.WithContext(context.WithValue(ctx, callerKey{}, c))
+	r.Header = r.Header.Clone()
+	r.Header.Set("Authorization", "Bearer "+authenticatedStandIn)
+	h.next.ServeHTTP(w, r)
 }
 
 // Drain ends the standalone event streams (GET) and keeps ending new ones;
 // calls in flight finish. Register it with http.Server.RegisterOnShutdown.
 func (h *HTTPHandler) Drain() { h.drain() }
 
-// authenticate answers 401 with the HTTP API's problem object unless the
-// request carries a bearer token authn knows.
+// authenticate answers 401 with the HTTP API's problem object unless
+// authn accepts the request.
 func (h *HTTPHandler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Principal, bool) {
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !strings.EqualFold(scheme, "Bearer") || token == "" {
-		unauthorized(w, idem.Errorf(idem.CodeUnauthenticated, "send a token as Authorization: Bearer <token>"), `Bearer realm="idem"`)
-		return idem.Principal{}, false
-	}
-	p, err := h.authn.Authenticate(r.Context(), token)
+	p, err := h.authn.Authenticate(r)
 	if err != nil {
-		unauthorized(w, err, `Bearer realm="idem", error="invalid_token"`)
+		unauthorized(w, err, httpapi.Challenge(r))
 		return idem.Principal{}, false
 	}
 	return p, true

@@ -114,7 +114,7 @@ func (c *console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	view := signinView{Next: safeNext(r.PostFormValue("next"))}
-	p, err := c.cfg.Auth.Authenticate(r.Context(), strings.TrimSpace(r.PostFormValue("token")))
+	p, err := c.cfg.Auth.Authenticate(withBearer(r, strings.TrimSpace(r.PostFormValue("token"))))
 	if err != nil {
 		view.Error = idem.Errorf(idem.CodeUnauthenticated, "that token is not known; paste a token issued to you")
 		c.render(w, r, http.StatusUnauthorized, "signin", nil, view)
@@ -148,4 +148,16 @@ func safeNext(next string) string {
 		return "/ui/approvals"
 	}
 	return next
+}
+
+// withBearer is r as the API's authenticator sees a call with token: the
+// typed token as its only credential (the console's own cookie and form
+// are not credentials of the API).
+func withBearer(r *http.Request, token string) *http.Request {
+	r = r.Clone(r.Context())
+	r.Header = http.Header{}
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	return r
 }

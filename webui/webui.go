@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
-	"github.com/idem-run/idem/httpapi"
 )
 
 // Prefix is where the console is mounted.
@@ -30,7 +29,7 @@ const (
 type Config struct {
 	Runner *idem.Runner
 	// Auth resolves the token typed at sign-in; the API's authenticator.
-	Auth httpapi.Authenticator
+	Auth idem.Authenticator
 	// Clock tells the time for session expiry; idem.SystemClock when nil.
 	Clock idem.Clock
 	// IdleTimeout ends a session unused this long; AbsoluteTimeout ends
