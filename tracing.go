@@ -99,6 +99,10 @@ func (x *execution) startCall(ctx context.Context) (context.Context, trace.Span)
 
 // endCall ends a call's span with its answer.
 func (x *execution) endCall(span trace.Span, resp Result) {
+	if !span.IsRecording() {
+		span.End() // sampled out, or a no-op provider: nothing to build
+		return
+	}
 	outcome, attempts := outcomeSucceeded, x.attempts
 	switch {
 	case resp.Replayed:
@@ -169,6 +173,7 @@ func (x *execution) startAttempt(ctx context.Context, call *Call) (context.Conte
 // is the server's (5xx).
 func (x *execution) endAttempt(span trace.Span, out any, err error) {
 	switch {
+	case !span.IsRecording():
 	case err != nil:
 		e := classify(x.op.meta, err)
 		span.SetAttributes(attrCode.String(string(e.Code)), attrStatus.Int(e.Status))
@@ -213,7 +218,7 @@ func endNothing(error) {}
 // expects (no record, a record or an approval in the way) are results; any
 // other error is a failure, by its code.
 func endStore(span trace.Span, err error) {
-	if err != nil {
+	if err != nil && span.IsRecording() {
 		result, failed := storeResult(err)
 		span.SetAttributes(attrStoreResult.String(result))
 		if failed {
