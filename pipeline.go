@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -84,7 +85,9 @@ func (r *Runner) Call(ctx context.Context, req Request) Result {
 		resp.Header.Set(HeaderExecutionID, x.executionID)
 	}
 	took := r.cfg.Clock.Now().Sub(start)
-	x.log(resp, took)
+	if r.logs(resp) {
+		x.log(resp, took)
+	}
 	if r.cfg.Observe != nil {
 		rep := Report{Operation: req.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
 		if !resp.Replayed {
@@ -347,6 +350,23 @@ func (x *execution) log(resp Result, took time.Duration) {
 		level = slog.LevelWarn
 	}
 	x.r.cfg.Logger.Log(context.Background(), level, "execution", attrs...)
+}
+
+// logs reports whether resp gets its log line: not when the logger drops
+// the line's level (nothing is built then), and for a successful replay
+// only at RunnerConfig.ReplayLogRate.
+func (r *Runner) logs(resp Result) bool {
+	level := slog.LevelInfo
+	if resp.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	if !r.cfg.Logger.Enabled(context.Background(), level) {
+		return false
+	}
+	if rate := r.cfg.ReplayLogRate; resp.Replayed && resp.Problem == nil && rate != 0 {
+		return rate > 0 && (rate >= 1 || mrand.Float64() < rate)
+	}
+	return true
 }
 
 // jsonValue marshals v, for building inputs and outputs.

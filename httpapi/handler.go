@@ -36,6 +36,9 @@ type Config struct {
 	// MaxBodyBytes limits request bodies; DefaultMaxBodyBytes when 0.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// BasePath is the prefix the handler is mounted under, with
+	// http.StripPrefix ("" at the root): the OpenAPI document's server URL.
+	BasePath string
 	// Version names the API in the OpenAPI document.
 	Version string
 	// Routes are extra authenticated routes ("GET /v1/demo/…"), answered
@@ -66,7 +69,7 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	descs := cfg.Runner.Descriptors()
 	h := &handler{
@@ -77,7 +80,7 @@ func NewHandler(cfg Config) http.Handler {
 		h.catalog = CatalogWith(descs, nil)
 	}
 	if h.openapi == nil {
-		h.openapi = OpenAPI(descs, OpenAPIInfo{Title: "idem", Version: cfg.Version})
+		h.openapi = OpenAPI(descs, OpenAPIInfo{Title: "idem", Version: cfg.Version, ServerURL: cfg.BasePath})
 	}
 	for _, d := range descs {
 		if slices.Contains(d.Surfaces, idem.SurfaceHTTP) {
