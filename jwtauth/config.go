@@ -1,7 +1,6 @@
 package jwtauth
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -195,44 +194,60 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// ConfigError is a field of Config that cannot work. Its Error is the
+// field's name followed by Problem, so that a command line can name its
+// flag instead (--jwks-url for JWKSURL).
+type ConfigError struct {
+	Field   string // JWKSURL, Issuer, Audience, Algorithms, Leeway, RefreshInterval, MinRefreshInterval, FetchTimeout, Claims.DefaultKind
+	Problem string // "is required: …", "\"HS256\" is not one of …"
+}
+
+func (e *ConfigError) Error() string { return e.Field + " " + e.Problem }
+
+func configErrorf(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
 // validate reports the first field of c (after WithDefaults) that cannot
-// work, by name.
+// work, as a *ConfigError.
 func (c Config) validate() error {
 	if c.JWKSURL == "" {
-		return errors.New("JWKSURL is required: the issuer's key set URL (its OpenID configuration's jwks_uri)")
+		return configErrorf("JWKSURL", "is required: the URL of the issuer's key set (jwks_uri in its /.well-known/openid-configuration)")
 	}
 	u, err := url.Parse(c.JWKSURL)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("JWKSURL %q is not an absolute URL", c.JWKSURL)
+		return configErrorf("JWKSURL", "%q is not an absolute URL", c.JWKSURL)
 	}
 	switch {
 	case u.Scheme == "https":
 	case u.Scheme == "http" && isLoopback(u.Hostname()):
 	default:
-		return fmt.Errorf("JWKSURL %q must be https (http only on a loopback host): keys fetched in the clear can be swapped on the way", c.JWKSURL)
+		return configErrorf("JWKSURL", "%q must be https (http only on a loopback host): keys fetched in the clear can be swapped on the way", c.JWKSURL)
 	}
 	if c.Issuer == "" {
-		return errors.New("Issuer is required: the iss claim the issuer's tokens carry")
+		return configErrorf("Issuer", "is required: the iss claim of the issuer's tokens (without it, another issuer signing with keys of a shared key set would be accepted)")
 	}
 	if c.Audience == "" {
-		return errors.New("Audience is required: the aud claim tokens for this server carry")
+		return configErrorf("Audience", "is required: the aud claim of tokens meant for this server (without it, a token the issuer minted for another service would be accepted)")
 	}
 	for _, alg := range c.Algorithms {
 		if !slices.Contains(SupportedAlgorithms, alg) {
-			return fmt.Errorf("Algorithms: %q is not one of %s (HMAC and none cannot be verified with a public key set)", alg, strings.Join(SupportedAlgorithms, ", "))
+			return configErrorf("Algorithms", "%q is not one of %s (HMAC and none cannot be verified with a public key set)", alg, strings.Join(SupportedAlgorithms, ", "))
 		}
 	}
 	if c.Leeway > MaxLeeway {
-		return fmt.Errorf("Leeway %s is more than %s", c.Leeway, MaxLeeway)
+		return configErrorf("Leeway", "%s is more than %s", c.Leeway, MaxLeeway)
 	}
-	if c.RefreshInterval < 0 || c.MinRefreshInterval < 0 || c.FetchTimeout < 0 {
-		return fmt.Errorf("RefreshInterval %s, MinRefreshInterval %s and FetchTimeout %s must be positive", c.RefreshInterval, c.MinRefreshInterval, c.FetchTimeout)
+	for name, d := range map[string]time.Duration{"RefreshInterval": c.RefreshInterval, "MinRefreshInterval": c.MinRefreshInterval, "FetchTimeout": c.FetchTimeout} {
+		if d < 0 {
+			return configErrorf(name, "%s must be positive", d)
+		}
 	}
 	if c.MinRefreshInterval > c.RefreshInterval {
-		return fmt.Errorf("MinRefreshInterval %s is more than RefreshInterval %s", c.MinRefreshInterval, c.RefreshInterval)
+		return configErrorf("MinRefreshInterval", "%s is more than RefreshInterval %s", c.MinRefreshInterval, c.RefreshInterval)
 	}
 	if !validKind(c.Claims.DefaultKind) {
-		return fmt.Errorf("Claims.DefaultKind %q is not one of %s", c.Claims.DefaultKind, kindList)
+		return configErrorf("Claims.DefaultKind", "%q is not one of %s", c.Claims.DefaultKind, kindList)
 	}
 	return nil
 }

@@ -32,7 +32,9 @@ func TestHTTPAPI(t *testing.T) {
 	tokens := httpapi.NewTokens(map[string]idem.Principal{"t-agent": {Org: "acme", ID: "agent-1", Kind: idem.KindAgent}})
 
 	whoami := idem.Define(idem.Metadata{Name: "whoami.show", Method: "GET", Path: "/v1/whoami", Summary: "Who am I", SideEffect: idem.SideEffectRead},
-		func(ctx context.Context, call *idem.Call, _ whoamiIn) (idem.Principal, error) { return call.Principal, nil })
+		func(ctx context.Context, call *idem.Call, _ whoamiIn) (idem.Principal, error) {
+			return call.Principal, nil
+		})
 	reg, err := idem.NewRegistry(whoami)
 	if err != nil {
 		t.Fatal(err)

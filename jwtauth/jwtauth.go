@@ -55,7 +55,7 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 		a.algs = append(a.algs, jose.SignatureAlgorithm(alg))
 	}
 	if err := a.keys.refreshNow(ctx); err != nil {
-		return nil, fmt.Errorf("jwtauth: %w", err)
+		return nil, err // names the URL and what went wrong
 	}
 	return a, nil
 }

@@ -216,6 +216,7 @@ func refused(t *testing.T, token string, err error, want ...string) {
 	if idem.IsUnrecognized(err) {
 		t.Fatalf("a JWT refused is marked unrecognized (a chain would ask the next authenticator): %v", err)
 	}
+	t.Logf("refused: %s", e.Message)
 	for _, w := range want {
 		if !strings.Contains(e.Message, w) {
 			t.Fatalf("message %q does not say %q", e.Message, w)
@@ -621,10 +622,10 @@ func TestNewRefuses(t *testing.T) {
 		{"http elsewhere", func(c *jwtauth.Config) { c.JWKSURL = "http://login.example.com/jwks" }, "must be https"},
 		{"no issuer", func(c *jwtauth.Config) { c.Issuer = "" }, "Issuer is required"},
 		{"no audience", func(c *jwtauth.Config) { c.Audience = "" }, "Audience is required"},
-		{"HS256", func(c *jwtauth.Config) { c.Algorithms = []string{"RS256", "HS256"} }, `Algorithms: "HS256" is not one of`},
-		{"none", func(c *jwtauth.Config) { c.Algorithms = []string{"none"} }, `Algorithms: "none" is not one of`},
+		{"HS256", func(c *jwtauth.Config) { c.Algorithms = []string{"RS256", "HS256"} }, `Algorithms "HS256" is not one of`},
+		{"none", func(c *jwtauth.Config) { c.Algorithms = []string{"none"} }, `Algorithms "none" is not one of`},
 		{"leeway", func(c *jwtauth.Config) { c.Leeway = time.Hour }, "Leeway 1h0m0s is more than 5m0s"},
-		{"refresh", func(c *jwtauth.Config) { c.RefreshInterval, c.MinRefreshInterval = time.Second, 10 * time.Second }, "MinRefreshInterval 10s is more than RefreshInterval 1s"},
+		{"refresh", func(c *jwtauth.Config) { c.RefreshInterval, c.MinRefreshInterval = time.Second, 10*time.Second }, "MinRefreshInterval 10s is more than RefreshInterval 1s"},
 		{"default kind", func(c *jwtauth.Config) { c.Claims.DefaultKind = "robot" }, `Claims.DefaultKind "robot"`},
 		{"unreachable", func(c *jwtauth.Config) { c.JWKSURL = downURL + "/jwks" }, "the key set at " + downURL + "/jwks cannot be fetched"},
 		{"not found", func(c *jwtauth.Config) { c.JWKSURL = notFound.URL + "/missing" }, "answered 404 Not Found, not 200 OK"},
