@@ -54,7 +54,7 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 	for _, alg := range cfg.Algorithms {
 		a.algs = append(a.algs, jose.SignatureAlgorithm(alg))
 	}
-	if err := a.keys.refreshNow(ctx); err != nil {
+	if _, err := a.keys.refreshNow(ctx); err != nil {
 		return nil, err // names the URL and what went wrong
 	}
 	return a, nil
@@ -150,6 +150,8 @@ func (a *Authenticator) validate(c jwt.Claims) error {
 		return nil
 	case errors.Is(err, jwt.ErrInvalidIssuer):
 		return refuse(err, "the token's issuer (iss) is %s, not %s; get a token from %s", quote(c.Issuer), quote(a.cfg.Issuer), a.cfg.Issuer)
+	case errors.Is(err, jwt.ErrInvalidAudience) && len(c.Audience) == 0:
+		return refuse(err, "the token has no audience (aud); get a token for audience %s", a.cfg.Audience)
 	case errors.Is(err, jwt.ErrInvalidAudience):
 		return refuse(err, "the token's audience (aud) %s does not include %s; get a token for audience %s", quoteList(c.Audience), quote(a.cfg.Audience), a.cfg.Audience)
 	case errors.Is(err, jwt.ErrNotValidYet):

@@ -165,15 +165,16 @@ func fits(k jose.JSONWebKey, alg string) bool {
 }
 
 // refreshNow fetches the key set unless another fetch happened less than
-// minRefresh ago (then it returns that fetch's error). Concurrent callers
-// share one fetch.
-func (s *keySet) refreshNow(ctx context.Context) error {
-	_, err, _ := s.group.Do("", func() (any, error) {
+// minRefresh ago. It reports whether it fetched (or joined a concurrent
+// fetch), and the error of the last fetch. Concurrent callers share one
+// fetch.
+func (s *keySet) refreshNow(ctx context.Context) (fetched bool, err error) {
+	v, err, _ := s.group.Do("", func() (any, error) {
 		s.mu.Lock()
-		if !s.attempted.IsZero() && s.now().Sub(s.attempted) < s.minRefresh {
+		if s.limited() {
 			err := s.lastErr
 			s.mu.Unlock()
-			return nil, err
+			return false, err
 		}
 		s.mu.Unlock()
 		keys, err := s.fetch(ctx)
@@ -184,24 +185,31 @@ func (s *keySet) refreshNow(ctx context.Context) error {
 		if err == nil {
 			s.keys, s.fetched = keys, s.attempted
 		}
-		return nil, err
+		return true, err
 	})
-	return err
+	return v.(bool), err
+}
+
+// limited reports whether the last fetch is too recent for another; s.mu
+// is held.
+func (s *keySet) limited() bool {
+	return !s.attempted.IsZero() && s.now().Sub(s.attempted) < s.minRefresh
 }
 
 // current returns the cached keys, refreshed first when they are older
-// than refresh. A failed refresh keeps the keys it had: an issuer's
-// outage does not refuse tokens signed with keys already known.
-func (s *keySet) current(ctx context.Context) []jose.JSONWebKey {
+// than refresh (then refetched is true). A failed refresh keeps the keys
+// it had: an issuer's outage does not refuse tokens signed with keys
+// already known.
+func (s *keySet) current(ctx context.Context) (keys []jose.JSONWebKey, refetched bool, err error) {
 	s.mu.Lock()
-	stale := s.now().Sub(s.fetched) >= s.refresh && s.now().Sub(s.attempted) >= s.minRefresh
+	stale := s.now().Sub(s.fetched) >= s.refresh && !s.limited()
 	s.mu.Unlock()
 	if stale {
-		_ = s.refreshNow(ctx)
+		refetched, err = s.refreshNow(ctx)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys
+	return s.keys, refetched, err
 }
 
 // lookupError is why no key verifies a token, in the caller's terms.
@@ -217,25 +225,33 @@ func (e *lookupError) Unwrap() error { return e.err }
 // the cached set lacks refetches the set (the issuer may have rotated its
 // keys), at most once per minRefresh.
 func (s *keySet) lookup(ctx context.Context, kid, alg string) (jose.JSONWebKey, error) {
-	k, found, err := pick(s.current(ctx), kid, alg)
+	keys, refetched, fetchErr := s.current(ctx)
+	k, found, err := pick(keys, kid, alg)
 	if found || err != nil {
 		return k, err
 	}
-	fetchErr := s.refreshNow(ctx)
+	if !refetched {
+		refetched, fetchErr = s.refreshNow(ctx)
+		s.mu.Lock()
+		keys = s.keys
+		s.mu.Unlock()
+		if k, found, err = pick(keys, kid, alg); found || err != nil {
+			return k, err
+		}
+	}
 	s.mu.Lock()
-	keys := s.keys
+	fetched, next := s.fetched, s.attempted.Add(s.minRefresh)
 	s.mu.Unlock()
-	k, found, err = pick(keys, kid, alg)
-	if found || err != nil {
-		return k, err
-	}
 	if kid == "" {
 		return k, &lookupError{msg: fmt.Sprintf("no key of the issuer's key set signs with alg=%s", alg), err: fetchErr}
 	}
 	msg := fmt.Sprintf("the token's key id kid=%s is not in the issuer's key set", quote(kid))
-	if fetchErr != nil {
-		msg += " (the key set could not be refreshed; try again later)"
-	} else {
+	switch {
+	case fetchErr != nil:
+		msg += fmt.Sprintf(" as fetched at %s: the key set could not be fetched again; retry after %s", stamp(fetched), stamp(next))
+	case !refetched:
+		msg += fmt.Sprintf(" as fetched at %s; if the issuer rotated its keys since, retry after %s, else get a new token from the issuer", stamp(fetched), stamp(next))
+	default:
 		msg += "; get a new token from the issuer"
 	}
 	return k, &lookupError{msg: msg, err: fetchErr}
