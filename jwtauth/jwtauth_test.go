@@ -45,7 +45,7 @@ type signingKey struct {
 	priv any
 }
 
-func rsaKey(t *testing.T, kid string) signingKey {
+func rsaKey(t testing.TB, kid string) signingKey {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -54,7 +54,7 @@ func rsaKey(t *testing.T, kid string) signingKey {
 	return signingKey{kid: kid, alg: jose.RS256, priv: k}
 }
 
-func ecKey(t *testing.T, kid string) signingKey {
+func ecKey(t testing.TB, kid string) signingKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -63,7 +63,7 @@ func ecKey(t *testing.T, kid string) signingKey {
 	return signingKey{kid: kid, alg: jose.ES256, priv: k}
 }
 
-func edKey(t *testing.T, kid string) signingKey {
+func edKey(t testing.TB, kid string) signingKey {
 	t.Helper()
 	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -80,7 +80,7 @@ func (k signingKey) public() jose.JSONWebKey {
 
 // sign serializes claims as a JWT signed with k (kid in the header unless
 // k.kid is empty).
-func (k signingKey) sign(t *testing.T, claims map[string]any) string {
+func (k signingKey) sign(t testing.TB, claims map[string]any) string {
 	t.Helper()
 	opts := (&jose.SignerOptions{}).WithType("JWT")
 	var key any = k.priv
@@ -100,7 +100,7 @@ func (k signingKey) sign(t *testing.T, claims map[string]any) string {
 
 // signRaw signs payload as it is, to send claims a JWT library would not
 // build.
-func signRaw(t *testing.T, k signingKey, payload string) string {
+func signRaw(t testing.TB, k signingKey, payload string) string {
 	t.Helper()
 	s, err := jose.NewSigner(jose.SigningKey{Algorithm: k.alg, Key: jose.JSONWebKey{Key: k.priv, KeyID: k.kid}}, nil)
 	if err != nil {
@@ -127,7 +127,7 @@ type issuer struct {
 	raw    []byte // served instead of keys when set
 }
 
-func newIssuer(t *testing.T, keys ...signingKey) *issuer {
+func newIssuer(t testing.TB, keys ...signingKey) *issuer {
 	t.Helper()
 	is := &issuer{status: http.StatusOK}
 	is.publish(keys...)
@@ -173,7 +173,7 @@ func (is *issuer) config(clock *fakeclock.Clock) jwtauth.Config {
 	return jwtauth.Config{JWKSURL: is.url(), Issuer: testIssuer, Audience: testAudience, HTTPClient: is.srv.Client(), Clock: clock.Now}
 }
 
-func newAuth(t *testing.T, cfg jwtauth.Config) *jwtauth.Authenticator {
+func newAuth(t testing.TB, cfg jwtauth.Config) *jwtauth.Authenticator {
 	t.Helper()
 	a, err := jwtauth.New(t.Context(), cfg)
 	if err != nil {
