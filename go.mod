@@ -16,7 +16,10 @@ require (
 
 require github.com/anishathalye/porcupine v1.3.1
 
-require go.uber.org/goleak v1.3.0
+require (
+	github.com/go-jose/go-jose/v4 v4.1.9
+	go.uber.org/goleak v1.3.0
+)
 
 require (
 	github.com/chromedp/cdproto v0.159.0
@@ -50,7 +53,7 @@ require (
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/spf13/pflag v1.0.9
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.yaml.in/yaml/v4 v4.0.0
 	golang.org/x/oauth2 v0.37.0 // indirect
