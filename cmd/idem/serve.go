@@ -40,6 +40,7 @@ type serveOptions struct {
 	admissionWait  time.Duration
 	logLevel       string
 	logReplays     float64
+	jwt            jwtOptions
 	demo           bool
 }
 
@@ -81,6 +82,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.DurationVar(&o.admissionWait, "admission-wait", idem.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
 	f.StringVar(&o.logLevel, "log-level", "info", "least level logged: debug, info, warn or error (one JSON line per execution at info, failures at warn)")
 	f.Float64Var(&o.logReplays, "log-replays", 1, "share of successful replays that get a log line, 0 to 1 (under a retry storm the line is most of a replay's cost)")
+	o.jwt.flags(f)
 	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired, removes executions past --audit-retention (jittered ± half)")
 }
 
@@ -100,6 +102,7 @@ func (m Main) defaults(o *serveOptions) {
 	if o.allowedOrigins == "" {
 		o.allowedOrigins = m.Getenv("IDEM_ALLOWED_ORIGINS")
 	}
+	m.jwtDefaults(&o.jwt)
 }
 
 func (m Main) envOr(name, def string) string {
@@ -161,9 +164,17 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	for token, p := range app.tokens {
 		tokens.Add(token, p)
 	}
-	if tokens.Len() == 0 {
+	auth := idem.Authenticators{tokens}
+	jwtAuth, err := o.jwt.authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	if jwtAuth != nil {
+		auth = append(auth, jwtAuth)
+	}
+	if tokens.Len() == 0 && jwtAuth == nil {
 		logger.Warn("no caller can authenticate: no token is known, so every operation, approval, execution and attempt route and /mcp answer 401; " +
-			"give --tokens-file FILE (or IDEM_TOKENS_FILE) with lines sha256:HEX ORG PRINCIPAL KIND [ROLES], or run --demo for the demo tokens")
+			"give --tokens-file FILE (or IDEM_TOKENS_FILE) with lines sha256:HEX ORG PRINCIPAL KIND [ROLES], --jwks-url with --jwt-issuer and --jwt-audience for JWTs, or run --demo for the demo tokens")
 	}
 	registry, err := idem.NewRegistry(app.operations...)
 	if err != nil {
@@ -175,7 +186,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			o.retention, idem.DefaultLeaseMargin, name, lease, o.leaseGrace, lease+idem.DefaultLeaseMargin)
 	}
 	srv, err := server.New(ctx, server.Config{
-		Operations: app.operations, Store: opened, Auth: tokens, Logger: logger,
+		Operations: app.operations, Store: opened, Auth: auth, Logger: logger,
 		Runner: idem.RunnerConfig{
 			Sealer: box, Policies: app.policies,
 			Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
