@@ -42,9 +42,12 @@ type Request struct {
 	// (DefineRaw) it may be of another media type, named by Header's
 	// Content-Type.
 	Body []byte
-	// Header holds the request's headers, for raw operations (which
-	// forward them); the pipeline reads only Content-Type, of raw
-	// operations only.
+	// Header holds the request's headers. The pipeline reads the
+	// operation's declared header inputs (in:"header") from it, and
+	// nothing else, except for raw operations, which forward their headers
+	// and whose Content-Type it reads. Over MCP and the Go API a header
+	// input is an ordinary argument that the surface puts here under its
+	// header's name (PlaceArguments), so the intent is the HTTP call's.
 	Header http.Header
 	// KeyHeader holds the Idempotency-Key values as received; nil when
 	// absent. It is not examined on fresh_read operations.
@@ -165,7 +168,7 @@ func (x *execution) run(ctx context.Context) Result {
 	}
 	defer releaseInput()
 	x.opaque = x.opaqueBody()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque})
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque, Header: x.headerInputs()})
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
