@@ -18,13 +18,15 @@ import (
 // ctx is derived from the context the surface passed to Runner.Call (the
 // HTTP request's r.Context(), the MCP call's context, the Go caller's
 // ctx), so it carries that context's values (a trace span, a logger, what
-// a middleware stored). Its deadline is the attempt's own (the timeout,
-// or the end of the lease for a keyed call). Its cancellation is the
-// caller's, except for a keyed HTTP call once its key is reserved: a
-// dropped connection then no longer cancels the handler
-// (context.WithoutCancel), so that a same-key retry finds the result
-// (SPEC §7). The request's headers are not in ctx; a header the handler
-// needs is declared as an input field (in:"header", see Define).
+// a middleware stored). It ends at the attempt's deadline (its timeout, or
+// LeaseMargin before the end of the lease for a keyed call), or earlier if
+// the caller's context has an earlier deadline. It is cancelled when the
+// caller's context is, except for a keyed HTTP call once its key is
+// reserved: the pipeline then detaches it (context.WithoutCancel, which
+// keeps the values and drops the caller's deadline), so that a dropped connection does not cut the
+// handler off and a same-key retry finds the result (SPEC §7). The
+// request's headers are not in ctx; a header the handler needs is
+// declared as an input field (in:"header", see Define).
 type Handler[In, Out any] func(ctx context.Context, call *Call, in In) (Out, error)
 
 // PreviewHandler answers a dry run (dryRun=true) without changing anything.
