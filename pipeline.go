@@ -113,6 +113,10 @@ type execution struct {
 	fingerprint string
 	executionID string
 	attempts    int
+	// handlerErr is the error the last attempt's handler returned (a
+	// *handlerPanic if it panicked); nil when it succeeded, did not run,
+	// or its result was discarded (timeout, cancellation).
+	handlerErr error
 	// leaseDeadline bounds the reservation's lease by the monotonic clock
 	// (zero when unkeyed); runAttempts tightens it from the store.
 	leaseDeadline time.Time
@@ -342,6 +346,7 @@ func (x *execution) log(resp Result, took time.Duration) {
 	if resp.Problem != nil {
 		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
 	}
+	attrs = append(attrs, x.causeLog()...)
 	if len(x.policyLog) > 0 {
 		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
 	}
