@@ -102,7 +102,10 @@ func TestHeaderInputs(t *testing.T) {
 		}
 	})
 	t.Run("another header value under the same key is a reuse", func(t *testing.T) {
-		send(with("k-1", "X-Tenant", "globex", "X-Priority", "2"), `{"text":"hi"}`).expect(t, 422, idem.CodeIdempotencyKeyReused)
+		reused := send(with("k-1", "X-Tenant", "globex", "X-Priority", "2"), `{"text":"hi"}`).expect(t, 422, idem.CodeIdempotencyKeyReused)
+		if !strings.Contains(reused.body.Detail, "(method, path, query, header inputs or body differ)") {
+			t.Fatalf("detail %q", reused.body.Detail)
+		}
 		send(with("k-1", "X-Tenant", "acme"), `{"text":"hi"}`).expect(t, 422, idem.CodeIdempotencyKeyReused)
 	})
 	rows := []struct {

@@ -123,6 +123,16 @@ func TestHeaderInputIsAnArgumentOverMCP(t *testing.T) {
 	if runs != 2 {
 		t.Fatalf("the handler ran %d times, want 2", runs)
 	}
+	// The bridge to a remote server (idem mcp) sends the argument as the
+	// header, as the catalog's x-idem-header says.
+	remote := mcpserver.NewRemoteBackend(ts.URL, tokenAgent, nil)
+	if _, err := remote.Descriptors(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rres, err := remote.Call(t.Context(), "note.add", map[string]json.RawMessage{"tenant": json.RawMessage(`"acme"`), "priority": json.RawMessage(`2`), "text": json.RawMessage(`"hi"`)}, "k-mcp", false)
+	if err != nil || rres.Problem != nil || !rres.Meta.Idempotency.Replayed {
+		t.Fatalf("the remote backend's call did not replay the MCP call: %v %s", err, rres.Body())
+	}
 	// A missing required header argument names the argument and its header.
 	p := wantProblem(t, call(t, cs, "note.add", map[string]any{"text": "hi", "idempotencyKey": "k-none"}), idem.CodeInvalidInput)
 	if !strings.Contains(p["detail"].(string), "header X-Tenant is required (the argument tenant)") {
