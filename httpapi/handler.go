@@ -277,7 +277,10 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 func declaredHeaders(d idem.Descriptor, h http.Header) http.Header {
 	var out http.Header
 	for _, p := range d.Params {
-		if vs := h.Values(p.Header); p.In == "header" && len(vs) > 0 {
+		if p.In != "header" {
+			continue
+		}
+		if vs := h.Values(p.Header); len(vs) > 0 {
 			if out == nil {
 				out = http.Header{}
 			}
