@@ -43,9 +43,12 @@ type Request struct {
 	// (DefineRaw) it may be of another media type, named by Header's
 	// Content-Type.
 	Body []byte
-	// Header holds the request's headers, for raw operations (which
-	// forward them); the pipeline reads only Content-Type, of raw
-	// operations only.
+	// Header holds the request's headers. The pipeline reads the
+	// operation's declared header inputs (in:"header") from it, and
+	// nothing else, except for raw operations, which forward their headers
+	// and whose Content-Type it reads. Over MCP and the Go API a header
+	// input is an ordinary argument that the surface puts here under its
+	// header's name (PlaceArguments), so the intent is the HTTP call's.
 	Header http.Header
 	// KeyHeader holds the Idempotency-Key values as received; nil when
 	// absent. It is not examined on fresh_read operations.
@@ -113,6 +116,10 @@ type execution struct {
 	fingerprint string
 	executionID string
 	attempts    int
+	// handlerErr is the error the last attempt's handler returned (a
+	// *handlerPanic if it panicked); nil when it succeeded, did not run,
+	// or its result was discarded (timeout, cancellation).
+	handlerErr error
 	// leaseDeadline bounds the reservation's lease by the monotonic clock
 	// (zero when unkeyed); runAttempts tightens it from the store.
 	leaseDeadline time.Time
@@ -168,7 +175,7 @@ func (x *execution) run(ctx context.Context) Result {
 	}
 	defer releaseInput()
 	x.opaque = x.opaqueBody()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque})
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque, Header: x.headerInputs()})
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
@@ -342,6 +349,7 @@ func (x *execution) log(resp Result, took time.Duration) {
 	if resp.Problem != nil {
 		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
 	}
+	attrs = append(attrs, x.causeLog()...)
 	if len(x.policyLog) > 0 {
 		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
 	}

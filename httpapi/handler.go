@@ -268,9 +268,29 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 		}
 		if d.Raw {
 			req.Header = r.Header
+		} else {
+			req.Header = declaredHeaders(d, r.Header)
 		}
 		write(w, h.cfg.Runner.Call(r.Context(), req))
 	}
+}
+
+// declaredHeaders keeps only the headers that d declares as inputs
+// (in:"header"): no other header reaches the pipeline or the handler.
+func declaredHeaders(d idem.Descriptor, h http.Header) http.Header {
+	var out http.Header
+	for _, p := range d.Params {
+		if p.In != "header" {
+			continue
+		}
+		if vs := h.Values(p.Header); len(vs) > 0 {
+			if out == nil {
+				out = http.Header{}
+			}
+			out[p.Header] = vs
+		}
+	}
+	return out
 }
 
 // authenticate answers 401 unless the configured authenticator accepts

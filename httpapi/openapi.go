@@ -176,6 +176,12 @@ func openapiOperation(d idem.Descriptor) docObject {
 				"name", p.Name, "in", "query", "required", slices.Contains(required, p.Name),
 				"schema", propertySchema(props, p.Name),
 			))
+		case "header":
+			params = append(params, docObj(
+				"name", p.Header, "in", "header", "required", slices.Contains(required, p.Name),
+				"description", "The argument "+p.Name+" (its name on MCP and in the CLI).",
+				"schema", propertySchema(props, p.Name),
+			))
 		case "body":
 			bodyNames = append(bodyNames, p.Name)
 		}
