@@ -7,7 +7,8 @@
 # Runs the gofmt check, go vet and `go test -race -count=1`. Packages are the
 # arguments that look like packages (., ./x, ../x, github.com/idem-run/idem, github.com/idem-run/idem/x); without any,
 # ./... is vetted and tested, then every fuzz target runs for 2 s and is
-# named in the summary with its result (see the end). Other arguments go to `go test` unchanged.
+# named in the summary with its result (see the end). Other arguments go to
+# `go test` unchanged.
 #
 # PostgreSQL-backed tests (internal/pgtest) need a server. If
 # IDEM_TEST_DATABASE_URL is set they use it: its role needs CREATEDB, since
