@@ -27,7 +27,9 @@ type echoOut struct {
 
 func echoOp(name, path string) idem.Operation {
 	return idem.Define(idem.Metadata{Name: name, Method: "GET", Path: path, Summary: "Echo", SideEffect: idem.SideEffectRead},
-		func(ctx context.Context, call *idem.Call, in echoIn) (echoOut, error) { return echoOut{Word: in.Word}, nil })
+		func(ctx context.Context, call *idem.Call, in echoIn) (echoOut, error) {
+			return echoOut{Word: in.Word}, nil
+		})
 }
 
 var agentToken = map[string]idem.Principal{"tok": {Org: "o", ID: "a", Kind: idem.KindAgent}}
