@@ -113,3 +113,47 @@ func golden(t *testing.T, path string, got []byte, required bool) {
 		t.Errorf("%s differs (review, then go test ./catalogdiff -run Golden -update):\n got:\n%s\nwant:\n%s", path, got, want)
 	}
 }
+
+func TestParseRefusesWhatIsNotACatalog(t *testing.T) {
+	for _, c := range []struct{ name, doc, want string }{
+		{"empty", ``, "not JSON"},
+		{"an array", `[]`, "not a catalog: want a JSON object"},
+		{"an OpenAPI document", `{"openapi":"3.1.0","paths":{}}`, `no "operations" array`},
+		{"operations not an array", `{"operations":{}}`, `"operations" is an object, want an array`},
+		{"an entry not an object", `{"operations":[1]}`, "operations[0] is a number"},
+		{"an entry without a name", `{"operations":[{"method":"GET"}]}`, `operations[0] has no "name"`},
+		{"a duplicate", `{"operations":[],"directCliOperations":[{"name":"x"},{"name":"x"}]}`, `directCliOperations[1]: the name "x" appears twice`},
+		{"two documents", `{"operations":[]} {}`, "not one JSON document"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := catalogdiff.Parse([]byte(c.doc))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Parse(%s) = %v, want an error containing %q", c.doc, err, c.want)
+			}
+		})
+	}
+	if _, err := catalogdiff.Parse([]byte(`{"operations":[]}`)); err != nil {
+		t.Errorf("a catalog without directCliOperations: %v", err)
+	}
+}
+
+// TestDiffIsDeterministic: the same two catalogs give the same report,
+// whatever the order of map iteration.
+func TestDiffIsDeterministic(t *testing.T) {
+	old := readCatalog(t, "../httpapi/testdata/catalog.golden.json")
+	new := readCatalog(t, "../cmd/idem/testdata/catalog.demo.json")
+	var first bytes.Buffer
+	if err := catalogdiff.NewReport(catalogdiff.Diff(old, new)).WriteJSON(&first); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		var again bytes.Buffer
+		catalogdiff.NewReport(catalogdiff.Diff(old, new)).WriteJSON(&again)
+		if !bytes.Equal(first.Bytes(), again.Bytes()) {
+			t.Fatalf("two diffs of the same catalogs differ:\n%s\n%s", first.Bytes(), again.Bytes())
+		}
+	}
+	if n := catalogdiff.Count(catalogdiff.Diff(old, new)); n.Widening == 0 || n.Narrowing == 0 || n.Neutral == 0 {
+		t.Errorf("the test catalog against the demo's: %+v, want changes of every class", n)
+	}
+}
