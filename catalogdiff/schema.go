@@ -94,6 +94,9 @@ func (d *differ) schema(c schemaCtx, o, n any, depth int) {
 		case k == "pattern", k == "format", k == "const":
 			d.constraint(c, k, ov, nv)
 		case k == "uniqueItems":
+			if equal(orFalse(ov), orFalse(nv)) {
+				continue
+			}
 			tighter := nv == true
 			d.change(path, c.classFor(tighter), ov, nv, boundReason(c, tighter, fmt.Sprintf("uniqueItems is now %s", display(orFalse(nv)))))
 		case k == "default":
