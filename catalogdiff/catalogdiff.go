@@ -129,11 +129,16 @@ func Parse(data []byte) (*Catalog, error) {
 			c.extra[k] = v
 		}
 	}
-	for _, op := range c.ops {
-		withOperationDefaults(op)
+	for _, name := range sortedKeys(c.ops) {
+		if err := withOperationDefaults(c.ops[name]); err != nil {
+			return nil, fmt.Errorf("not a catalog: operation %q: %v", name, err)
+		}
 	}
-	for _, d := range c.direct {
-		withDirectDefaults(d)
+	for _, name := range sortedKeys(c.direct) {
+		if err := withRetryDefaults(c.direct[name]); err != nil {
+			return nil, fmt.Errorf("not a catalog: direct CLI operation %q: %v", name, err)
+		}
+		setDefault(c.direct[name], "summary", "")
 	}
 	return c, nil
 }
@@ -170,8 +175,9 @@ func parseEntries(top map[string]any, key string, required bool) (map[string]map
 	return out, nil
 }
 
-// withOperationDefaults fills the fields SPEC §3 defaults when absent.
-func withOperationDefaults(op map[string]any) {
+// withOperationDefaults fills the fields SPEC §3 defaults when absent; an
+// object field that is not an object is an error.
+func withOperationDefaults(op map[string]any) error {
 	setDefault(op, "summary", "")
 	setDefault(op, "idempotent", false)
 	setDefault(op, "timeoutMs", json.Number("30000"))
@@ -180,32 +186,40 @@ func withOperationDefaults(op map[string]any) {
 	setDefault(op, "errors", []any{})
 	setDefault(op, "inputSchema", map[string]any{})
 	setDefault(op, "outputSchema", map[string]any{})
-	rr, ok := op["runtimeRetry"].(map[string]any)
-	if !ok {
-		rr = map[string]any{}
-		op["runtimeRetry"] = rr
+	rr, err := object(op, "runtimeRetry")
+	if err != nil {
+		return err
 	}
 	setDefault(rr, "maxAttempts", json.Number("0"))
 	setDefault(rr, "backoffMs", json.Number("250"))
-	withRetryDefaults(op)
+	return withRetryDefaults(op)
 }
 
-func withDirectDefaults(d map[string]any) {
-	setDefault(d, "summary", "")
-	withRetryDefaults(d)
-}
-
-func withRetryDefaults(entry map[string]any) {
-	r, ok := entry["retry"].(map[string]any)
-	if !ok {
-		r = map[string]any{}
-		entry["retry"] = r
+func withRetryDefaults(entry map[string]any) error {
+	r, err := object(entry, "retry")
+	if err != nil {
+		return err
 	}
 	setDefault(r, "keyRequired", false)
 	setDefault(r, "preview", false)
 	setDefault(r, "transactional", false)
 	if _, ok := r["reconcile"]; !ok {
 		r["reconcile"] = nil
+	}
+	return nil
+}
+
+// object returns m[key], an object, created empty when absent or null.
+func object(m map[string]any, key string) (map[string]any, error) {
+	switch v := m[key].(type) {
+	case nil:
+		o := map[string]any{}
+		m[key] = o
+		return o, nil
+	case map[string]any:
+		return v, nil
+	default:
+		return nil, fmt.Errorf("%q is %s, want an object", key, jsonKind(v))
 	}
 }
 

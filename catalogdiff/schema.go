@@ -74,6 +74,10 @@ func (d *differ) schema(c schemaCtx, o, n any, depth int) {
 		case k == "properties":
 			d.properties(c, asObject(ov), asObject(nv), nm, depth)
 		case k == "required":
+			if !isStrings(ov) || !isStrings(nv) {
+				d.change(path, Widening, ov, nv, notClassified)
+				continue
+			}
 			d.required(c, ov, nv)
 		case k == "type":
 			d.schemaType(c, ov, nv)
@@ -222,6 +226,23 @@ func (d *differ) schemaType(c schemaCtx, o, n any) {
 			d.change(path, Widening, o, n, fmt.Sprintf("%s changed type from %s to %s: read the new type", c.label, display(o), display(n)))
 		}
 	}
+}
+
+// isStrings reports whether v is absent or an array of strings.
+func isStrings(v any) bool {
+	if v == nil {
+		return true
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return false
+	}
+	for _, e := range list {
+		if _, ok := e.(string); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func isTypeValue(v any) bool {
