@@ -23,6 +23,8 @@ targets=(
 	"FuzzFingerprint ./canonical/"
 	"FuzzValidate ./internal/schema/"
 	"FuzzRequest ./httpapi/"
+	"FuzzAuthenticate ./jwtauth/"
+	"FuzzDiff ./catalogdiff/"
 )
 out=$(mktemp "${TMPDIR:-/tmp}/idem-fuzz.XXXXXX")
 trap 'rm -f "$out"' EXIT
