@@ -4,14 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/textproto"
 	"net/url"
 	"sort"
+	"strings"
 )
 
 // Placement is where the flat arguments of one call travel over HTTP.
 type Placement struct {
 	PathParams map[string]string
 	Query      url.Values
+	// Header holds the header arguments under their headers' names; empty
+	// when there are none.
+	Header http.Header
 	// Body is the JSON object of the remaining arguments; nil when there
 	// are none.
 	Body []byte
@@ -19,11 +25,12 @@ type Placement struct {
 
 // PlaceArguments splits a call's flat arguments (the shape MCP tools and
 // the CLI take) into path parameters, query parameters and the JSON body.
-// locations names the arguments that are not body fields ("path" or
-// "query"), as Descriptor.Locations or the catalog's x-idem-in annotations
-// say. Path and query values must be JSON scalars.
+// locations names the arguments that are not body fields ("path", "query"
+// or "header:" + the header's name), as Descriptor.Locations or the
+// catalog's x-idem-in annotations say. Path, query and header values must
+// be JSON scalars.
 func PlaceArguments(locations map[string]string, args map[string]json.RawMessage) (Placement, error) {
-	p := Placement{PathParams: map[string]string{}, Query: url.Values{}}
+	p := Placement{PathParams: map[string]string{}, Query: url.Values{}, Header: http.Header{}}
 	body := map[string]json.RawMessage{}
 	names := make([]string, 0, len(args))
 	for name := range args {
@@ -37,14 +44,21 @@ func PlaceArguments(locations map[string]string, args map[string]json.RawMessage
 			body[name] = raw
 			continue
 		}
+		header, isHeader := strings.CutPrefix(in, "header:")
+		if isHeader {
+			in = "header " + header
+		}
 		s, err := scalarString(raw)
 		if err != nil {
 			return Placement{}, Errorf(CodeInvalidInput, "argument %s travels in the %s and must be a string, number or boolean: %v", name, in, err).
 				WithDetail("errors", []map[string]string{{"path": "/" + name, "message": "must be a string, number or boolean"}})
 		}
-		if in == "path" {
+		switch {
+		case in == "path":
 			p.PathParams[name] = s
-		} else {
+		case isHeader:
+			p.Header.Set(header, s)
+		default:
 			p.Query.Set(name, s)
 		}
 	}
@@ -88,31 +102,41 @@ func FillPath(template string, params map[string]string) string {
 	})
 }
 
-// Locations maps each path and query argument of the operation to "path"
-// or "query".
+// Locations maps each path, query and header argument of the operation to
+// "path", "query" or "header:" + the header's canonical name
+// ("header:X-Tenant"), as PlaceArguments takes them.
 func (d Descriptor) Locations() map[string]string {
 	out := map[string]string{}
 	for _, p := range d.Params {
-		if p.In != "body" {
+		switch p.In {
+		case "body":
+		case "header":
+			out[p.Name] = "header:" + p.Header
+		default:
 			out[p.Name] = p.In
 		}
 	}
 	return out
 }
 
-// LocationsFromSchema reads the x-idem-in annotations of a catalog
-// inputSchema (the same map as Descriptor.Locations).
+// LocationsFromSchema reads the x-idem-in (and, for a header, the
+// x-idem-header) annotations of a catalog inputSchema (the same map as
+// Descriptor.Locations).
 func LocationsFromSchema(inputSchema json.RawMessage) map[string]string {
 	var s struct {
 		Properties map[string]struct {
-			In string `json:"x-idem-in"`
+			In     string `json:"x-idem-in"`
+			Header string `json:"x-idem-header"`
 		} `json:"properties"`
 	}
 	out := map[string]string{}
 	if json.Unmarshal(inputSchema, &s) == nil {
 		for name, p := range s.Properties {
-			if p.In == "path" || p.In == "query" {
+			switch {
+			case p.In == "path" || p.In == "query":
 				out[name] = p.In
+			case p.In == "header" && p.Header != "":
+				out[name] = "header:" + textproto.CanonicalMIMEHeaderKey(p.Header)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -35,6 +36,31 @@ func TestPlaceArguments(t *testing.T) {
 func TestLocationsFromSchema(t *testing.T) {
 	got := LocationsFromSchema(json.RawMessage(`{"properties":{"id":{"type":"string","x-idem-in":"path"},"env":{"x-idem-in":"query"},"amount":{"type":"integer"}}}`))
 	if len(got) != 2 || got["id"] != "path" || got["env"] != "query" {
+		t.Fatalf("LocationsFromSchema = %v", got)
+	}
+}
+
+func TestPlaceHeaderArguments(t *testing.T) {
+	locations := map[string]string{"tenant": "header:X-Tenant", "priority": "header:X-Priority"}
+	p, err := PlaceArguments(locations, map[string]json.RawMessage{"tenant": json.RawMessage(`"acme"`), "priority": json.RawMessage(`3`), "text": json.RawMessage(`"hi"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Header.Get("X-Tenant") != "acme" || p.Header.Get("x-priority") != "3" || len(p.Header) != 2 || len(p.Query) != 0 {
+		t.Fatalf("placement = %+v", p)
+	}
+	if string(p.Body) != `{"text":"hi"}` {
+		t.Fatalf("body = %s", p.Body)
+	}
+	_, err = PlaceArguments(locations, map[string]json.RawMessage{"tenant": json.RawMessage(`["a"]`)})
+	if ErrorCode(err) != CodeInvalidInput || !strings.Contains(err.Error(), "header X-Tenant") {
+		t.Fatalf("an array header argument: %v", err)
+	}
+}
+
+func TestHeaderLocationsFromSchema(t *testing.T) {
+	got := LocationsFromSchema(json.RawMessage(`{"properties":{"tenant":{"type":"string","x-idem-in":"header","x-idem-header":"x-tenant"},"bad":{"x-idem-in":"header"}}}`))
+	if len(got) != 1 || got["tenant"] != "header:X-Tenant" {
 		t.Fatalf("LocationsFromSchema = %v", got)
 	}
 }

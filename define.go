@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/textproto"
 	"reflect"
 	"strings"
 
@@ -13,6 +14,19 @@ import (
 // Handler runs one attempt of an operation. ctx carries the call's
 // deadline, cancellation and Call; the handler must pass ctx and
 // call.IdempotencyKey on to whatever it calls downstream.
+//
+// ctx is derived from the context the surface passed to Runner.Call (the
+// HTTP request's r.Context(), the MCP call's context, the Go caller's
+// ctx), so it carries that context's values (a trace span, a logger, what
+// a middleware stored). It ends at the attempt's deadline (its timeout, or
+// LeaseMargin before the end of the lease for a keyed call), or earlier if
+// the caller's context has an earlier deadline. It is cancelled when the
+// caller's context is, except for a keyed HTTP call once its key is
+// reserved: the pipeline then detaches it (context.WithoutCancel, which
+// keeps the values and drops the caller's deadline), so that a dropped connection does not cut the
+// handler off and a same-key retry finds the result (SPEC §7). The
+// request's headers are not in ctx; a header the handler needs is
+// declared as an input field (in:"header", see Define).
 type Handler[In, Out any] func(ctx context.Context, call *Call, in In) (Out, error)
 
 // PreviewHandler answers a dry run (dryRun=true) without changing anything.
@@ -30,7 +44,21 @@ type Op[In, Out any] struct {
 // The input and output JSON Schemas are generated from In and Out. In is a
 // struct whose fields are the operation's flat arguments: a field tagged
 // in:"path" fills the route's {name} segment, in:"query" a query parameter,
-// and every other field travels in the JSON body.
+// in:"header" with header:"Name" a request header, and every other field
+// travels in the JSON body. A field's argument name is its JSON name on
+// every surface; only over HTTP does a header argument travel as the
+// header, for example
+//
+//	Tenant string `json:"tenant" in:"header" header:"X-Tenant"`
+//
+// is the argument tenant (MCP, CLI, the input schema) and the header
+// X-Tenant over HTTP. Header names are case-insensitive (stored in
+// canonical form); a header is given at most once; its value is read as
+// the field's type like a query parameter's; it is part of the
+// fingerprint. Headers that idem or HTTP itself owns (Idempotency-Key,
+// Authorization, Content-Type, Prefer, traceparent, …: ReservedHeader)
+// cannot be inputs, and NewRegistry refuses them. Headers that are not
+// declared never reach the handler.
 func Define[In, Out any](meta Metadata, handler Handler[In, Out]) *Op[In, Out] {
 	return &Op[In, Out]{meta: meta, handler: handler}
 }
@@ -60,8 +88,11 @@ type Operation interface {
 // Param is one flat argument of an operation and where it travels.
 type Param struct {
 	Name string
-	// In is "path", "query" or "body".
+	// In is "path", "query", "header" or "body".
 	In string
+	// Header is the canonical name of a header argument's HTTP header
+	// (X-Tenant); empty for the others.
+	Header string `json:"-"`
 	// Type is the JSON Schema type of a path or query parameter's value
 	// (string, integer, number, boolean): what its string is read as. A
 	// typed operation's comes from its field; a raw one declares it.
@@ -130,6 +161,7 @@ func paramsOf(t reflect.Type) ([]Param, error) {
 		return nil, fmt.Errorf("input type %s must be a struct (its fields are the arguments)", t)
 	}
 	var out []Param
+	headers := map[string]string{}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -146,23 +178,76 @@ func paramsOf(t reflect.Type) ([]Param, error) {
 			name = f.Name
 		}
 		in := f.Tag.Get("in")
+		header, hasHeader := f.Tag.Lookup("header")
+		if hasHeader && in != "header" {
+			return nil, fmt.Errorf("input field %s: a header:%q tag needs in:\"header\" beside it", f.Name, header)
+		}
 		switch in {
 		case "":
 			in = "body"
-		case "path", "query":
+		case "path", "query", "header":
 			if !scalarKind(f.Type.Kind()) {
 				return nil, fmt.Errorf("input field %s: a %s parameter must be a string, number or boolean, not %s", f.Name, in, f.Type)
 			}
 		default:
-			return nil, fmt.Errorf("input field %s: in:%q is not one of path, query", f.Name, in)
+			return nil, fmt.Errorf("input field %s: in:%q is not one of path, query, header", f.Name, in)
 		}
 		p := Param{Name: name, In: in, kind: f.Type.Kind()}
+		if in == "header" {
+			h, err := headerInput(header)
+			if err != nil {
+				return nil, fmt.Errorf("input field %s: %w", f.Name, err)
+			}
+			if other, dup := headers[h]; dup {
+				return nil, fmt.Errorf("input fields %s and %s both read header %s; declare it once", other, f.Name, h)
+			}
+			headers[h], p.Header = f.Name, h
+		}
 		if in != "body" {
 			p.Type = schemaType(p.kind)
 		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// reservedHeaders are the headers that idem, HTTP or the surfaces own:
+// an operation cannot declare them as inputs. Canonical names.
+var reservedHeaders = map[string]bool{
+	"Accept": true, "Accept-Encoding": true, "Authorization": true, "Baggage": true,
+	"Connection": true, "Content-Encoding": true, "Content-Length": true, "Content-Type": true,
+	"Cookie": true, "Expect": true, "Forwarded": true, "Host": true, HeaderIdempotencyKey: true,
+	"Keep-Alive": true, "Mcp-Protocol-Version": true, "Mcp-Session-Id": true, "Origin": true,
+	"Prefer": true, "Proxy-Authorization": true, "Te": true, "Traceparent": true, "Tracestate": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// ReservedHeader reports whether name (in any case) is a header that
+// idem, HTTP or the surfaces own, which an operation cannot declare as an
+// input: Idempotency-Key, Prefer, Authorization, Cookie, Content-Type,
+// Content-Length, Host, traceparent, tracestate, baggage, the MCP session
+// headers, the hop-by-hop headers, and every Idem-* header.
+func ReservedHeader(name string) bool {
+	c := textproto.CanonicalMIMEHeaderKey(name)
+	return reservedHeaders[c] || strings.HasPrefix(c, "Idem-")
+}
+
+// headerInput checks the header:"Name" of an in:"header" field and
+// returns its canonical form.
+func headerInput(name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf(`in:"header" needs the header's name beside it, e.g. header:"X-Tenant"`)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c == '-' || c == '!' || c == '#' || c == '$' || c == '%' || c == '&' || c == '\'' || c == '*' || c == '+' ||
+			c == '.' || c == '^' || c == '_' || c == '`' || c == '|' || c == '~' || isDigit(c) || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')) {
+			return "", fmt.Errorf("header:%q is not a header name (RFC 9110 token: letters, digits and !#$%%&'*+-.^_`|~)", name)
+		}
+	}
+	if ReservedHeader(name) {
+		return "", fmt.Errorf("header %s is reserved: idem or HTTP owns it, so it cannot be an input; use another header", textproto.CanonicalMIMEHeaderKey(name))
+	}
+	return textproto.CanonicalMIMEHeaderKey(name), nil
 }
 
 // schemaType names a scalar kind's JSON Schema type.

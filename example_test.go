@@ -2,17 +2,22 @@ package idem_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -311,4 +316,110 @@ func ExampleCall_IdempotencyKey() {
 	// execution.started attempt=1
 	// execution.retried attempt=2 after EXECUTION_FAILED
 	// execution.succeeded attempts=2
+}
+
+// idem's surfaces mounted in an application's own http.ServeMux under
+// /idem/, beside the application's routes, inside the application's own
+// middleware (here a recovery handler and an access log), with the
+// Runner's background work started and stopped by the application.
+func Example_mountBesideRoutes() {
+	create := idem.Define(idem.Metadata{
+		Name: "business.create", Method: "POST", Path: "/v1/orgs/{org}/businesses",
+		Summary: "Create a business", SideEffect: idem.SideEffectWrite,
+		Retry: idem.RetryContract{
+			Kind: idem.RetrySameKeyReplay, Reconcile: "business.show",
+			Rationale: "Creating twice would make two businesses; a same-key retry replays the first answer.",
+		},
+		SuccessStatus: http.StatusCreated,
+	}, func(ctx context.Context, call *idem.Call, in exampleBusinessIn) (exampleBusiness, error) {
+		return exampleBusiness{Slug: strings.ToLower(in.Name), Name: in.Name, Plan: in.Plan}, nil
+	})
+	show := idem.Define(idem.Metadata{
+		Name: "business.show", Method: "GET", Path: "/v1/orgs/{org}/businesses/{slug}",
+		Summary: "Show a business", SideEffect: idem.SideEffectRead,
+	}, func(ctx context.Context, call *idem.Call, in exampleShowBusinessIn) (exampleBusiness, error) {
+		return exampleBusiness{Slug: in.Slug}, nil
+	})
+
+	store, cleanup := exampleStore()
+	defer cleanup()
+	// Any identity the application already has: here one API token.
+	auth := httpapi.NewTokens(map[string]idem.Principal{
+		"s3cr3t": {Org: "acme", ID: "onboarding-agent", Kind: idem.KindAgent},
+	})
+	srv, err := server.New(context.Background(), server.Config{
+		Operations: []idem.Operation{create, show}, Store: store, Auth: auth, BasePath: "/idem",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil { // the sweeper, the completion feed
+		log.Fatal(err)
+	}
+	defer srv.Stop(context.Background()) // after the HTTP server stopped
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello from the app") })
+	mux.Handle("/idem/", http.StripPrefix("/idem", srv.Handler()))
+	var accessLog []string
+	var mu sync.Mutex
+	logged := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			accessLog = append(accessLog, r.Method+" "+r.URL.Path)
+			mu.Unlock()
+			next.ServeHTTP(w, r)
+		})
+	}
+	recovered := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					http.Error(w, "internal error", http.StatusInternalServerError)
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+	ts := httptest.NewServer(recovered(logged(mux)))
+	defer ts.Close()
+
+	get := func(path string) string {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	fmt.Print(get("/hello"))
+	for range 2 {
+		req, _ := http.NewRequest("POST", ts.URL+"/idem/v1/orgs/acme/businesses", strings.NewReader(`{"name":"Bakery","plan":"pro"}`))
+		req.Header.Set("Authorization", "Bearer s3cr3t")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "create-bakery")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("%s Idempotent-Replayed=%q\n", resp.Status, resp.Header.Get("Idempotent-Replayed"))
+	}
+	var doc struct {
+		Servers []struct{ URL string } `json:"servers"`
+	}
+	if err := json.Unmarshal([]byte(get("/idem/openapi.json")), &doc); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("OpenAPI servers:", doc.Servers[0].URL)
+	mu.Lock()
+	fmt.Println("access log:", strings.Join(accessLog, ", "))
+	mu.Unlock()
+	// Output:
+	// hello from the app
+	// 201 Created Idempotent-Replayed=""
+	// 201 Created Idempotent-Replayed="true"
+	// OpenAPI servers: /idem
+	// access log: GET /hello, POST /idem/v1/orgs/acme/businesses, POST /idem/v1/orgs/acme/businesses, GET /idem/openapi.json
 }

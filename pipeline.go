@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,9 +45,12 @@ type Request struct {
 	// (DefineRaw) it may be of another media type, named by Header's
 	// Content-Type.
 	Body []byte
-	// Header holds the request's headers, for raw operations (which
-	// forward them); the pipeline reads only Content-Type, of raw
-	// operations only.
+	// Header holds the request's headers. The pipeline reads the
+	// operation's declared header inputs (in:"header") from it, and
+	// nothing else, except for raw operations, which forward their headers
+	// and whose Content-Type it reads. Over MCP and the Go API a header
+	// input is an ordinary argument that the surface puts here under its
+	// header's name (PlaceArguments), so the intent is the HTTP call's.
 	Header http.Header
 	// KeyHeader holds the Idempotency-Key values as received; nil when
 	// absent. It is not examined on fresh_read operations.
@@ -90,7 +94,9 @@ func (r *Runner) Call(ctx context.Context, req Request) Result {
 		resp.Header.Set(HeaderExecutionID, x.executionID)
 	}
 	took := r.cfg.Clock.Now().Sub(start)
-	x.log(resp, took)
+	if r.logs(resp) {
+		x.log(resp, took)
+	}
 	if r.cfg.Observe != nil {
 		rep := Report{Operation: req.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
 		if !resp.Replayed {
@@ -119,6 +125,10 @@ type execution struct {
 	fingerprint string
 	executionID string
 	attempts    int
+	// handlerErr is the error the last attempt's handler returned (a
+	// *handlerPanic if it panicked); nil when it succeeded, did not run,
+	// or its result was discarded (timeout, cancellation).
+	handlerErr error
 	// leaseDeadline bounds the reservation's lease by the monotonic clock
 	// (zero when unkeyed); runAttempts tightens it from the store.
 	leaseDeadline time.Time
@@ -174,7 +184,7 @@ func (x *execution) run(ctx context.Context) Result {
 	}
 	defer releaseInput()
 	x.opaque = x.opaqueBody()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque})
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque, Header: x.headerInputs()})
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
@@ -356,6 +366,7 @@ func (x *execution) log(resp Result, took time.Duration) {
 	if resp.Problem != nil {
 		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
 	}
+	attrs = append(attrs, x.causeLog()...)
 	if len(x.policyLog) > 0 {
 		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
 	}
@@ -364,6 +375,23 @@ func (x *execution) log(resp Result, took time.Duration) {
 		level = slog.LevelWarn
 	}
 	x.r.cfg.Logger.Log(context.Background(), level, "execution", attrs...)
+}
+
+// logs reports whether resp gets its log line: not when the logger drops
+// the line's level (nothing is built then), and for a successful replay
+// only at RunnerConfig.ReplayLogRate.
+func (r *Runner) logs(resp Result) bool {
+	level := slog.LevelInfo
+	if resp.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	if !r.cfg.Logger.Enabled(context.Background(), level) {
+		return false
+	}
+	if rate := r.cfg.ReplayLogRate; resp.Replayed && resp.Problem == nil && rate != 0 {
+		return rate > 0 && (rate >= 1 || mrand.Float64() < rate)
+	}
+	return true
 }
 
 // jsonValue marshals v, for building inputs and outputs.

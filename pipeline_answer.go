@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -13,7 +14,11 @@ import (
 func (x *execution) answerExisting(ctx context.Context, a Attempt) Result {
 	m := x.op.meta
 	if a.Fingerprint != x.fingerprint {
-		return x.fail(Errorf(CodeIdempotencyKeyReused, "idempotency key %q already names a different request (method, path, query or body differ); use a new key for a new intent", x.key))
+		parts := "method, path, query or body"
+		if slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "header" }) {
+			parts = "method, path, query, header inputs or body"
+		}
+		return x.fail(Errorf(CodeIdempotencyKeyReused, "idempotency key %q already names a different request (%s differ); use a new key for a new intent", x.key, parts))
 	}
 	if a.State == AttemptInFlight && x.req.Wait > 0 {
 		return x.waitAndAnswer(ctx, a)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -163,12 +164,13 @@ func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(cont
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				done <- result{err: fmt.Errorf("handler panicked: %v", v)}
+				done <- result{err: &handlerPanic{value: v, stack: debug.Stack()}}
 			}
 		}()
 		out, err := fn(actx, call, in)
 		done <- result{out, err}
 	}()
+	x.handlerErr = nil
 	select {
 	case res := <-done:
 		switch {
@@ -177,6 +179,7 @@ func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(cont
 		case errors.Is(actx.Err(), context.DeadlineExceeded):
 			return nil, ended()
 		}
+		x.handlerErr = res.err
 		return res.out, res.err
 	case <-actx.Done():
 		if call.tx != nil {
@@ -191,6 +194,15 @@ func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(cont
 		return nil, ended()
 	}
 }
+
+// handlerPanic is a handler's panic, recovered: its value and the stack
+// of the panicking goroutine, for the execution's log line.
+type handlerPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *handlerPanic) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
 
 func cancelled() *Error {
 	return Errorf(CodeCancelled, "the caller cancelled the execution")

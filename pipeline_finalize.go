@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // finalizeTimeout bounds the store writes of finalization, which run even
@@ -147,6 +150,9 @@ func (x *execution) answer(o outcome) (Result, FinishParams) {
 	} else {
 		resp = problemResult(NewProblem(o.err, meta))
 		final.Type, final.Code, fin.Outcome, fin.Code = EventFailed, o.err.Code, OutcomeFailed, o.err.Code
+		if c := x.auditCause(); c != "" {
+			final.Data = map[string]string{"cause": c}
+		}
 	}
 	fin.Events = append(o.retried, final)
 	return resp, fin
@@ -189,4 +195,72 @@ func mayHaveExecuted(m Metadata, failure string) string {
 	}
 	return fmt.Sprintf("%s; the handler of %s had started, so the call may have executed: run %s to see whether it took effect "+
 		"before deciding, and use a new key only if a new mutation is still needed (the same key never runs it again)", failure, m.Name, reconcile)
+}
+
+// causeLog is what the execution's log line says of a handler's failure:
+// cause, the message of the error it returned, and for a panic also panic
+// (its value) and stack (the panicking goroutine's). The log is the
+// operator's; the audit trail gets auditCause.
+func (x *execution) causeLog() []any {
+	if x.handlerErr == nil {
+		return nil
+	}
+	attrs := []any{slog.String("cause", x.handlerErr.Error())}
+	var p *handlerPanic
+	if errors.As(x.handlerErr, &p) {
+		attrs = append(attrs, slog.String("panic", fmt.Sprint(p.value)), slog.String("stack", string(p.stack)))
+	}
+	return attrs
+}
+
+// maxAuditCause bounds the text of an audit cause, in characters.
+const maxAuditCause = 200
+
+// Audit causes of a handler's failure that hold none of its text.
+const (
+	causePanicked = "the handler panicked; its value and stack are in this execution's log line (fields panic and stack)"
+	causeGoError  = "the handler returned an error that is not an idem.Error; its message, which may hold input, is only in this execution's log line (field cause)"
+)
+
+// auditCause is the sanitized cause of a handler's failure that the final
+// audit event carries as data.cause (docs/operations.md, "Failure
+// causes"): for an *Error the handler returned, its code and message —
+// text the handler wrote for callers, who read it in the answer — made
+// printable and bounded (auditText); for any other error or a panic, a
+// fixed sentence that points to the log line, since its text may hold
+// input or secrets. Empty when the handler did not fail (a timeout, a
+// cancellation or an output that breaks its schema has only its code).
+func (x *execution) auditCause() string {
+	var p *handlerPanic
+	var e *Error
+	switch err := x.handlerErr; {
+	case err == nil:
+		return ""
+	case errors.As(err, &p):
+		return causePanicked
+	case errors.As(err, &e):
+		return auditText(string(e.Code) + ": " + e.Message)
+	}
+	return causeGoError
+}
+
+// auditText makes s fit an audit event and a console line: every control,
+// format and line or paragraph separator character (NUL, newlines, tabs,
+// bidirectional overrides) becomes a space, invalid UTF-8 becomes U+FFFD,
+// and past maxAuditCause characters the rest is cut and "…" added.
+func auditText(s string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s { // invalid UTF-8 reads as U+FFFD
+		if n == maxAuditCause {
+			b.WriteString("…")
+			break
+		}
+		if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
+			r = ' '
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return strings.TrimSpace(b.String())
 }

@@ -62,7 +62,11 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 			continue
 		}
 		if _, clash := args[p.Name]; clash {
-			bad("/"+p.Name, "%s comes from the %s, not the body; remove it from the body", p.Name, p.In)
+			where := p.In
+			if p.In == "header" {
+				where = "header " + p.Header
+			}
+			bad("/"+p.Name, "%s comes from the %s, not the body; remove it from the body", p.Name, where)
 			continue
 		}
 		var value string
@@ -72,6 +76,19 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 			if x.op.raw != nil && (value == "." || value == "..") {
 				// Forwarded, it would be a dot segment: another path.
 				bad("/"+p.Name, "path parameter %s cannot be %q", p.Name, value)
+				continue
+			}
+		} else if p.In == "header" {
+			switch vs := x.req.Header.Values(p.Header); len(vs) {
+			case 0:
+				if x.op.input.Requires(p.Name) {
+					bad("/"+p.Name, "header %s is required (the argument %s); send it once", p.Header, p.Name)
+					continue
+				}
+			case 1:
+				value, present = vs[0], true
+			default:
+				bad("/"+p.Name, "header %s is given %d times; give it once", p.Header, len(vs))
 				continue
 			}
 		} else if vs, ok := x.req.Query[p.Name]; ok && len(vs) > 0 {
@@ -86,7 +103,11 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 		}
 		v, err := scalarJSON(p.kind, value)
 		if err != nil {
-			bad("/"+p.Name, "%s parameter %s: %v", p.In, p.Name, err)
+			if p.In == "header" {
+				bad("/"+p.Name, "header %s: %v", p.Header, err)
+			} else {
+				bad("/"+p.Name, "%s parameter %s: %v", p.In, p.Name, err)
+			}
 			continue
 		}
 		args[p.Name] = v
@@ -128,6 +149,26 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 		return nil, nil, invalidInput(problems)
 	}
 	return raw, in, nil
+}
+
+// headerInputs returns the values of the operation's declared header
+// inputs as the request carries them, under their canonical names: what
+// the fingerprint hashes besides path, query and body (SPEC §6.2). The
+// request's other headers are never part of the intent.
+func (x *execution) headerInputs() map[string][]string {
+	var out map[string][]string
+	for _, p := range x.op.params {
+		if p.In != "header" {
+			continue
+		}
+		if vs := x.req.Header.Values(p.Header); len(vs) > 0 {
+			if out == nil {
+				out = map[string][]string{}
+			}
+			out[p.Header] = vs
+		}
+	}
+	return out
 }
 
 // decodeProblem words an error of the typed decode, which the schema did not

@@ -16,8 +16,14 @@ import (
 type RunnerConfig struct {
 	Store Store
 	Clock Clock
-	// Logger gets one line per execution; slog.Default() when nil.
+	// Logger gets one line per execution, and the sweeper's reports; nil
+	// is silent (an embedding application opts in).
 	Logger *slog.Logger
+	// ReplayLogRate is the share of successful replays that get a log
+	// line, from 0 to 1 (every one when 0; none when negative): under a
+	// retry storm the line per replay is most of a replay's cost.
+	// Executions and failed answers are always logged.
+	ReplayLogRate float64
 	// Sealer encrypts secret results; required when an operation uses
 	// transactional_secret_replay.
 	Sealer Sealer
@@ -48,6 +54,14 @@ type RunnerConfig struct {
 	// that answer replays without a store round trip (16 MiB when 0; a
 	// negative value turns the cache off).
 	ReplayCacheBytes int
+	// SweepInterval is how often the sweeper Start begins sweeps the
+	// store (30 s, jittered ± half); negative: no sweeper (another
+	// process sweeps this store).
+	SweepInterval time.Duration
+	// AuditRetention is how long executions and their audit events are
+	// kept after they start (7 days); at least Retention. Negative keeps
+	// them forever.
+	AuditRetention time.Duration
 	// DecodeBudget bounds the bytes of request bodies being read and
 	// decoded at once, and MaxExecutions the executions running at once;
 	// a call beyond either waits up to AdmissionWait, then answers
@@ -85,7 +99,7 @@ func (c RunnerConfig) WithDefaults() RunnerConfig {
 		c.Clock = SystemClock{}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	setDefault(&c.Retention, 24*time.Hour)
 	setDefault(&c.LeaseGrace, 5*time.Second)
@@ -95,6 +109,8 @@ func (c RunnerConfig) WithDefaults() RunnerConfig {
 	setDefault(&c.PolicyTimeout, 2*time.Second)
 	setDefault(&c.MaxWait, 30*time.Second)
 	setDefault(&c.AdmissionWait, DefaultAdmissionWait)
+	setDefault(&c.SweepInterval, DefaultSweepInterval)
+	setDefault(&c.AuditRetention, DefaultAuditRetention)
 	if c.DecodeBudget == 0 {
 		c.DecodeBudget = DefaultDecodeBudget
 	}
@@ -103,6 +119,13 @@ func (c RunnerConfig) WithDefaults() RunnerConfig {
 	}
 	return c
 }
+
+// DefaultSweepInterval and DefaultAuditRetention are RunnerConfig's
+// defaults for the sweeper.
+const (
+	DefaultSweepInterval  = 30 * time.Second
+	DefaultAuditRetention = 7 * 24 * time.Hour
+)
 
 // DefaultLeaseMargin is RunnerConfig.LeaseMargin's default.
 const DefaultLeaseMargin = time.Second
@@ -129,6 +152,12 @@ func (c RunnerConfig) validate(reg *Registry, ops map[string]*compiled) error {
 		if d < 0 {
 			return errors.New("idem: RunnerConfig durations must not be negative")
 		}
+	}
+	if c.AuditRetention > 0 && c.AuditRetention < c.Retention {
+		return fmt.Errorf("idem: RunnerConfig.AuditRetention (%s) is shorter than Retention (%s): executions must outlive the attempt records that name them", c.AuditRetention, c.Retention)
+	}
+	if c.ReplayLogRate > 1 {
+		return fmt.Errorf("idem: RunnerConfig.ReplayLogRate (%g) is a share: at most 1", c.ReplayLogRate)
 	}
 	for _, name := range reg.sorted {
 		if lease := ops[name].meta.Lease(c.LeaseGrace); c.LeaseMargin >= lease {
@@ -165,6 +194,7 @@ type Runner struct {
 	audit *auditQueue
 	// decoding and executions are the admission budgets (admission.go).
 	decoding, executions budget
+	life                 lifecycle
 	// tracer is nil when tracing is off (tracing.go).
 	tracer trace.Tracer
 }
@@ -204,17 +234,6 @@ func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	r.decoding, r.executions = newBudget(cfg.DecodeBudget), newBudget(int64(cfg.MaxExecutions))
-	if feed, ok := cfg.Store.(CompletionFeed); ok {
-		if keys := feed.Completions(context.Background()); keys != nil {
-			// Completions by other instances wake this one's waiters; the
-			// feed ends when the store closes.
-			go func() {
-				for k := range keys {
-					r.done.finished(k.Scope, k.Key)
-				}
-			}()
-		}
-	}
 	return r, nil
 }
 
@@ -257,4 +276,10 @@ func (r *Runner) Descriptors() []Descriptor {
 		out = append(out, d.ops[name].descriptor())
 	}
 	return out
+}
+
+// LongestLease is the longest lease under grace of the operations the
+// runner serves now (Registry.LongestLease of the current declarations).
+func (r *Runner) LongestLease(grace time.Duration) (name string, lease time.Duration) {
+	return r.decl.Load().reg.LongestLease(grace)
 }

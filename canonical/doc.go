@@ -54,9 +54,18 @@
 //	N(count)                  the number of query pairs that follow, in decimal
 //	N(name) N(value)          once per query pair: names in byte-wise ascending
 //	                          order, each name's values in the order given
+//	N("headers") N(count)     only when the request has header inputs
+//	                          (Request.Header): the number of pairs, then
+//	N(name) N(value)          once per header pair: names ASCII lower-cased, in
+//	                          byte-wise ascending order, values in the order given
 //	N("nobody")               when the body is empty or absent, otherwise
 //	N("json") N(body)         with body in canonical form (Transform), or
 //	N("bytes") N(type) N(body) for a body of another media type (Request.Opaque), as sent
+//
+// Without header inputs the preimage is exactly what it was before they
+// existed; with them, N("headers") stands where a body marker would, so the
+// two can never collide. Header inputs are only the headers that the
+// operation declares as arguments (in:"header"), never the others.
 //
 // The query is the request's without the control parameter dryRun (SPEC
 // §6.2): the caller removes it once it has parsed it as exactly "true" or

@@ -19,6 +19,12 @@ type Request struct {
 	// upload, a form): its bytes are hashed as they are, with the type.
 	// Empty means the body is JSON.
 	Opaque string
+	// Header holds the request's header inputs: only the headers that the
+	// operation declares as arguments, never the others. Names are
+	// compared case-insensitively (ASCII); each name's values keep their
+	// order. Empty adds nothing to the preimage, so a request without
+	// header inputs has the fingerprint it always had.
+	Header map[string][]string
 }
 
 // fingerprintVersion opens every preimage, so that a future encoding can
@@ -70,6 +76,25 @@ func preimage(r Request) ([]byte, error) {
 	}
 	slices.Sort(names) // byte-wise
 
+	headers := make([]string, 0, len(r.Header))
+	headerValues := make(map[string][]string, len(r.Header))
+	headerPairs := 0
+	for name, values := range r.Header {
+		if len(values) == 0 {
+			continue
+		}
+		lower := lowerASCII(name)
+		if _, seen := headerValues[lower]; !seen {
+			headers = append(headers, lower)
+		}
+		headerValues[lower] = append(headerValues[lower], values...)
+		headerPairs += len(values)
+		for _, v := range values {
+			size += 2*12 + len(name) + len(v)
+		}
+	}
+	slices.Sort(headers)
+
 	buf := make([]byte, 0, size)
 	buf = appendField(buf, fingerprintVersion)
 	buf = appendField(buf, upperASCII(r.Method))
@@ -79,6 +104,16 @@ func preimage(r Request) ([]byte, error) {
 		for _, v := range r.Query[name] {
 			buf = appendField(buf, name)
 			buf = appendField(buf, v)
+		}
+	}
+	if headerPairs > 0 {
+		buf = appendField(buf, "headers")
+		buf = appendField(buf, strconv.Itoa(headerPairs))
+		for _, name := range headers {
+			for _, v := range headerValues[name] {
+				buf = appendField(buf, name)
+				buf = appendField(buf, v)
+			}
 		}
 	}
 	switch {
@@ -101,6 +136,17 @@ func appendField[S string | []byte](dst []byte, s S) []byte {
 	dst = append(dst, ':')
 	dst = append(dst, s...)
 	return append(dst, ',')
+}
+
+// lowerASCII lower-cases A–Z only.
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + ('a' - 'A')
+		}
+	}
+	return string(b)
 }
 
 // upperASCII upper-cases a–z only, so that other languages get the same

@@ -172,3 +172,39 @@ func TestFingerprintDoesNotModifyRequest(t *testing.T) {
 		t.Errorf("request changed: %+v", r)
 	}
 }
+
+// TestFingerprintHeaderInputs: header inputs follow the query in the
+// preimage, names lower-cased and sorted; without them (nil or empty) the
+// preimage is the one it always was.
+func TestFingerprintHeaderInputs(t *testing.T) {
+	base := Request{Method: "POST", Path: "/v1/notes", Body: []byte(`{"text":"hi"}`)}
+	plain, _ := Fingerprint(base)
+	empty := base
+	empty.Header = map[string][]string{"X-Tenant": {}}
+	if got, _ := Fingerprint(empty); got != plain {
+		t.Errorf("an empty header set changed the fingerprint")
+	}
+	with := base
+	with.Header = map[string][]string{"X-Tenant": {"acme"}, "X-Priority": {"2"}}
+	const wantPreimage = `19:idem-fingerprint-v1,4:POST,9:/v1/notes,1:0,7:headers,1:2,10:x-priority,1:2,8:x-tenant,4:acme,4:json,13:{"text":"hi"},`
+	if pre, _ := preimage(with); string(pre) != wantPreimage {
+		t.Errorf("preimage\n got %s\nwant %s", pre, wantPreimage)
+	}
+	a, _ := Fingerprint(with)
+	lower := base
+	lower.Header = map[string][]string{"x-tenant": {"acme"}, "x-PRIORITY": {"2"}}
+	if b, _ := Fingerprint(lower); b != a {
+		t.Errorf("header names are case-insensitive: %s != %s", b, a)
+	}
+	other := base
+	other.Header = map[string][]string{"X-Tenant": {"globex"}, "X-Priority": {"2"}}
+	if b, _ := Fingerprint(other); b == a || a == plain {
+		t.Errorf("another header value must be another intent")
+	}
+	// A header is not a query parameter of the same name and value.
+	query := base
+	query.Query = map[string][]string{"x-tenant": {"acme"}, "x-priority": {"2"}}
+	if b, _ := Fingerprint(query); b == a {
+		t.Errorf("a header and a query parameter collide")
+	}
+}

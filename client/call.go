@@ -179,7 +179,7 @@ func buildRequest(op Operation, args map[string]json.RawMessage, dryRun bool) (r
 	}
 	return request{
 		method: op.Method, path: idem.FillPath(op.Path, pl.PathParams), query: q,
-		body: pl.Body, header: http.Header{}, auth: true,
+		body: pl.Body, header: pl.Header, auth: true,
 	}, nil
 }
 

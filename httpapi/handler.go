@@ -38,6 +38,9 @@ type Config struct {
 	// MaxBodyBytes limits request bodies; DefaultMaxBodyBytes when 0.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// BasePath is the prefix the handler is mounted under, with
+	// http.StripPrefix ("" at the root): the OpenAPI document's server URL.
+	BasePath string
 	// Version names the API in the OpenAPI document.
 	Version string
 	// Routes are extra authenticated routes ("GET /v1/demo/…"), answered
@@ -68,7 +71,7 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	descs := cfg.Runner.Descriptors()
 	h := &handler{
@@ -79,7 +82,7 @@ func NewHandler(cfg Config) http.Handler {
 		h.catalog = CatalogWith(descs, nil)
 	}
 	if h.openapi == nil {
-		h.openapi = OpenAPI(descs, OpenAPIInfo{Title: "idem", Version: cfg.Version})
+		h.openapi = OpenAPI(descs, OpenAPIInfo{Title: "idem", Version: cfg.Version, ServerURL: cfg.BasePath})
 	}
 	for _, d := range descs {
 		if slices.Contains(d.Surfaces, idem.SurfaceHTTP) {
@@ -267,6 +270,8 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 		}
 		if d.Raw {
 			req.Header = r.Header
+		} else {
+			req.Header = declaredHeaders(d, r.Header)
 		}
 		ctx := r.Context()
 		if h.cfg.Runner.Tracing() {
@@ -275,6 +280,24 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 		}
 		write(w, h.cfg.Runner.Call(ctx, req))
 	}
+}
+
+// declaredHeaders keeps only the headers that d declares as inputs
+// (in:"header"): no other header reaches the pipeline or the handler.
+func declaredHeaders(d idem.Descriptor, h http.Header) http.Header {
+	var out http.Header
+	for _, p := range d.Params {
+		if p.In != "header" {
+			continue
+		}
+		if vs := h.Values(p.Header); len(vs) > 0 {
+			if out == nil {
+				out = http.Header{}
+			}
+			out[p.Header] = vs
+		}
+	}
+	return out
 }
 
 // authenticate answers 401 unless the configured authenticator accepts

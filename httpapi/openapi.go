@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -32,6 +33,10 @@ type OpenAPIInfo struct {
 	// them.
 	// Without a License the document says that none is declared.
 	License, LicenseIdentifier, LicenseURL string
+	// ServerURL is the document's servers[0].url: where the operations'
+	// paths are rooted ("/" when empty; a prefix such as "/idem" when the
+	// handler is mounted under one).
+	ServerURL string
 }
 
 // The info.license of a document whose OpenAPIInfo names no license: a
@@ -114,7 +119,7 @@ func OpenAPI(descs []idem.Descriptor, info OpenAPIInfo) []byte {
 	doc := docObj(
 		"openapi", OpenAPIVersion,
 		"info", docObj("title", info.Title, "version", info.Version, "license", license),
-		"servers", []docObject{docObj("url", "/", "description", "The server this document is served by.")},
+		"servers", []docObject{docObj("url", cmp.Or(info.ServerURL, "/"), "description", "The server this document is served by.")},
 		"jsonSchemaDialect", "https://json-schema.org/draft/2020-12/schema",
 		"security", []docObject{docObj("bearer", []string{})},
 		"tags", tagList,
@@ -169,6 +174,12 @@ func openapiOperation(d idem.Descriptor) docObject {
 		case "query":
 			params = append(params, docObj(
 				"name", p.Name, "in", "query", "required", slices.Contains(required, p.Name),
+				"schema", propertySchema(props, p.Name),
+			))
+		case "header":
+			params = append(params, docObj(
+				"name", p.Header, "in", "header", "required", slices.Contains(required, p.Name),
+				"description", "The argument "+p.Name+" (its name on MCP and in the CLI).",
 				"schema", propertySchema(props, p.Name),
 			))
 		case "body":

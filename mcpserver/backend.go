@@ -74,7 +74,7 @@ func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]js
 	}
 	req := idem.Request{
 		Operation: name, Surface: idem.SurfaceMCP, Principal: p,
-		PathParams: place.PathParams, Query: place.Query, Body: place.Body,
+		PathParams: place.PathParams, Query: place.Query, Body: place.Body, Header: place.Header,
 	}
 	if key != "" {
 		req.KeyHeader = []string{key}
@@ -202,6 +202,9 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 	req.Header.Set("Accept", idem.ContentTypeJSON+", "+idem.ContentTypeProblem)
 	if place.Body != nil {
 		req.Header.Set("Content-Type", idem.ContentTypeJSON)
+	}
+	for name, vs := range place.Header {
+		req.Header[name] = vs
 	}
 	if b.token != "" {
 		req.Header.Set("Authorization", "Bearer "+b.token)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idem-run/idem/internal/storeerr"
@@ -36,4 +40,46 @@ func RefusedStatement(err error) (string, bool) {
 		return fmt.Sprintf("SQLSTATE %s: %s", pgErr.Code, pgErr.Message), true
 	}
 	return "", false
+}
+
+// MissingDatabaseError is Open's error when the server has no database of
+// the URL's name (SQLSTATE 3D000 invalid_catalog_name at connect): a setup
+// mistake that no retry fixes, so it is not STORE_UNAVAILABLE. Its message
+// says how to create the database.
+type MissingDatabaseError struct {
+	Database string // the database the URL names
+	Host     string // the server's host (or socket directory)
+	Port     uint16
+	User     string // the role that connected
+	Err      error  // the server's error
+}
+
+func (e *MissingDatabaseError) Error() string {
+	host := net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port)))
+	return fmt.Sprintf("pgstore: database %q does not exist on %s (SQLSTATE 3D000); create it, then run the command again: "+
+		"createdb -h %s -p %d -U %s %s (or, as a role with CREATEDB: CREATE DATABASE %s;), or name an existing database in the store URL's path",
+		e.Database, host, shellWord(e.Host), e.Port, shellWord(e.User), shellWord(e.Database), pgx.Identifier{e.Database}.Sanitize())
+}
+
+// Unwrap returns the server's error.
+func (e *MissingDatabaseError) Unwrap() error { return e.Err }
+
+// missingDatabase returns a *MissingDatabaseError when err is the server
+// refusing a connection to a database it does not have, else nil.
+func missingDatabase(err error) error {
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" || !errors.As(err, &connErr) || connErr.Config == nil {
+		return nil
+	}
+	c := connErr.Config
+	return &MissingDatabaseError{Database: c.Database, Host: c.Host, Port: c.Port, User: c.User, Err: pgErr}
+}
+
+// shellWord quotes s for a POSIX shell when it needs quoting.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/:@%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

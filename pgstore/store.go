@@ -62,7 +62,9 @@ const DefaultMaxConns = 32
 
 // Open connects to the database at url (a postgres:// URL or libpq
 // keyword/value string), applies pending migrations and returns the store.
-// Close closes its pool. An unreachable database is STORE_UNAVAILABLE.
+// Close closes its pool. An unreachable database is STORE_UNAVAILABLE; a
+// database the server does not have is a *MissingDatabaseError, which
+// says how to create it.
 func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -77,6 +79,9 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	}
 	if err := Migrate(ctx, pool); err != nil {
 		pool.Close()
+		if missing := missingDatabase(err); missing != nil {
+			return nil, missing
+		}
 		return nil, err
 	}
 	s, err := newStore(ctx, pool, cfg, time.Now)

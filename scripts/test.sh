@@ -6,8 +6,9 @@
 #
 # Runs the gofmt check, go vet and `go test -race -count=1`. Packages are the
 # arguments that look like packages (., ./x, ../x, github.com/idem-run/idem, github.com/idem-run/idem/x); without any,
-# ./... is vetted and tested, then every fuzz target runs for 2 s (see the
-# end). Other arguments go to `go test` unchanged.
+# ./... is vetted and tested, then every fuzz target runs for 2 s and is
+# named in the summary with its result (see the end). Other arguments go to
+# `go test` unchanged.
 #
 # PostgreSQL-backed tests (internal/pgtest) need a server. If
 # IDEM_TEST_DATABASE_URL is set they use it: its role needs CREATEDB, since
@@ -39,6 +40,13 @@ default_pkgs=()
 
 scripts/fmt-check.sh
 go vet "${pkgs[@]:-./...}"
+
+# Catalog drift (docs/catalog-drift.md), on a full run only: the catalog that
+# `idem serve --demo` serves from this code, against the committed snapshot
+# cmd/idem/testdata/catalog.demo.json. A demo contract that widened (or
+# narrowed) fails here until scripts/catalog-drift.sh --update rewrites the
+# snapshot in the same change, where review sees it.
+((${#pkgs[@]})) || scripts/catalog-drift.sh
 
 # ---- PostgreSQL. ------------------------------------------------------------
 
@@ -286,11 +294,19 @@ rm -f "$log"
 
 # After a full run that passed (no packages named), every fuzz target of
 # scripts/fuzz.sh (make fuzz) runs for IDEM_TEST_FUZZTIME each (2s; 0 skips).
+# The summary ends with one line per target, its result, time and figures
+# (a failing target's whole output comes first).
 fuzztime=${IDEM_TEST_FUZZTIME:-2s}
-if ((rc == 0)) && ((${#default_pkgs[@]})) && [[ $fuzztime != 0 ]]; then
+if ((rc != 0)); then
+	: # the tests failed: no fuzzing
+elif ((!${#default_pkgs[@]})); then
+	say "no fuzzing: packages were named (run without them to fuzz every target)"
+elif [[ $fuzztime == 0 ]]; then
+	say "no fuzzing: IDEM_TEST_FUZZTIME=0"
+else
 	say "fuzzing each target for $fuzztime (IDEM_TEST_FUZZTIME)"
 	set -m
-	scripts/fuzz.sh "$fuzztime" &
+	IDEM_FUZZ_QUIET=1 scripts/fuzz.sh "$fuzztime" &
 	test_pid=$!
 	set +m
 	wait "$test_pid" || rc=$?

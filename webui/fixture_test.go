@@ -46,6 +46,10 @@ var overLimit = idem.PolicyFor("refund-limit", func(ctx context.Context, p idem.
 	return idem.PolicyDecision{Effect: idem.Allow}, nil
 })
 
+// failingAmount makes order.refund fail with ALREADY_REFUNDED, whose
+// message holds markup.
+const failingAmount = 13
+
 // fixture is a console over a real runner and SQLite store, with a fake
 // clock for sessions.
 type fixture struct {
@@ -85,6 +89,9 @@ func newFixture(t *testing.T) *fixture {
 		Retry:    idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "order.show", Rationale: "refunds once per key"},
 		Approval: idem.ApprovalPolicy,
 	}, func(ctx context.Context, call *idem.Call, in refundIn) (refundOut, error) {
+		if in.Amount == failingAmount {
+			return refundOut{}, idem.Errorf(idem.CodeAlreadyRefunded, "<script>alert(1)</script> was refunded\non 2026-11-30")
+		}
 		return refundOut{Refunded: in.Amount}, nil
 	}).WithPolicies(overLimit)
 	reg, err := idem.NewRegistry(show, refund)

@@ -172,7 +172,7 @@ func TestTimeline(t *testing.T) {
 		{Type: idem.EventStarted, Attempt: 1},
 		{Type: idem.EventRetried, Attempt: 2, PreviousErrorCode: idem.CodeTimeout},
 		{Type: idem.EventApprovalConsumed, Data: map[string]string{"approvalId": "apr_1"}},
-		{Type: idem.EventFailed, Code: code, Attempts: 2, DurationMs: 12},
+		{Type: idem.EventFailed, Code: code, Attempts: 2, DurationMs: 12, Data: map[string]string{"cause": "the handler panicked"}},
 		{Type: idem.EventReplayed, Data: map[string]string{"status": "500"}},
 	}}
 	for _, c := range []struct {
@@ -196,7 +196,7 @@ func TestTimeline(t *testing.T) {
 		})
 	}
 	steps := timeline(x, true)
-	if steps[1].Text != "attempt 2 after TIMEOUT" || steps[2].ApprovalID != "apr_1" || !strings.Contains(steps[4].Text, "HTTP 500") {
+	if steps[1].Text != "attempt 2 after TIMEOUT" || steps[2].ApprovalID != "apr_1" || steps[3].Cause != "the handler panicked" || !strings.Contains(steps[4].Text, "HTTP 500") {
 		t.Fatalf("steps = %+v", steps)
 	}
 }
@@ -220,4 +220,20 @@ func TestExecutionWhoseReinvocationIsRemoved(t *testing.T) {
 		t.Fatalf("execution page with its reinvocationOf removed: %d %s", page.status, page.body)
 	}
 	wantError(t, f.do("GET", "/ui/executions/"+xid(first), nil, cookie), 404, idem.CodeNotFound)
+}
+
+// TestTimelineShowsTheCause: a failed execution's page shows the final
+// event's cause, escaped.
+func TestTimelineShowsTheCause(t *testing.T) {
+	f := newFixture(t)
+	out := f.refund(alice, failingAmount, "")
+	if out["code"] != string(idem.CodeAlreadyRefunded) {
+		t.Fatalf("refund: %v", out)
+	}
+	id := out["meta"].(map[string]any)["executionId"].(string)
+	page := f.do("GET", "/ui/executions/"+id, nil, f.signin("t-alice"))
+	want := `<p class="cause">Cause: ALREADY_REFUNDED: &lt;script&gt;alert(1)&lt;/script&gt; was refunded on 2026-11-30</p>`
+	if page.status != 200 || !strings.Contains(page.body, want) || strings.Contains(page.body, "<script>alert") {
+		t.Fatalf("execution page = %d, want it to hold %s: %s", page.status, want, page.body)
+	}
 }

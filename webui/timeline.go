@@ -15,6 +15,9 @@ type step struct {
 	Text  string
 	// ApprovalID links an approval.consumed step to its approval.
 	ApprovalID string
+	// Cause is a failed step's sanitized cause (the final event's
+	// data.cause), when the handler failed.
+	Cause string
 }
 
 // indeterminate reports whether x is a keyed execution that failed on the
@@ -49,6 +52,7 @@ func timeline(x idem.Execution, indeterminate bool) []step {
 				s.Kind, s.Label = "indeterminate", "Failed, result indeterminate"
 			}
 			s.Text = fmt.Sprintf("%s after %s in %d ms", ev.Code, plural(ev.Attempts, "attempt"), ev.DurationMs)
+			s.Cause = ev.Data["cause"]
 		case idem.EventReplayed:
 			s.Kind, s.Label = "replayed", "Replay served"
 			s.Text = "the stored result was answered again"

@@ -51,7 +51,7 @@ func (c Config) WithDefaults() Config {
 		c.AbsoluteTimeout = DefaultAbsoluteTimeout
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }

@@ -63,7 +63,8 @@ Exit codes: 0 success; 1 a 4xx answer; 2 usage error or locally refused intent; 
   idem call order.refund --param id=ord_1 --param amount=100 --idempotency-key "$KEY"
   idem call backend.bind --param slug=quillby --param name=api --param environment=preview \
       --param originUrl=https://preview-api.example.com --dry-run`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: m.completeOperation(&o),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return m.call(cmd.Context(), args[0], o)
 		},
@@ -78,6 +79,7 @@ Exit codes: 0 success; 1 a 4xx answer; 2 usage error or locally refused intent; 
 	f.DurationVar(&o.wait, "wait", 0, "send Prefer: wait=N: let the server wait up to this long (at most 30s) for a running original with the same key")
 	f.IntVar(&o.retries, "retries", client.DefaultRetries, "automatic retries after the first request, where the retry contract allows them")
 	f.DurationVar(&o.retryTimeout, "retry-timeout", client.DefaultRetryTimeout, "no automatic retry starts after this long")
+	_ = cmd.RegisterFlagCompletionFunc("param", m.completeParam(&o))
 	return cmd
 }
 

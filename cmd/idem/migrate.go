@@ -18,7 +18,7 @@ func (m Main) migrateCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			url := m.storeFlagValue(store)
-			s, err := openStore(cmd.Context(), url, idem.StoreConfig{})
+			s, err := openStore(cmd.Context(), url, idem.StoreConfig{}, nil)
 			if err != nil {
 				return fmt.Errorf("migrate %s: %w", redact(url), err)
 			}

@@ -2,30 +2,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
-	"github.com/idem-run/idem/metrics"
-	"github.com/idem-run/idem/pgstore"
 	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
-	"github.com/idem-run/idem/webui"
 )
 
 // serveOptions are the flags of idem serve (SPEC §10.3).
@@ -45,6 +38,9 @@ type serveOptions struct {
 	decodeBudgetMB int
 	maxExecutions  int
 	admissionWait  time.Duration
+	logLevel       string
+	logReplays     float64
+	jwt            jwtOptions
 	demo           bool
 }
 
@@ -84,6 +80,9 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", idem.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once (a body counts its Content-Length, at least 1 KiB); beyond it a request answers 429 RATE_LIMITED before its body is read (0: no bound)")
 	f.IntVar(&o.maxExecutions, "max-executions", idem.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
 	f.DurationVar(&o.admissionWait, "admission-wait", idem.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
+	f.StringVar(&o.logLevel, "log-level", "info", "least level logged: debug, info, warn or error (one JSON line per execution at info, failures at warn)")
+	f.Float64Var(&o.logReplays, "log-replays", 1, "share of successful replays that get a log line, 0 to 1 (under a retry storm the line is most of a replay's cost)")
+	o.jwt.flags(f)
 	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired, removes executions past --audit-retention (jittered ± half)")
 }
 
@@ -103,6 +102,7 @@ func (m Main) defaults(o *serveOptions) {
 	if o.allowedOrigins == "" {
 		o.allowedOrigins = m.Getenv("IDEM_ALLOWED_ORIGINS")
 	}
+	m.jwtDefaults(&o.jwt)
 }
 
 func (m Main) envOr(name, def string) string {
@@ -112,8 +112,9 @@ func (m Main) envOr(name, def string) string {
 	return def
 }
 
-// serve runs the server until ctx ends, then shuts down gracefully. build
-// makes what it serves once the store is open.
+// serve runs the server until ctx ends, then shuts down gracefully
+// (server.Server.Serve). build makes what it serves once the store is
+// open.
 func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Context, idem.Store, *secretbox.Box, *slog.Logger) (application, error)) error {
 	for name, n := range map[string]int{"--replay-cache-mb": o.replayCacheMB, "--decode-budget-mb": o.decodeBudgetMB, "--max-executions": o.maxExecutions} {
 		if n < 0 {
@@ -136,34 +137,15 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(m.Stderr, nil))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mx := metrics.New(reg)
-
-	opened, err := openStore(ctx, o.store, idem.StoreConfig{})
+	logger, err := o.logger(m.Stderr)
+	if err != nil {
+		return err
+	}
+	opened, err := openStore(ctx, o.store, idem.StoreConfig{}, logger)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redact(o.store), err)
 	}
 	defer opened.Close()
-	if ds, ok := opened.(interface {
-		Durability(context.Context) (pgstore.Durability, error)
-	}); ok {
-		if d, err := ds.Durability(ctx); err != nil {
-			logger.Warn("store durability: cannot read the replication settings", "error", err)
-		} else {
-			logger.Info("store durability", "mode", d.Mode(), "synchronousCommit", d.SynchronousCommit,
-				"synchronousStandbyNames", d.SynchronousStandbyNames, "standbys", d.Standbys, "synchronousStandbys", d.SynchronousStandbys)
-			if w := d.Warning(); w != "" {
-				logger.Warn("store durability", "mode", d.Mode(), "warning", w)
-			}
-		}
-	}
-	if ws, ok := opened.(metrics.WriteStatser); ok {
-		metrics.RegisterWriteStats(reg, ws)
-	}
-	store := mx.Store(opened)
-
 	box, err := secretbox.LoadOrCreateKeyFile(o.secretKeyFile)
 	if err != nil {
 		return err
@@ -182,9 +164,17 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	for token, p := range app.tokens {
 		tokens.Add(token, p)
 	}
-	if tokens.Len() == 0 {
+	auth := idem.Authenticators{tokens}
+	jwtAuth, err := o.jwt.authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	if jwtAuth != nil {
+		auth = append(auth, jwtAuth)
+	}
+	if tokens.Len() == 0 && jwtAuth == nil {
 		logger.Warn("no caller can authenticate: no token is known, so every operation, approval, execution and attempt route and /mcp answer 401; " +
-			"give --tokens-file FILE (or IDEM_TOKENS_FILE) with lines sha256:HEX ORG PRINCIPAL KIND [ROLES], or run --demo for the demo tokens")
+			"give --tokens-file FILE (or IDEM_TOKENS_FILE) with lines sha256:HEX ORG PRINCIPAL KIND [ROLES], --jwks-url with --jwt-issuer and --jwt-audience for JWTs, or run --demo for the demo tokens")
 	}
 	registry, err := idem.NewRegistry(app.operations...)
 	if err != nil {
@@ -195,109 +185,51 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 		return usagef("--retention %s must exceed the longest lease of any operation plus the lease margin of %s: operation %s holds its lease for %s with --lease-grace %s; raise --retention above %s (or lower --lease-grace)",
 			o.retention, idem.DefaultLeaseMargin, name, lease, o.leaseGrace, lease+idem.DefaultLeaseMargin)
 	}
-	runner, err := idem.NewRunner(registry, idem.RunnerConfig{
-		Store: store, Logger: logger, Sealer: box, Observe: mx.Observe, Policies: app.policies,
-		Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
-		ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
-		DecodeBudget:     int64(unbounded(o.decodeBudgetMB)) << 20, MaxExecutions: unbounded(o.maxExecutions),
-		AdmissionWait: admissionWait(o.admissionWait),
+	srv, err := server.New(ctx, server.Config{
+		Operations: app.operations, Store: opened, Auth: auth, Logger: logger,
+		Runner: idem.RunnerConfig{
+			Sealer: box, Policies: app.policies,
+			Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
+			ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
+			DecodeBudget:     int64(unbounded(o.decodeBudgetMB)) << 20, MaxExecutions: unbounded(o.maxExecutions),
+			AdmissionWait: admissionWait(o.admissionWait), SweepInterval: o.sweepInterval, AuditRetention: o.auditRetention,
+			ReplayLogRate: replayLogRate(o.logReplays),
+		},
+		AllowedOrigins: origins, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
+		Version: buildVersion(),
 	})
 	if err != nil {
 		return err
 	}
-	httpConfig := httpapi.Config{
-		Runner: runner, Store: store, Auth: tokens, Logger: logger, Version: buildVersion(),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: app.routes,
-		OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
-	}
-	if err := httpapi.CheckRoutes(runner.Descriptors(), binaryRoutes...); err != nil {
-		return err
-	}
-	var root swappable
-	root.Store(httpapi.NewHandler(httpConfig))
-	backend := mcpserver.RunnerBackend{Runner: runner}
-	mcpServer, err := mcpserver.New(ctx, backend, mcpserver.Options{Version: buildVersion()})
-	if err != nil {
-		return err
-	}
 	if app.reload != nil {
-		tools := registry.Names()
-		rl := reloader{
-			app: app, runner: runner, httpConfig: httpConfig, root: &root, logger: logger,
-			check: func(r *idem.Registry) error {
-				return idem.CheckRetention(r, o.retention, o.leaseGrace, idem.DefaultLeaseMargin)
-			},
-			mcp: func(ctx context.Context) error {
-				var err error
-				tools, err = mcpserver.Update(ctx, mcpServer, backend, tools)
-				return err
-			},
-		}
-		go rl.run(ctx)
+		go reloadLoop(ctx, srv, app, logger)
 	}
-	mcpHandler := mcpserver.Handler(mcpServer, tokens, mcpserver.HTTPOptions{AllowedOrigins: origins})
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcpHandler)
-	mux.Handle("/mcp/", mcpHandler)
-	mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: tokens, Logger: logger}))
-	mux.Handle("/", &root)
-
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.addr, err)
-	}
-	// Slow-client protection: headers within 10 s and the whole request
-	// (1 MiB body at most) within 1 min; an idle keep-alive connection is
-	// closed after 2 min; headers over 64 KiB answer 431. There is no
-	// WriteTimeout: an answer may legitimately take a Prefer: wait (up to
-	// 30 s) plus an execution's bound, and MCP event streams are long-lived;
-	// the read deadline is lifted once the request is read, so it never
-	// cuts a running execution.
-	srv := &http.Server{
-		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	srv.RegisterOnShutdown(mcpHandler.Drain)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	addr := ln.Addr().String()
-	fmt.Fprintf(m.Stderr, "listening on http://%s\n", addr)
-	logger.Info("serving", "addr", addr, "store", redact(o.store), "operations", len(registry.Names()), "secretKeyId", box.KeyID())
-
-	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
-	swept := make(chan struct{})
-	go func() { defer close(swept); sweepLoop(sweepCtx, store, o.sweepInterval, o.auditRetention, logger) }()
-
-	select {
-	case err := <-served:
-		stopSweeper()
-		<-swept
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down: no new requests; running executions finish within their bound")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownBound(registry))
-	defer cancel()
-	err = srv.Shutdown(shutdownCtx)
-	stopSweeper()
-	<-swept
-	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelFlush()
-	if ferr := runner.Flush(flushCtx); ferr != nil {
-		logger.Warn("replay audit events still queued at exit", "error", ferr)
-	}
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err != nil {
-		logger.Warn("shutdown bound passed with executions still running; their records become indeterminate by lease")
-	}
-	logger.Info("stopped")
-	return nil
+	return srv.ListenAndServe(ctx, o.addr, func(addr string) {
+		fmt.Fprintf(m.Stderr, "listening on http://%s\n", addr)
+		logger.Info("serving", "addr", addr, "store", redact(o.store), "operations", len(registry.Names()), "secretKeyId", box.KeyID())
+	})
 }
 
-// binaryRoutes are the paths the binary serves before the HTTP API's.
-var binaryRoutes = []string{"/mcp", "/mcp/", webui.Prefix}
+// logger is the server's JSON logger on w at --log-level.
+func (o serveOptions) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	if o.logReplays < 0 || o.logReplays > 1 {
+		return nil, usagef("--log-replays must be between 0 and 1, got %g", o.logReplays)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), nil
+}
+
+// replayLogRate maps --log-replays to RunnerConfig.ReplayLogRate (0: none,
+// which the config spells negative).
+func replayLogRate(share float64) float64 {
+	if share == 0 {
+		return -1
+	}
+	return share
+}
 
 // allowedOrigins parses --allowed-origins.
 func allowedOrigins(list string) ([]string, error) {
@@ -340,51 +272,6 @@ func admissionWait(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
-}
-
-// shutdownBound is the longest any execution may run: the largest lease
-// without grace, at least 5 s.
-func shutdownBound(reg *idem.Registry) time.Duration {
-	_, bound := reg.LongestLease(0)
-	return max(bound, 5*time.Second)
-}
-
-// sweepLoop sweeps at start and then every interval (± half, jittered, so
-// instances spread out) until ctx ends, running rounds until nothing is
-// left. Executions and their events go auditRetention after they start.
-func sweepLoop(ctx context.Context, store idem.Store, interval, auditRetention time.Duration, logger *slog.Logger) {
-	const batch = 500
-	// The first round runs at once: it makes the attempt partitions of the
-	// current range (PostgreSQL) before traffic fills the DEFAULT one, and
-	// settles what a crashed predecessor left.
-	for first := true; ; first = false {
-		if !first {
-			wait := interval/2 + rand.N(interval)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-		}
-		for {
-			r, err := store.Sweep(ctx, idem.SweepParams{BatchSize: batch, AuditRetention: auditRetention})
-			if err != nil {
-				if ctx.Err() == nil {
-					logger.Warn("sweep", "error", err)
-				}
-				break
-			}
-			if r != (idem.SweepResult{}) {
-				logger.Info("swept", "forgotten", r.Forgotten, "secretsDestroyed", r.SecretsDestroyed, "leasesExpired", r.LeasesExpired, "approvalsExpired", r.ApprovalsExpired,
-					"executionsRemoved", r.ExecutionsRemoved, "eventsRemoved", r.EventsRemoved,
-					"partitionsCreated", r.PartitionsCreated, "partitionsDropped", r.PartitionsDropped,
-					"auditPartitionsCreated", r.AuditPartitionsCreated, "auditPartitionsDropped", r.AuditPartitionsDropped)
-			}
-			if r.Done(batch) {
-				break
-			}
-		}
-	}
 }
 
 // application is what the binary serves besides idem's own routes: the

@@ -5,15 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/idem-run/idem"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's concurrent writes.
@@ -82,28 +79,5 @@ func TestServeWarnsWhenNoCallerCanAuthenticate(t *testing.T) {
 	}
 	if out := serveUntilListening(t, "--tokens-file", tokens); strings.Contains(out, "no caller can authenticate") {
 		t.Fatalf("warning with a tokens file:\n%s", out)
-	}
-}
-
-// sweepRecorder is a store whose Sweep records its params.
-type sweepRecorder struct {
-	idem.Store
-	params []idem.SweepParams
-	stop   func()
-}
-
-func (s *sweepRecorder) Sweep(_ context.Context, p idem.SweepParams) (idem.SweepResult, error) {
-	s.params = append(s.params, p)
-	s.stop()
-	return idem.SweepResult{}, nil
-}
-
-// The sweeper passes the audit retention on to every round.
-func TestSweepLoopPassesAuditRetention(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	store := &sweepRecorder{stop: cancel}
-	sweepLoop(ctx, store, time.Hour, 168*time.Hour, slog.New(slog.DiscardHandler))
-	if len(store.params) != 1 || store.params[0].AuditRetention != 168*time.Hour {
-		t.Fatalf("Sweep called with %+v, want one round with AuditRetention 168h", store.params)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net/textproto"
 	"reflect"
 	"slices"
 	"strconv"
@@ -127,6 +128,15 @@ func compile(doc json.RawMessage) (*Schema, error) {
 // JSON returns a copy of the schema document: compact, and byte-identical
 // for the same type across runs and processes.
 func (s *Schema) JSON() json.RawMessage { return slices.Clone(s.doc) }
+
+// Requires reports whether the schema's top-level "required" lists name.
+func (s *Schema) Requires(name string) bool {
+	var doc struct {
+		Required []string `json:"required"`
+	}
+	_ = json.Unmarshal(s.doc, &doc)
+	return slices.Contains(doc.Required, name)
+}
 
 // Validate checks one JSON instance and returns nil when it is valid.
 // Errors are leaf causes only, sorted by path then message. An empty or
@@ -456,9 +466,14 @@ func checkType(t reflect.Type, where string, visiting, done map[reflect.Type]boo
 }
 
 // LocationKeyword annotates an argument that does not travel in the JSON
-// body: "path" or "query" (from the field's in:"…" tag). Validators ignore
-// it; clients read it to place each argument of a flat call.
+// body: "path", "query" or "header" (from the field's in:"…" tag).
+// Validators ignore it; clients read it to place each argument of a flat
+// call.
 const LocationKeyword = "x-idem-in"
+
+// HeaderKeyword names the HTTP header of a header argument (from the
+// field's header:"…" tag, in canonical form), beside LocationKeyword.
+const HeaderKeyword = "x-idem-header"
 
 // annotateLocations marks the top-level properties of a struct whose
 // fields carry an in:"path" or in:"query" tag.
@@ -484,6 +499,9 @@ func annotateLocations(root *invopop.Schema, t reflect.Type) {
 				prop.Extras = map[string]any{}
 			}
 			prop.Extras[LocationKeyword] = in
+			if h := f.Tag.Get("header"); in == "header" && h != "" {
+				prop.Extras[HeaderKeyword] = textproto.CanonicalMIMEHeaderKey(h)
+			}
 		}
 	}
 }

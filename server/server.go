@@ -1,0 +1,238 @@
+// Package server assembles idem's surfaces over one Runner and owns their
+// lifecycle: the HTTP API (catalog, OpenAPI, approvals, executions,
+// attempts, health, metrics), MCP over streamable HTTP at /mcp, and the
+// web console at /ui/, with the Runner's background work (the sweeper,
+// partition maintenance, the completion feed, the replay-audit queue).
+//
+// idem serve and idem proxy are thin callers of it; an application embeds
+// idem the same way:
+//
+//	srv, err := server.New(ctx, server.Config{Operations: ops, Store: store, Auth: auth})
+//	…
+//	mux.Handle("/idem/", http.StripPrefix("/idem", srv.Handler()))
+//	srv.Start(ctx)
+//	defer srv.Stop(context.Background())
+//
+// or, to own a listener too, srv.Serve(ctx, ln), which returns once ctx
+// ended and everything stopped.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/metrics"
+	"github.com/idem-run/idem/webui"
+)
+
+// Config is what New needs. Store and Auth are required.
+type Config struct {
+	// Operations are served on every surface they declare.
+	Operations []idem.Operation
+	// Store holds keys, executions and approvals (sqlitestore, pgstore;
+	// OpenStore opens one from a URL). The server does not close it.
+	Store idem.Store
+	// Auth decides who calls, on the HTTP API, MCP and the console.
+	Auth idem.Authenticator
+	// Runner configures the pipeline. Its Store, Logger and Observe are
+	// the server's (a given Observe is called too).
+	Runner idem.RunnerConfig
+	// Logger gets the server's lines and the Runner's; nil is silent.
+	Logger *slog.Logger
+	// Metrics is the Prometheus registry idem registers its metrics in and
+	// serves at GET /metrics; a new one (with the Go and process
+	// collectors) when nil.
+	Metrics *prometheus.Registry
+	// AllowedOrigins are origins besides the server's own whose browser
+	// pages may call /mcp (SPEC §10.2).
+	AllowedOrigins []string
+	// Routes are extra authenticated HTTP routes ("METHOD /path") served
+	// beside the operations (the demo's gateway simulator).
+	Routes map[string]func(http.ResponseWriter, *http.Request, idem.Principal)
+	// OpenAPI, when set, is served instead of the document built from the
+	// operations (idem proxy serves its upstream's).
+	OpenAPI []byte
+	// NoDirectCLIOperations: the catalog lists no directCliOperations
+	// (idem proxy: the operations are an upstream's).
+	NoDirectCLIOperations bool
+	// BasePath is the prefix Handler is mounted under with
+	// http.StripPrefix ("/idem"; empty at the root). The OpenAPI document
+	// says it; the console, whose pages link to /ui/, is not served under
+	// a prefix.
+	BasePath string
+	// NoConsole leaves the web console out.
+	NoConsole bool
+	// Version names the API (OpenAPI info.version, MCP server version).
+	Version string
+}
+
+// Server is idem's surfaces over one Runner. Handler serves them; Start
+// and Stop run the background work; Serve does both around a listener.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	runner *idem.Runner
+	// http is the HTTP API's configuration, kept to rebuild the handler
+	// on Reload.
+	http     httpapi.Config
+	api      swappable
+	mcp      *mcpserver.HTTPHandler
+	handler  http.Handler
+	reloadMu sync.Mutex // one Reload at a time
+	tools    tools
+}
+
+// tools is the MCP server and the tool names it lists.
+type tools struct {
+	srv     *mcp.Server
+	backend mcpserver.RunnerBackend
+	names   []string
+}
+
+// ownRoutes are the paths the server serves before the HTTP API's.
+var ownRoutes = []string{"/mcp", "/mcp/", webui.Prefix}
+
+// New checks cfg and builds the Runner and the surfaces. Nothing runs in
+// the background until Start (or Serve).
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("server: Config.Store is required")
+	}
+	if cfg.Auth == nil {
+		return nil, errors.New("server: Config.Auth is required (httpapi.NewTokens(nil) accepts nobody)")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	mx := metrics.New(reg)
+	if ws, ok := cfg.Store.(metrics.WriteStatser); ok {
+		metrics.RegisterWriteStats(reg, ws)
+	}
+	registry, err := idem.NewRegistry(cfg.Operations...)
+	if err != nil {
+		return nil, err
+	}
+	rc := cfg.Runner
+	rc.Store, rc.Logger = mx.Store(cfg.Store), log
+	if observe := rc.Observe; observe != nil {
+		rc.Observe = func(r idem.Report) { mx.Observe(r); observe(r) }
+	} else {
+		rc.Observe = mx.Observe
+	}
+	runner, err := idem.NewRunner(registry, rc)
+	if err != nil {
+		return nil, err
+	}
+	if err := httpapi.CheckRoutes(runner.Descriptors(), ownRoutes...); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, runner: runner}
+	s.http = httpapi.Config{
+		Runner: runner, Store: rc.Store, Auth: cfg.Auth, Logger: log, Version: cfg.Version,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: cfg.Routes,
+		OpenAPI: cfg.OpenAPI, NoDirectCLIOperations: cfg.NoDirectCLIOperations, BasePath: cfg.BasePath,
+	}
+	s.api.Store(httpapi.NewHandler(s.http))
+	backend := mcpserver.RunnerBackend{Runner: runner}
+	mcpSrv, err := mcpserver.New(ctx, backend, mcpserver.Options{Version: cfg.Version})
+	if err != nil {
+		return nil, err
+	}
+	s.tools = tools{srv: mcpSrv, backend: backend, names: registry.Names()}
+	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{AllowedOrigins: cfg.AllowedOrigins})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", s.mcp)
+	mux.Handle("/mcp/", s.mcp)
+	if !cfg.NoConsole && cfg.BasePath == "" {
+		mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log}))
+	}
+	mux.Handle("/", &s.api)
+	s.handler = mux
+	return s, nil
+}
+
+// Handler serves every surface: the operations' routes and the HTTP
+// API's own, /mcp, and the console at /ui/ (at the root only). Mount it
+// under a prefix with http.StripPrefix, naming it in Config.BasePath.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Runner is the pipeline the surfaces call (for Go callers in the same
+// process: Runner().Call).
+func (s *Server) Runner() *idem.Runner { return s.runner }
+
+// Start begins the Runner's background work (idem.Runner.Start): the
+// sweeper, which also keeps PostgreSQL's partitions, and the completion
+// feed. Call Stop when done.
+func (s *Server) Start(ctx context.Context) error { return s.runner.Start(ctx) }
+
+// Stop ends MCP's event streams, the sweeper and the feed, and waits for
+// the replay audit events still queued, or for ctx. Stop the HTTP server
+// that serves Handler first (http.Server.Shutdown), so that no call is
+// still arriving.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mcp.Drain()
+	return s.runner.Stop(ctx)
+}
+
+// ShutdownBound is the longest any execution may run: the largest lease
+// of the operations served, without grace, and at least 5 s. A graceful
+// shutdown waits this long for running executions.
+func (s *Server) ShutdownBound() time.Duration {
+	_, bound := s.runner.LongestLease(0)
+	return max(bound, 5*time.Second)
+}
+
+// Reload replaces the operations served (idem proxy re-reading its
+// document): checked as New checks them, then the Runner, the HTTP routes,
+// the catalog, the OpenAPI document (openapi, or the one built from ops
+// when nil) and the MCP tools change together. Calls in flight finish
+// under the declarations they started with. On error nothing changes.
+func (s *Server) Reload(ctx context.Context, ops []idem.Operation, openapi []byte) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	reg, err := idem.NewRegistry(ops...)
+	if err != nil {
+		return err
+	}
+	if err := httpapi.CheckRoutes(reg.Descriptors(), ownRoutes...); err != nil {
+		return err
+	}
+	if err := s.runner.Reload(reg); err != nil {
+		return err
+	}
+	cfg := s.http
+	cfg.OpenAPI = openapi
+	s.api.Store(httpapi.NewHandler(cfg))
+	names, err := mcpserver.Update(ctx, s.tools.srv, s.tools.backend, s.tools.names)
+	s.tools.names = names
+	return err
+}
+
+// swappable is an http.Handler that Reload replaces at once: a request is
+// served by the handler it found, so the catalog, the OpenAPI document and
+// the routes change together.
+type swappable struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swappable) Store(h http.Handler) { s.h.Store(&h) }
+
+func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*s.h.Load()).ServeHTTP(w, r) }
