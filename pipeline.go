@@ -24,6 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-run/idem/canonical"
 )
 
@@ -81,6 +83,10 @@ func newID(prefix string, now time.Time) string {
 func (r *Runner) Call(ctx context.Context, req Request) Result {
 	start := r.cfg.Clock.Now()
 	x := &execution{r: r, req: req, start: start}
+	var span trace.Span // nil when tracing is off
+	if r.tracer != nil {
+		ctx, span = x.startCall(ctx)
+	}
 	resp := x.run(ctx)
 	if x.op != nil && x.op.raw != nil && resp.Problem != nil && x.executionID != "" {
 		// A raw operation's answers carry their execution in a header,
@@ -100,6 +106,9 @@ func (r *Runner) Call(ctx context.Context, req Request) Result {
 			rep.Code = resp.Problem.Code
 		}
 		r.cfg.Observe(rep)
+	}
+	if span != nil {
+		x.endCall(span, resp)
 	}
 	return resp
 }
@@ -250,7 +259,9 @@ func (x *execution) run(ctx context.Context) Result {
 		// deadline the lease cannot outlast, by the monotonic clock.
 		lease := op.meta.Lease(r.cfg.LeaseGrace)
 		t0 := time.Now()
-		res, err := r.cfg.Store.Reserve(sctx, ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
+		rctx, end := r.storeSpan(sctx, spanReserve)
+		res, err := r.cfg.Store.Reserve(rctx, ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
+		end(err)
 		if err != nil {
 			x.executionID = ""
 			return x.startFailure(ctx, err, raw, reason)
@@ -264,9 +275,13 @@ func (x *execution) run(ctx context.Context) Result {
 		fence = res.Attempt.FencingToken
 		x.leaseDeadline = t0.Add(lease)
 		r.done.started(req.Principal.Scope(), x.key)
-	} else if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {
-		x.executionID = ""
-		return x.startFailure(ctx, err, raw, reason)
+	} else {
+		rctx, end := r.storeSpan(sctx, spanStartExecution)
+		_, err := r.cfg.Store.StartExecution(rctx, start)
+		if end(err); err != nil {
+			x.executionID = ""
+			return x.startFailure(ctx, err, raw, reason)
+		}
 	}
 	// Stages 10 to 13.
 	return x.execute(ctx, in, fence)
@@ -279,7 +294,9 @@ func (r *Runner) getAttempt(ctx context.Context, scope Scope, key string) (Attem
 	if a, ok := r.cache.get(scope, key, now); ok {
 		return a, nil
 	}
-	a, err := r.cfg.Store.GetAttempt(ctx, GetAttemptParams{Scope: scope, Key: key})
+	sctx, end := r.storeSpan(ctx, spanGetAttempt)
+	a, err := r.cfg.Store.GetAttempt(sctx, GetAttemptParams{Scope: scope, Key: key})
+	end(err)
 	if err == nil {
 		r.cache.put(a, now)
 	}

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"runtime/debug"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // execute runs stages 10 to 13 for a reserved (fence != 0) or started
@@ -94,7 +96,9 @@ func (x *execution) holdLease(ctx context.Context, attempt int, fence int64, pre
 		lctx, cancel := context.WithDeadline(ctx, x.leaseDeadline.Add(-margin))
 		defer cancel()
 		sent := time.Now()
-		left, err := x.r.cfg.Store.LeaseLeft(lctx, Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence})
+		sctx, end := x.r.storeSpan(lctx, spanLeaseLeft)
+		left, err := x.r.cfg.Store.LeaseLeft(sctx, Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence})
+		end(err)
 		switch {
 		case ctx.Err() != nil:
 			return cancelled()
@@ -132,7 +136,12 @@ func (x *execution) newCall(attempt int, dryRun bool) *Call {
 // The attempt's context ends at its timeout or, for a reserved execution,
 // LeaseMargin before its lease deadline, whichever comes first: the
 // handler's context ends with the lease, whatever the timeout says.
-func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(context.Context, *Call, any) (any, error)) (any, error) {
+func (x *execution) runOne(ctx context.Context, call *Call, in any, fn func(context.Context, *Call, any) (any, error)) (out any, err error) {
+	if x.r.tracer != nil {
+		var span trace.Span
+		ctx, span = x.startAttempt(ctx, call)
+		defer func() { x.endAttempt(span, out, err) }()
+	}
 	deadline, byLease := time.Now().Add(x.op.meta.Timeout), false
 	if !call.LeaseDeadline.IsZero() {
 		if end := call.LeaseDeadline.Add(-x.r.cfg.LeaseMargin); end.Before(deadline) {

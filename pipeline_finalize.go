@@ -53,7 +53,9 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result
 	defer cancel()
 	store := x.r.cfg.Store
 	if x.key == "" {
-		if err := store.FinishExecution(sctx, fin); err != nil {
+		fctx, end := x.r.storeSpan(sctx, spanFinishExecution)
+		err := store.FinishExecution(fctx, fin)
+		if end(err); err != nil {
 			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
 		}
 		return resp
@@ -64,10 +66,12 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result
 		// gets the secret.
 		status = http.StatusInternalServerError
 	}
-	done, err := store.Complete(sctx, CompleteParams{
+	cctx, end := x.r.storeSpan(sctx, spanComplete)
+	done, err := store.Complete(cctx, CompleteParams{
 		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
 		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
 	})
+	end(err)
 	if err == nil {
 		x.r.cache.put(done, x.r.cfg.Clock.Now())
 	}
@@ -77,7 +81,9 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result
 		// The lease passed first: the record already reads indeterminate and
 		// stays so. The execution is still finished.
 		x.r.cfg.Logger.Warn("completion fenced: the lease passed before the result", "executionId", x.executionID)
-		if err := store.FinishExecution(sctx, fin); err != nil {
+		fctx, end := x.r.storeSpan(sctx, spanFinishExecution)
+		err := store.FinishExecution(fctx, fin)
+		if end(err); err != nil {
 			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
 		}
 	case err != nil:
@@ -99,7 +105,9 @@ func (x *execution) release(ctx context.Context, o outcome, fence int64) Result 
 	resp, fin := x.answer(o)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
 	defer cancel()
-	err := x.r.cfg.Store.Release(sctx, ReleaseParams{Fence: Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
+	rctx, end := x.r.storeSpan(sctx, spanRelease)
+	err := x.r.cfg.Store.Release(rctx, ReleaseParams{Fence: Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
+	end(err)
 	x.r.done.finished(x.req.Principal.Scope(), x.key)
 	if err != nil {
 		x.r.cfg.Logger.Error("release reservation", "executionId", x.executionID, "error", err)

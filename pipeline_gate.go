@@ -44,10 +44,12 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 // would.
 func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *Attempt, stop *Error) {
 	p := x.req.Principal
-	res, err := x.r.cfg.Store.RequestApproval(ctx, RequestApprovalParams{
+	sctx, end := x.r.storeSpan(ctx, spanRequestApproval)
+	res, err := x.r.cfg.Store.RequestApproval(sctx, RequestApprovalParams{
 		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Key: x.key, Operation: x.op.meta.Name,
 		Fingerprint: x.fingerprint, Input: raw, Reason: reason, Expiry: x.r.cfg.ApprovalExpiry,
 	})
+	end(err)
 	var ae *AttemptExistsError
 	if errors.As(err, &ae) {
 		a := ae.Attempt
@@ -55,7 +57,9 @@ func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reaso
 			// Read it again through GetAttempt, which writes a passed lease
 			// down before answering it (docs/store.md): the approval's
 			// transaction only read it.
-			if again, gerr := x.r.cfg.Store.GetAttempt(ctx, GetAttemptParams{Scope: p.Scope(), Key: x.key}); gerr == nil {
+			gctx, end := x.r.storeSpan(ctx, spanGetAttempt)
+			again, gerr := x.r.cfg.Store.GetAttempt(gctx, GetAttemptParams{Scope: p.Scope(), Key: x.key})
+			if end(gerr); gerr == nil {
 				a = again
 			}
 		}

@@ -37,6 +37,7 @@ func (x *execution) transact(ctx context.Context, in any, start StartParams, raw
 		fin   FinishParams // the execution's end, for the audit of an aborted one
 	)
 	t0 := time.Now()
+	tctx, end := r.storeSpan(tctx, spanTransact)
 	res, err := r.cfg.Store.(Transactor).Transact(tctx, p, func(sctx context.Context, tx any) TxOutcome {
 		ran = true
 		if x.key != "" {
@@ -46,6 +47,7 @@ func (x *execution) transact(ctx context.Context, in any, start StartParams, raw
 		resp, asked, fin = x.runInTx(sctx, cancelling, in, tx)
 		return asked
 	})
+	end(err)
 	if ran && x.key != "" {
 		defer r.done.finished(scope, x.key)
 	}
@@ -165,9 +167,13 @@ func (x *execution) auditAborted(ctx context.Context, start StartParams, fin Fin
 	defer cancel()
 	start.ApprovalID = "" // not consumed: it rolled back with the rest
 	store := x.r.cfg.Store
-	_, err := store.StartExecution(sctx, start)
+	actx, end := x.r.storeSpan(sctx, spanStartExecution)
+	_, err := store.StartExecution(actx, start)
+	end(err)
 	if err == nil {
-		err = store.FinishExecution(sctx, fin)
+		actx, end = x.r.storeSpan(sctx, spanFinishExecution)
+		err = store.FinishExecution(actx, fin)
+		end(err)
 	}
 	if err != nil {
 		x.r.cfg.Logger.Error("audit of a rolled-back execution", "executionId", x.executionID, "error", err)

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RunnerConfig configures a Runner. Zero fields take the defaults of SPEC
@@ -69,6 +71,11 @@ type RunnerConfig struct {
 	DecodeBudget  int64
 	MaxExecutions int
 	AdmissionWait time.Duration
+	// TracerProvider, when set, traces every call (tracing.go): a span per
+	// call, with children for the store phases and each handler attempt,
+	// whose span the handler's ctx carries. nil turns tracing off, at no
+	// cost. telemetry.FromEnv builds one from the OTEL_* environment.
+	TracerProvider trace.TracerProvider
 }
 
 // Report describes one finished call.
@@ -188,6 +195,8 @@ type Runner struct {
 	// decoding and executions are the admission budgets (admission.go).
 	decoding, executions budget
 	life                 lifecycle
+	// tracer is nil when tracing is off (tracing.go).
+	tracer trace.Tracer
 }
 
 // declarations are a registry's operations as a runner runs them.
@@ -221,6 +230,9 @@ func NewRunner(reg *Registry, cfg RunnerConfig) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}
 	r.decl.Store(d)
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	r.decoding, r.executions = newBudget(cfg.DecodeBudget), newBudget(int64(cfg.MaxExecutions))
 	return r, nil
 }

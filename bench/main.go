@@ -40,6 +40,7 @@ type options struct {
 	memory   int  // concurrent large bodies of the memory mode (memory.go); 0: off
 	proxy    bool // the proxy mode (proxy.go) instead of the phases
 	dbPID    int  // the throwaway cluster's postmaster, for its CPU (dbstat.go)
+	tracing  bool // the servers export their traces to a sink (tracing.go)
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON and Markdown results")
 	flag.IntVar(&o.memory, "memory", 0, "instead of the phases, send N concurrent 1 MiB bodies of many small objects to idem serve --demo on SQLite and report its peak RSS (memory.go)")
 	flag.BoolVar(&o.proxy, "proxy", false, "instead of the phases, measure idem proxy on each store of --stores (default sqlite,pg) against calling a Go upstream directly (proxy.go)")
+	flag.BoolVar(&o.tracing, "tracing", false, "run the servers with tracing on: OTEL_* set to export every span over OTLP/HTTP to a sink in the harness (tracing.go)")
 	flag.BoolVar(&o.quick, "quick", false, "quick mode for development: 2s phases, 16 clients (unless set explicitly)")
 	flag.Parse()
 	o.serve = strings.Fields(*serveArgs)
@@ -117,6 +119,12 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("go build ./cmd/idem: %w", err)
 		}
 	}
+	var sink *traceSink
+	if o.tracing {
+		if sink, err = startTraceSink(); err != nil {
+			return err
+		}
+	}
 	if o.memory > 0 {
 		return runMemory(ctx, o, tmp)
 	}
@@ -165,6 +173,11 @@ func run(ctx context.Context, o options) error {
 		res.Stores = append(res.Stores, sr)
 	}
 	progressDone()
+	if sink != nil {
+		if res.Tracing, err = sink.summary(); err != nil {
+			return err
+		}
+	}
 	md := res.markdown()
 	fmt.Print(md)
 	return res.write(o.outDir, md)
@@ -183,7 +196,8 @@ type Results struct {
 	Storm      int           `json:"stormRequests"`
 	Prefill    int           `json:"prefilledKeys,omitempty"`
 	Stores     []StoreResult `json:"stores"`
-	Proxy      []ProxyRow    `json:"proxy,omitempty"` // the proxy mode (--proxy)
+	Proxy      []ProxyRow    `json:"proxy,omitempty"`   // the proxy mode (--proxy)
+	Tracing    string        `json:"tracing,omitempty"` // --tracing: what the servers exported
 }
 
 // Machine describes where the run happened.

@@ -36,6 +36,9 @@ func (r Results) markdown() string {
 		fmt.Fprintf(&b, " · servers' PostgreSQL URL + `%s`", r.PGParams)
 	}
 	fmt.Fprintf(&b, "\n\nDurability: %s\n\n", r.Durability)
+	if r.Tracing != "" {
+		fmt.Fprintf(&b, "Tracing: %s\n\n", r.Tracing)
+	}
 	if len(r.Stores) > 0 {
 		r.storesMarkdown(&b)
 	}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/idem-run/idem"
 )
 
@@ -271,7 +273,12 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 		} else {
 			req.Header = declaredHeaders(d, r.Header)
 		}
-		write(w, h.cfg.Runner.Call(r.Context(), req))
+		ctx := r.Context()
+		if h.cfg.Runner.Tracing() {
+			// The call's span continues the caller's trace (W3C traceparent).
+			ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		}
+		write(w, h.cfg.Runner.Call(ctx, req))
 	}
 }
 

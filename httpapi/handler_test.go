@@ -115,7 +115,7 @@ func startServer(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.S
 	return startServerWith(t, store, idem.RunnerConfig{})
 }
 
-// startServerWith is startServer with cfg's admission fields.
+// startServerWith is startServer with cfg's admission and tracing fields.
 func startServerWith(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.Store, cfg idem.RunnerConfig) *server {
 	t.Helper()
 	s := &server{clock: fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), release: make(chan struct{})}
@@ -129,7 +129,7 @@ func startServerWith(t *testing.T, store func(t *testing.T, clock idem.Clock) id
 	box, _ := secretbox.New(key)
 	quiet := slog.New(slog.DiscardHandler)
 	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: s.store, Clock: s.clock, Sealer: box, Logger: quiet,
-		DecodeBudget: cfg.DecodeBudget, MaxExecutions: cfg.MaxExecutions, AdmissionWait: cfg.AdmissionWait})
+		DecodeBudget: cfg.DecodeBudget, MaxExecutions: cfg.MaxExecutions, AdmissionWait: cfg.AdmissionWait, TracerProvider: cfg.TracerProvider})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/idem-run/idem"
 )
 
@@ -210,6 +212,8 @@ func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]j
 	if key != "" {
 		req.Header.Set(idem.HeaderIdempotencyKey, key)
 	}
+	// The agent's trace context (from _meta) travels on to idem serve.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return idem.Result{}, networkError(ctx, t, u, err)

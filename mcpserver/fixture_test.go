@@ -154,7 +154,8 @@ func operations(f *fixture) []idem.Operation {
 	return []idem.Operation{create, list, bind, scrap, ship, token, audit}
 }
 
-func start(t *testing.T) *fixture {
+// start starts the server; configure may change its runner's config.
+func start(t *testing.T, configure ...func(*idem.RunnerConfig)) *fixture {
 	t.Helper()
 	f := &fixture{started: make(chan string, 8), release: make(chan struct{}), finished: make(chan idem.Report, 64), streamEnded: make(chan struct{}, 1)}
 	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
@@ -170,12 +171,16 @@ func start(t *testing.T) *fixture {
 	_, _ = rand.Read(key)
 	box, _ := secretbox.New(key)
 	quiet := slog.New(slog.DiscardHandler)
-	f.runner, err = idem.NewRunner(reg, idem.RunnerConfig{Store: store, Sealer: box, Logger: quiet, Observe: func(r idem.Report) {
+	cfg := idem.RunnerConfig{Store: store, Sealer: box, Logger: quiet, Observe: func(r idem.Report) {
 		select {
 		case f.finished <- r:
 		default:
 		}
-	}})
+	}}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	f.runner, err = idem.NewRunner(reg, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

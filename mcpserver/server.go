@@ -24,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/canonical"
@@ -226,6 +227,10 @@ func description(t Tool) string {
 func handler(b Backend, t Tool) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		meta := &idem.Meta{Operation: t.Name}
+		if m := req.Params.Meta; m != nil {
+			// The call continues the agent's trace (traceparent in _meta).
+			ctx = propagation.TraceContext{}.Extract(ctx, metaCarrier(m))
+		}
 		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
 		if err != nil {
 			return result(idem.ErrorResult(err, meta)), nil
@@ -358,4 +363,23 @@ func callerOf(req *mcp.CallToolRequest) (*caller, bool) {
 	}
 	c, ok := req.Extra.TokenInfo.Extra[callerExtra].(*caller)
 	return c, ok
+}
+
+// metaCarrier reads the W3C trace context (traceparent, tracestate) from a
+// request's _meta, where MCP clients put it.
+type metaCarrier map[string]any
+
+func (m metaCarrier) Get(key string) string {
+	s, _ := m[key].(string)
+	return s
+}
+
+func (m metaCarrier) Set(key, value string) { m[key] = value }
+
+func (m metaCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }

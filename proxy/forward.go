@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-run/idem"
 )
 
@@ -105,6 +108,13 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 		// deduplicates would survive; header names are case-insensitive on
 		// the wire.
 		out.Header["idempotency-key"] = []string{call.IdempotencyKey}
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		// The upstream continues the trace under this attempt's span (or
+		// the caller's, when idem does not trace).
+		out.Header.Del("Traceparent")
+		out.Header.Del("Tracestate")
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(out.Header))
 	}
 	var connected atomic.Bool
 	out = out.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
