@@ -69,6 +69,13 @@ func start(t *testing.T, dir string, args ...string) *server {
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "IDEM_STORE=", "IDEM_ADDR=")
+	return launch(t, cmd, "idem "+args[0])
+}
+
+// launch starts cmd, a program that says "listening on URL" on stderr
+// once it serves, and waits for that line.
+func launch(t *testing.T, cmd *exec.Cmd, name string) *server {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +102,10 @@ func start(t *testing.T, dir string, args ...string) *server {
 	select {
 	case s.url = <-ready:
 	case err := <-s.done:
-		t.Fatalf("idem %s exited before listening (%v):\n%s", args[0], err, s.logs())
+		t.Fatalf("%s exited before listening (%v):\n%s", name, err, s.logs())
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
-		t.Fatalf("idem %s did not listen within 30 s:\n%s", args[0], s.logs())
+		t.Fatalf("%s did not listen within 30 s:\n%s", name, s.logs())
 	}
 	t.Cleanup(func() {
 		if s.cmd.ProcessState == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
+	"github.com/idem-run/idem/telemetry"
 )
 
 // serveOptions are the flags of idem serve (SPEC §10.3).
@@ -50,7 +51,10 @@ func (m Main) serveCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the operations over HTTP",
 		Long: "Serve the HTTP API, the operations catalog (GET /v1/operations) and the OpenAPI document\n" +
-			"(GET /openapi.json) on one store. Several instances may share a PostgreSQL store.",
+			"(GET /openapi.json) on one store. Several instances may share a PostgreSQL store.\n\n" +
+			"Tracing: the standard OpenTelemetry environment turns on OTLP trace export, e.g.\n" +
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 (OTEL_TRACES_EXPORTER=otlp|console|none,\n" +
+			"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf|grpc, OTEL_SERVICE_NAME; docs/tracing.md). Off by default.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m.defaults(&o)
@@ -185,6 +189,21 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 		return usagef("--retention %s must exceed the longest lease of any operation plus the lease margin of %s: operation %s holds its lease for %s with --lease-grace %s; raise --retention above %s (or lower --lease-grace)",
 			o.retention, idem.DefaultLeaseMargin, name, lease, o.leaseGrace, lease+idem.DefaultLeaseMargin)
 	}
+	tracerProvider, stopTracing, err := telemetry.FromEnv(ctx, buildVersion())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// After the server stopped: export the spans still batched.
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(tctx); err != nil {
+			logger.Warn("traces not exported at exit", "error", err)
+		}
+	}()
+	if tracerProvider != nil {
+		logger.Info("tracing on: exporting OpenTelemetry traces as the OTEL_* environment says")
+	}
 	srv, err := server.New(ctx, server.Config{
 		Operations: app.operations, Store: opened, Auth: auth, Logger: logger,
 		Runner: idem.RunnerConfig{
@@ -193,7 +212,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
 			DecodeBudget:     int64(unbounded(o.decodeBudgetMB)) << 20, MaxExecutions: unbounded(o.maxExecutions),
 			AdmissionWait: admissionWait(o.admissionWait), SweepInterval: o.sweepInterval, AuditRetention: o.auditRetention,
-			ReplayLogRate: replayLogRate(o.logReplays),
+			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
 		},
 		AllowedOrigins: origins, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
 		Version: buildVersion(),
