@@ -1,6 +1,7 @@
 package idem_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -61,4 +62,42 @@ func benchRunner(b *testing.B, store idem.Store) *idem.Runner {
 	}
 	b.Cleanup(func() { _ = r.Flush(b.Context()) })
 	return r
+}
+
+// BenchmarkReplayLogging measures a replay answered from memory with the
+// log line of every successful replay, 1 % of them, none, and no logger
+// (RunnerConfig.ReplayLogRate; the JSON handler writes to io.Discard).
+func BenchmarkReplayLogging(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		logger *slog.Logger
+		rate   float64
+	}{
+		{"json-every", slog.New(slog.NewJSONHandler(io.Discard, nil)), 0},
+		{"json-1pct", slog.New(slog.NewJSONHandler(io.Discard, nil)), 0.01},
+		{"json-none", slog.New(slog.NewJSONHandler(io.Discard, nil)), -1},
+		{"nil-logger", nil, 0},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var runs atomic.Int64
+			reg, err := idem.NewRegistry(createOp(&runs), showOp())
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := idem.NewRunner(reg, idem.RunnerConfig{Store: newSQLiteStore(b, idem.SystemClock{}), Logger: tc.logger, ReplayLogRate: tc.rate})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = r.Flush(context.Background()) })
+			req := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"k"}}
+			r.Call(b.Context(), req)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if resp := r.Call(b.Context(), req); !resp.Replayed {
+					b.Fatalf("status %d not replayed: %s", resp.Status, resp.Body())
+				}
+			}
+		})
+	}
 }
