@@ -100,17 +100,23 @@ var sideEffectRank = map[string]int{
 }
 
 func (d *differ) sideEffect(o, n any) {
+	d.ranked("sideEffect", sideEffectRank, o, n, "the operation now does less than before; nothing a caller does must change",
+		fmt.Sprintf("the operation is now %s: a repeat may do more than before; check its retry contract before retrying", display(n)))
+}
+
+// ranked classifies a change of an ordered field: down the rank is
+// narrowing, anything else (up, sideways, an unknown value) widening.
+func (d *differ) ranked(path string, rank map[string]int, o, n any, narrower, wider string) {
 	if equal(o, n) {
 		return
 	}
-	or, okO := sideEffectRank[str(o)]
-	nr, okN := sideEffectRank[str(n)]
+	or, okO := rank[str(o)]
+	nr, okN := rank[str(n)]
 	if okO && okN && nr < or {
-		d.change("sideEffect", Narrowing, o, n, "the operation now does less than before; nothing a caller does must change")
+		d.change(path, Narrowing, o, n, narrower)
 		return
 	}
-	d.change("sideEffect", Widening, o, n,
-		fmt.Sprintf("the operation is now %s: a repeat may do more than before; check its retry contract before retrying", display(n)))
+	d.change(path, Widening, o, n, wider)
 }
 
 func (d *differ) timeout(o, n any) {
@@ -385,16 +391,7 @@ func (d *differ) secretWindow(o, n any) {
 var approvalRank = map[string]int{string(idem.ApprovalNone): 0, string(idem.ApprovalPolicy): 1, string(idem.ApprovalAlways): 2}
 
 func (d *differ) approval(o, n any) {
-	if equal(o, n) {
-		return
-	}
-	or, okO := approvalRank[str(o)]
-	nr, okN := approvalRank[str(n)]
-	if okO && okN && nr < or {
-		d.change("approval", Narrowing, o, n, "fewer calls wait for a human approval; a caller that handles APPROVAL_REQUIRED stays correct")
-		return
-	}
-	d.change("approval", Widening, o, n,
+	d.ranked("approval", approvalRank, o, n, "fewer calls wait for a human approval; a caller that handles APPROVAL_REQUIRED stays correct",
 		"a call may now answer APPROVAL_REQUIRED and wait for a human: handle it (have the approval decided, then send the same request again)")
 }
 
