@@ -143,3 +143,29 @@ func TestEmbeddedService(t *testing.T) {
 		t.Fatalf("%d OTLP exports reached the collector; none carried the caller's trace %s", n, traceID)
 	}
 }
+
+// idem serve exports its spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT
+// is set, continuing the caller's trace, and flushes them at SIGTERM.
+func TestServeExportsTraces(t *testing.T) {
+	otlp := &otlpReceiver{}
+	collector := httptest.NewServer(otlp)
+	defer collector.Close()
+	dir := t.TempDir()
+	cmd := exec.Command(binary, "serve", "--demo", "--addr", "127.0.0.1:0", "--store", "sqlite:"+filepath.Join(dir, "idem.db"),
+		"--secret-key-file", filepath.Join(dir, "idem.key"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "IDEM_STORE=", "IDEM_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL)
+	s := launch(t, cmd, "idem serve")
+	traceID := "0af7651916cd43dd8448eb211c80319c"
+	s.do(t, "GET", "/v1/businesses", "demo-agent", "", "traceparent", "00-"+traceID+"-b7ad6b7169203331-01").want(t, 200, "")
+	if err := s.stop(t); err != nil {
+		t.Fatalf("idem serve did not stop cleanly: %v", err)
+	}
+	if !strings.Contains(s.logs(), "tracing on") {
+		t.Fatalf("idem serve did not say tracing is on:\n%s", s.logs())
+	}
+	id, _ := hex.DecodeString(traceID)
+	if n, found := otlp.saw(id); !found {
+		t.Fatalf("%d OTLP exports reached the collector; none carried the caller's trace %s", n, traceID)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
 	"github.com/idem-run/idem"
@@ -159,5 +160,75 @@ func TestReload(t *testing.T) {
 	}
 	if code, _ := get(t, base+"/v1/again?word=x"); code != 200 {
 		t.Fatalf("after a failed reload the route answers %d", code)
+	}
+}
+
+// gatewayHeader is a transport that sets the header a trusted gateway
+// would, and no Authorization.
+type gatewayHeader struct{ user string }
+
+func (g gatewayHeader) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Gateway-User", g.user)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// An Authenticator that reads no bearer token at all (a gateway's
+// header) serves the HTTP API and MCP alike: the surfaces ask it with the
+// whole request.
+func TestAuthenticatorWithoutBearerTokens(t *testing.T) {
+	gateway := idem.AuthenticatorFunc(func(r *http.Request) (idem.Principal, error) {
+		if u := r.Header.Get("X-Gateway-User"); u != "" {
+			return idem.Principal{Org: "o", ID: u, Kind: idem.KindServiceAccount}, nil
+		}
+		return idem.Principal{}, idem.Unrecognized(idem.Errorf(idem.CodeUnauthenticated, "come through the gateway"))
+	})
+	srv, err := server.New(t.Context(), server.Config{
+		Operations: []idem.Operation{echoOp("echo.get", "/v1/echo")}, Store: openStore(t), Auth: gateway,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := server.NewHTTPServer(srv.Handler(), nil)
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	base := "http://" + ln.Addr().String()
+
+	via := &http.Client{Transport: gatewayHeader{"svc-1"}}
+	resp, err := via.Get(base + "/v1/echo?word=hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP through the gateway: %d", resp.StatusCode)
+	}
+	resp, err = http.Get(base + "/v1/echo?word=hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 401 || !strings.Contains(string(b), "come through the gateway") {
+		t.Fatalf("HTTP around the gateway: %d %s, want 401 with the authenticator's message", resp.StatusCode, b)
+	}
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	session, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: via}, nil)
+	if err != nil {
+		t.Fatalf("MCP through the gateway: %v", err)
+	}
+	defer session.Close()
+	res, err := session.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo.get", Arguments: map[string]any{"word": "hi"}})
+	if err != nil || res.IsError {
+		t.Fatalf("MCP tools/call through the gateway: %v %+v", err, res)
+	}
+	if _, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: base + "/mcp"}, nil); err == nil {
+		t.Fatal("MCP around the gateway connected")
 	}
 }
