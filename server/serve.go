@@ -37,6 +37,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := NewHTTPServer(s.handler, s.log)
 	srv.RegisterOnShutdown(s.mcp.Drain)
 	if err := s.Start(ctx); err != nil {
+		ln.Close()
 		return err
 	}
 	served := make(chan error, 1)
