@@ -76,6 +76,42 @@ func missingDatabase(err error) error {
 	return &MissingDatabaseError{Database: c.Database, Host: c.Host, Port: c.Port, User: c.User, Err: pgErr}
 }
 
+// LoginRefusedError is Open's error when the server refuses the URL's
+// role (SQLSTATE class 28: the role does not exist, its password is
+// wrong, or pg_hba.conf admits no such connection): a setup mistake that
+// no retry fixes, so it is not STORE_UNAVAILABLE.
+type LoginRefusedError struct {
+	User string // the role that tried to connect
+	Host string
+	Port uint16
+	Err  *pgconn.PgError // the server's error (its Code and Message)
+}
+
+func (e *LoginRefusedError) Error() string {
+	return fmt.Sprintf("pgstore: the server at %s refused the role %q (SQLSTATE %s: %s); give a role it admits and its password in the store URL "+
+		"(postgres://USER:PASSWORD@HOST:PORT/DB), or create the role (CREATE ROLE %s LOGIN PASSWORD '…';) or admit it in the server's pg_hba.conf",
+		net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))), e.User, e.Err.Code, e.Err.Message, pgx.Identifier{e.User}.Sanitize())
+}
+
+// Unwrap returns the server's error.
+func (e *LoginRefusedError) Unwrap() error { return e.Err }
+
+// setupError returns what Open says instead of err when the server
+// refused the connection for a reason no retry fixes (a database it does
+// not have, a role it does not admit), else nil.
+func setupError(err error) error {
+	if missing := missingDatabase(err); missing != nil {
+		return missing
+	}
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "28") || !errors.As(err, &connErr) || connErr.Config == nil {
+		return nil
+	}
+	c := connErr.Config
+	return &LoginRefusedError{User: c.User, Host: c.Host, Port: c.Port, Err: pgErr}
+}
+
 // shellWord quotes s for a POSIX shell when it needs quoting.
 func shellWord(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/:@%+=") == "" {

@@ -92,3 +92,25 @@ func TestMissingDatabaseMessageQuotes(t *testing.T) {
 		})
 	}
 }
+
+// A role the server does not admit is a setup mistake too: Open names the
+// role and what to fix, and is not STORE_UNAVAILABLE.
+func TestOpenRefusedRole(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := fmt.Sprintf("postgres://no_such_role_idem@%s:%d/%s?sslmode=disable", cfg.Host, cfg.Port, cfg.Database)
+	_, err = pgstore.Open(t.Context(), bad, idem.StoreConfig{})
+	var refused *pgstore.LoginRefusedError
+	if !errors.As(err, &refused) {
+		t.Fatalf("Open as a role that does not exist: %v; want a *pgstore.LoginRefusedError", err)
+	}
+	if errors.Is(err, idem.ErrStoreUnavailable) || refused.User != "no_such_role_idem" || !strings.HasPrefix(refused.Err.Code, "28") {
+		t.Fatalf("Open as a role that does not exist: %+v (%v)", refused, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `"no_such_role_idem"`) || !strings.Contains(msg, "CREATE ROLE") || strings.Contains(msg, "retry") {
+		t.Fatalf("the message does not say what to fix: %s", msg)
+	}
+}

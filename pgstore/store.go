@@ -64,7 +64,7 @@ const DefaultMaxConns = 32
 // keyword/value string), applies pending migrations and returns the store.
 // Close closes its pool. An unreachable database is STORE_UNAVAILABLE; a
 // database the server does not have is a *MissingDatabaseError, which
-// says how to create it.
+// says how to create it, and a role it refuses a *LoginRefusedError.
 func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -79,8 +79,8 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	}
 	if err := Migrate(ctx, pool); err != nil {
 		pool.Close()
-		if missing := missingDatabase(err); missing != nil {
-			return nil, missing
+		if setup := setupError(err); setup != nil {
+			return nil, setup
 		}
 		return nil, err
 	}
