@@ -71,8 +71,8 @@ type Config struct {
 	NoDirectCLIOperations bool
 	// BasePath is the prefix Handler is mounted under with
 	// http.StripPrefix ("/idem"; empty at the root). The OpenAPI document
-	// says it; the console, whose pages link to /ui/, is not served under
-	// a prefix.
+	// says it, and the console's links, redirects and cookie carry it
+	// (pages at /idem/ui/…).
 	BasePath string
 	// NoConsole leaves the web console out.
 	NoConsole bool
@@ -163,8 +163,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.mcp)
 	mux.Handle("/mcp/", s.mcp)
-	if !cfg.NoConsole && cfg.BasePath == "" {
-		mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log}))
+	if !cfg.NoConsole {
+		mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log, BasePath: cfg.BasePath}))
 	}
 	mux.Handle("/", &s.api)
 	s.handler = mux
@@ -172,8 +172,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // Handler serves every surface: the operations' routes and the HTTP
-// API's own, /mcp, and the console at /ui/ (at the root only). Mount it
-// under a prefix with http.StripPrefix, naming it in Config.BasePath.
+// API's own, /mcp, and the console at /ui/. Mount it under a prefix with
+// http.StripPrefix, naming it in Config.BasePath.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Runner is the pipeline the surfaces call (for Go callers in the same

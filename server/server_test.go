@@ -98,12 +98,12 @@ func TestServeStopsEverything(t *testing.T) {
 	goleak.VerifyNone(t, ignore)
 }
 
-// Mounted under a prefix, the operations and the API's routes answer under
-// it, the OpenAPI document says so, and the console (which links to /ui/)
-// is left out.
+// Mounted under a prefix, the operations, the API's routes and the console
+// answer under it, and the OpenAPI document says so.
 func TestMountedUnderAPrefix(t *testing.T) {
 	srv, err := server.New(t.Context(), server.Config{
-		Operations: []idem.Operation{echoOp("echo.get", "/v1/echo")}, Store: openStore(t), Auth: httpapi.NewTokens(agentToken), BasePath: "/idem",
+		Operations: []idem.Operation{echoOp("echo.get", "/v1/echo")}, Store: openStore(t), BasePath: "/idem",
+		Auth: httpapi.NewTokens(map[string]idem.Principal{"tok": agentToken["tok"], "browser-tok": {Org: "o", ID: "alice", Kind: idem.KindBrowser}}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +124,33 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	if _, body := get(t, base+"/idem/openapi.json"); !strings.Contains(body, `"servers":[{"url":"/idem"`) {
 		t.Fatalf("the OpenAPI document does not name the prefix: %.300s", body)
 	}
-	if code, _ := get(t, base+"/idem/ui/signin"); code != 404 {
-		t.Fatalf("GET /idem/ui/signin = %d, want 404 (no console under a prefix)", code)
+	// The console: its links, its sign-in redirect and its cookie carry
+	// the prefix, and signing in lands inside it.
+	code, page := get(t, base+"/idem/ui/signin?next=/idem/ui/catalog")
+	if code != 200 || !strings.Contains(page, `href="/idem/ui/static/`) || strings.Contains(page, `"/ui/`) {
+		t.Fatalf("GET /idem/ui/signin = %d; its links do not all carry the prefix:\n%s", code, page)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(base + "/idem/ui/approvals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 303 || !strings.HasPrefix(loc, "/idem/ui/signin?next=%2Fidem%2Fui%2Fapprovals") {
+		t.Fatalf("a page without a session redirects %d to %q, want the prefixed sign-in", resp.StatusCode, loc)
+	}
+	form := strings.NewReader("token=browser-tok&next=%2Fidem%2Fui%2Fcatalog")
+	req, _ := http.NewRequest("POST", base+"/idem/ui/signin", form)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", base)
+	resp, err = noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != 303 || resp.Header.Get("Location") != "/idem/ui/catalog" || len(cookies) != 1 || cookies[0].Path != "/idem/ui/" {
+		t.Fatalf("sign-in under the prefix: %d to %q, cookies %v", resp.StatusCode, resp.Header.Get("Location"), cookies)
 	}
 }
 

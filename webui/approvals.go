@@ -83,5 +83,5 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request, sess *session) 
 		return
 	}
 	c.cfg.Logger.Info("console decision", "org", sess.principal.Org, "principal", sess.principal.ID, "approvalId", a.ID, "status", a.Status)
-	http.Redirect(w, r, "/ui/approvals/"+url.PathEscape(a.ID), http.StatusSeeOther)
+	http.Redirect(w, r, c.url("approvals/"+url.PathEscape(a.ID)), http.StatusSeeOther)
 }

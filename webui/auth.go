@@ -32,7 +32,7 @@ func (c *console) page(next func(http.ResponseWriter, *http.Request, *session)) 
 	return func(w http.ResponseWriter, r *http.Request) {
 		sess := c.current(r)
 		if sess == nil {
-			http.Redirect(w, r, "/ui/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			http.Redirect(w, r, c.url("signin")+"?next="+url.QueryEscape(c.cfg.BasePath+r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
@@ -86,16 +86,16 @@ func sameOrigin(r *http.Request) error {
 }
 
 // setCookie writes the session cookie; an empty id with maxAge -1 removes it.
-func setCookie(w http.ResponseWriter, r *http.Request, id string, maxAge int) {
+func (c *console) setCookie(w http.ResponseWriter, r *http.Request, id string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
-		Name: cookieName, Value: id, Path: Prefix, MaxAge: maxAge,
+		Name: cookieName, Value: id, Path: c.url(""), MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 }
 
 func (c *console) signinForm(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	c.render(w, r, http.StatusOK, "signin", nil, signinView{Next: safeNext(r.URL.Query().Get("next"))})
+	c.render(w, r, http.StatusOK, "signin", nil, signinView{Next: safeNext(c.url(""), r.URL.Query().Get("next"))})
 }
 
 type signinView struct {
@@ -113,7 +113,7 @@ func (c *console) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	view := signinView{Next: safeNext(r.PostFormValue("next"))}
+	view := signinView{Next: safeNext(c.url(""), r.PostFormValue("next"))}
 	p, err := c.cfg.Auth.Authenticate(withBearer(r, strings.TrimSpace(r.PostFormValue("token"))))
 	if err != nil {
 		view.Error = idem.Errorf(idem.CodeUnauthenticated, "that token is not known; paste a token issued to you")
@@ -129,7 +129,7 @@ func (c *console) signin(w http.ResponseWriter, r *http.Request) {
 		c.sessions.close(old.Value)
 	}
 	id, _ := c.sessions.open(p)
-	setCookie(w, r, id, int(c.cfg.AbsoluteTimeout.Seconds()))
+	c.setCookie(w, r, id, int(c.cfg.AbsoluteTimeout.Seconds()))
 	c.cfg.Logger.Info("console sign-in", "org", p.Org, "principal", p.ID, "kind", p.Kind)
 	http.Redirect(w, r, view.Next, http.StatusSeeOther)
 }
@@ -138,14 +138,15 @@ func (c *console) signout(w http.ResponseWriter, r *http.Request, _ *session) {
 	if ck, err := r.Cookie(cookieName); err == nil {
 		c.sessions.close(ck.Value)
 	}
-	setCookie(w, r, "", -1)
-	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+	c.setCookie(w, r, "", -1)
+	http.Redirect(w, r, c.url("signin"), http.StatusSeeOther)
 }
 
-// safeNext keeps a post-sign-in redirect inside the console.
-func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		return "/ui/approvals"
+// safeNext keeps a post-sign-in redirect inside the console mounted at
+// root ("/ui/", or "/idem/ui/" under a base path).
+func safeNext(root, next string) string {
+	if !strings.HasPrefix(next, root) || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return root + "approvals"
 	}
 	return next
 }

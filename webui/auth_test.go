@@ -74,7 +74,7 @@ func TestSigninRedirectStaysInConsole(t *testing.T) {
 		"/ui/\\evil":                    "/ui/approvals",
 		"/v1/approvals":                 "/ui/approvals",
 	} {
-		if got := safeNext(next); got != want {
+		if got := safeNext(Prefix, next); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", next, got, want)
 		}
 	}

@@ -28,6 +28,16 @@ func staticFiles() http.Handler {
 	})
 }
 
+// pagesUnder returns the pages with {{ui}} (the start of every console
+// link) rendering root, the console's path as the browser sees it.
+func pagesUnder(root string) map[string]*template.Template {
+	out := make(map[string]*template.Template, len(pages))
+	for name, t := range pages {
+		out[name] = template.Must(t.Clone()).Funcs(template.FuncMap{"ui": func() string { return root }})
+	}
+	return out
+}
+
 // pages holds each page's template, parsed with the layout.
 var pages = func() map[string]*template.Template {
 	out := map[string]*template.Template{}
@@ -38,6 +48,7 @@ var pages = func() map[string]*template.Template {
 }()
 
 var funcs = template.FuncMap{
+	"ui":   func() string { return Prefix }, // pagesUnder sets the console's own
 	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"whenPtr": func(t *time.Time) string {
 		if t == nil {
@@ -89,7 +100,7 @@ func (c *console) render(w http.ResponseWriter, r *http.Request, status int, nam
 		v.Principal, v.CSRF, v.Approver = &p, sess.csrf, p.HasRole(idem.RoleApprover)
 	}
 	var b bytes.Buffer
-	if err := pages[name].Execute(&b, v); err != nil {
+	if err := c.pages[name].Execute(&b, v); err != nil {
 		c.cfg.Logger.Error("console template", "page", name, "error", err)
 		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
 		return

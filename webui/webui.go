@@ -9,8 +9,10 @@
 package webui
 
 import (
+	"html/template"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idem-run/idem"
@@ -37,6 +39,10 @@ type Config struct {
 	IdleTimeout     time.Duration
 	AbsoluteTimeout time.Duration
 	Logger          *slog.Logger
+	// BasePath is the prefix the console's handler is mounted under with
+	// http.StripPrefix ("/idem": pages at /idem/ui/…; empty at the root).
+	// Its links, redirects and cookie carry it.
+	BasePath string
 }
 
 // WithDefaults fills unset fields.
@@ -61,16 +67,19 @@ type console struct {
 	cfg      Config
 	sessions *sessions
 	mux      *http.ServeMux
+	pages    map[string]*template.Template // with {{ui}}: the console's own root
 }
 
-// New returns the console; mount it at Prefix. It panics when Runner or
+// New returns the console; mount it at Prefix (under Config.BasePath). It panics when Runner or
 // Auth is missing.
 func New(cfg Config) http.Handler {
 	cfg = cfg.WithDefaults()
 	if cfg.Runner == nil || cfg.Auth == nil {
 		panic("webui: Config needs Runner and Auth")
 	}
+	cfg.BasePath = strings.TrimRight(cfg.BasePath, "/")
 	c := &console{cfg: cfg, sessions: newSessions(cfg.Clock, cfg.IdleTimeout, cfg.AbsoluteTimeout), mux: http.NewServeMux()}
+	c.pages = pagesUnder(c.url(""))
 	c.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/", staticFiles()))
 	c.mux.HandleFunc("GET /ui/{$}", c.home)
 	c.mux.HandleFunc("GET /ui/signin", c.signinForm)
@@ -86,6 +95,10 @@ func New(cfg Config) http.Handler {
 	c.mux.HandleFunc("/ui/", c.notFound)
 	return c
 }
+
+// url is the browser's path of a console page (rest: "approvals"), with
+// the base path it is mounted under.
+func (c *console) url(rest string) string { return c.cfg.BasePath + Prefix + rest }
 
 // ServeHTTP sets the headers every console answer carries.
 func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -103,8 +116,8 @@ func (c *console) notFound(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) home(w http.ResponseWriter, r *http.Request) {
 	if c.current(r) == nil {
-		http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+		http.Redirect(w, r, c.url("signin"), http.StatusSeeOther)
 		return
 	}
-	http.Redirect(w, r, "/ui/approvals", http.StatusSeeOther)
+	http.Redirect(w, r, c.url("approvals"), http.StatusSeeOther)
 }
