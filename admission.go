@@ -83,7 +83,7 @@ func (b *budget) take(ctx context.Context, n int64, wait time.Duration) func() {
 // surface is about to read (pass the body limit when the size is not
 // declared). It returns the release, safe to call more than once, or a
 // RATE_LIMITED error when the budget is spent; the caller then answers
-// without reading the body. Pass the release as Request.ReleaseBody.
+// without reading the body. Pass the release as Invocation.ReleaseBody.
 func (r *Runner) AdmitBody(ctx context.Context, size int64) (release func(), err error) {
 	if release = r.decoding.take(ctx, max(size, minBodyCost), r.cfg.AdmissionWait); release == nil {
 		return nil, Errorf(CodeRateLimited, "the server is decoding as many request bodies as it admits at once; send the same request again after Retry-After seconds (nothing was stored and no key was consumed)")
@@ -92,12 +92,12 @@ func (r *Runner) AdmitBody(ctx context.Context, size int64) (release func(), err
 }
 
 // admitInput returns the release of the call's share of the decode
-// budget: the surface's (Request.ReleaseBody) or one taken now.
+// budget: the surface's (Invocation.ReleaseBody) or one taken now.
 func (x *execution) admitInput(ctx context.Context) (func(), *Error) {
-	if x.req.ReleaseBody != nil {
-		return x.req.ReleaseBody, nil
+	if x.inv.ReleaseBody != nil {
+		return x.inv.ReleaseBody, nil
 	}
-	release, err := x.r.AdmitBody(ctx, int64(len(x.req.Body)))
+	release, err := x.r.AdmitBody(ctx, int64(len(x.inv.Intent.Body)))
 	if err != nil {
 		return nil, AsError(err)
 	}

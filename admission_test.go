@@ -47,7 +47,7 @@ func TestCallBeyondDecodeBudget(t *testing.T) {
 	if _, err := r.AdmitBody(t.Context(), 10); idem.ErrorCode(err) != idem.CodeRateLimited {
 		t.Fatalf("AdmitBody beyond the budget = %v, want RATE_LIMITED", err)
 	}
-	req := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"k1"}}
+	req := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k1", Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}}
 	resp := r.Call(t.Context(), req)
 	if resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || !resp.Problem.Retryable || resp.Header.Get(idem.HeaderRetryAfter) == "" {
 		t.Fatalf("Call beyond the budget = %d %s %v", resp.Status, resp.Body(), resp.Header)
@@ -88,15 +88,17 @@ func TestExecutionBoundLeavesReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"done"}`), KeyHeader: []string{"k-done"}}
+	done := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k-done", Intent: idem.Intent{Body: []byte(`{"name":"done"}`)}}
 	if resp := r.Call(t.Context(), done); resp.Status != 201 {
 		t.Fatalf("first = %d %s", resp.Status, resp.Body())
 	}
 	held := make(chan idem.Result, 1)
-	go func() { held <- r.Call(context.Background(), idem.Request{Operation: "thing.hold", Principal: agent}) }()
+	go func() {
+		held <- r.Call(context.Background(), idem.Invocation{Operation: "thing.hold", Principal: agent})
+	}()
 	<-started
 	writes := store.writes.Load()
-	fresh := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"b"}`), KeyHeader: []string{"k-new"}}
+	fresh := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k-new", Intent: idem.Intent{Body: []byte(`{"name":"b"}`)}}
 	if resp := r.Call(t.Context(), fresh); resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || resp.Header.Get(idem.HeaderRetryAfter) == "" {
 		t.Fatalf("execution beyond the bound = %d %s", resp.Status, resp.Body())
 	}

@@ -107,7 +107,7 @@ func failingRunner(t *testing.T, enforcement idem.Enforcement) (*idem.Runner, *l
 func finalCause(t *testing.T, r *idem.Runner, logs *lockedBuffer, how, key string) (map[string]any, map[string]string) {
 	t.Helper()
 	body, _ := json.Marshal(failIn{How: how})
-	resp := r.Call(t.Context(), idem.Request{Operation: "job.run", Principal: agent, Body: body, KeyHeader: []string{key}})
+	resp := r.Call(t.Context(), idem.Invocation{Operation: "job.run", Principal: agent, Key: key, Intent: idem.Intent{Body: body}})
 	if resp.Problem == nil {
 		t.Fatalf("%s: no problem: %s", how, resp.Body())
 	}
@@ -178,7 +178,7 @@ func TestHandlerFailureCause(t *testing.T) {
 	})
 	t.Run("a success has no cause", func(t *testing.T) {
 		body, _ := json.Marshal(failIn{How: "ok"})
-		resp := r.Call(t.Context(), idem.Request{Operation: "job.run", Principal: agent, Body: body, KeyHeader: []string{"k-ok"}})
+		resp := r.Call(t.Context(), idem.Invocation{Operation: "job.run", Principal: agent, Key: "k-ok", Intent: idem.Intent{Body: body}})
 		x, _ := r.GetExecution(t.Context(), agent, resp.Meta.ExecutionID)
 		lines := logs.lines(t)
 		if line := lines[len(lines)-1]; line["cause"] != nil || x.Events[len(x.Events)-1].Data["cause"] != "" {

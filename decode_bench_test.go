@@ -63,7 +63,7 @@ func BenchmarkLargeBody(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		resp := r.Call(b.Context(), idem.Request{Operation: "bulk.create", Principal: agent, Body: body, KeyHeader: []string{fmt.Sprint("k", i)}})
+		resp := r.Call(b.Context(), idem.Invocation{Operation: "bulk.create", Principal: agent, Key: fmt.Sprint("k", i), Intent: idem.Intent{Body: body}})
 		if resp.Status != 201 {
 			b.Fatalf("status %d: %.200s", resp.Status, resp.Body())
 		}

@@ -108,12 +108,11 @@ func ExampleDefine() {
 	}
 
 	agent := idem.Principal{Org: "acme", ID: "onboarding-agent", Kind: idem.KindAgent}
-	req := idem.Request{
-		Operation:  "business.create",
-		Principal:  agent,
-		PathParams: map[string]string{"org": "acme"},
-		Body:       []byte(`{"name": "Corner Bakery", "plan": "pro"}`),
-		KeyHeader:  []string{"create-corner-bakery"},
+	req := idem.Invocation{
+		Operation: "business.create",
+		Principal: agent,
+		Key:       "create-corner-bakery",
+		Intent:    idem.Intent{PathParams: map[string]string{"org": "acme"}, Body: []byte(`{"name": "Corner Bakery", "plan": "pro"}`)},
 	}
 	// The agent sends the request, then (say its connection dropped) sends
 	// it again with the same key.
@@ -132,7 +131,7 @@ func ExampleDefine() {
 
 	// Input that breaks the schema never reaches the handler. Decode
 	// returns the answer's problem as an *idem.Error.
-	req.Body, req.KeyHeader = []byte(`{"name": "", "plan": "gold"}`), []string{"create-nameless"}
+	req.Intent.Body, req.Key = []byte(`{"name": "", "plan": "gold"}`), "create-nameless"
 	resp := runner.Call(context.Background(), req)
 	var e *idem.Error
 	if err := resp.Decode(new(exampleBusiness)); errors.As(err, &e) {
@@ -190,10 +189,12 @@ func ExamplePolicyFor() {
 	ctx := context.Background()
 	agent := idem.Principal{Org: "acme", ID: "support-agent", Kind: idem.KindAgent}
 	approver := idem.Principal{Org: "acme", ID: "dana", Kind: idem.KindCLISession, Roles: []string{idem.RoleApprover}}
-	refundReq := func(cents int, key string) idem.Request {
-		return idem.Request{
-			Operation: "order.refund", Principal: agent, PathParams: map[string]string{"order": "ord_1"},
-			Body: fmt.Appendf(nil, `{"amountCents": %d}`, cents), KeyHeader: []string{key},
+	refundReq := func(cents int, key string) idem.Invocation {
+		return idem.Invocation{
+			Operation: "order.refund",
+			Principal: agent,
+			Key:       key,
+			Intent:    idem.Intent{PathParams: map[string]string{"order": "ord_1"}, Body: fmt.Appendf(nil, `{"amountCents": %d}`, cents)},
 		}
 	}
 
@@ -289,9 +290,11 @@ func ExampleCall_IdempotencyKey() {
 	defer cleanup()
 	runner := exampleRunner(store, charge, list)
 	agent := idem.Principal{Org: "acme", ID: "billing-agent", Kind: idem.KindAgent}
-	resp := runner.Call(context.Background(), idem.Request{
-		Operation: "payment.charge", Principal: agent,
-		Body: []byte(`{"amountCents": 4200}`), KeyHeader: []string{"invoice-17-payment"},
+	resp := runner.Call(context.Background(), idem.Invocation{
+		Operation: "payment.charge",
+		Principal: agent,
+		Key:       "invoice-17-payment",
+		Intent:    idem.Intent{Body: []byte(`{"amountCents": 4200}`)},
 	})
 	fmt.Println("status:", resp.Status, "attempts:", resp.Meta.Attempts)
 	fmt.Println("gateway calls:", gateway.calls, "charges applied:", len(gateway.charges))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/internal/fakeclock"
 	"github.com/idem-run/idem/internal/pgtest"
 	"github.com/idem-run/idem/pgstore"
@@ -116,26 +118,39 @@ type call struct {
 	query     url.Values
 	body      any
 	key       string
+	// keyHeader, when set, is the Idempotency-Key header's values as an
+	// HTTP caller sends them (key is ignored then).
+	keyHeader []string
 	wait      time.Duration
 }
 
+// do calls the runner as the HTTP surface would: the control inputs (the
+// dryRun query parameter, the key header) are read by httpapi.ParseControls.
 func (f *fixture) do(ctx context.Context, c call) idem.Result {
 	f.t.Helper()
-	req := idem.Request{Operation: c.op, Principal: c.principal, PathParams: c.path, Query: c.query, Wait: c.wait}
-	if req.Principal.ID == "" {
-		req.Principal = agent
+	inv := idem.Invocation{Operation: c.op, Principal: c.principal, Wait: c.wait, Intent: idem.Intent{PathParams: c.path, Query: c.query}}
+	if inv.Principal.ID == "" {
+		inv.Principal = agent
 	}
 	switch b := c.body.(type) {
 	case nil:
 	case string:
-		req.Body = []byte(b)
+		inv.Intent.Body = []byte(b)
 	default:
-		req.Body, _ = json.Marshal(b)
+		inv.Intent.Body, _ = json.Marshal(b)
 	}
-	if c.key != "" {
-		req.KeyHeader = []string{c.key}
+	header := http.Header{idem.HeaderIdempotencyKey: c.keyHeader}
+	if c.key != "" && c.keyHeader == nil {
+		header.Set(idem.HeaderIdempotencyKey, c.key)
 	}
-	return f.runner.Call(ctx, req)
+	if d, ok := f.runner.Describe(c.op); ok {
+		var err error
+		inv.Key, inv.DryRun, inv.Intent.Query, err = httpapi.ParseControls(d.Retry, c.query, header)
+		if err != nil {
+			return idem.ErrorResult(err, &idem.Meta{Operation: c.op})
+		}
+	}
+	return f.runner.Call(ctx, inv)
 }
 
 // decoded is a response body read generically.

@@ -199,7 +199,7 @@ func TestKeyedCallDetachedFromConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan idem.Result, 1)
 	go func() {
-		done <- f.runner.Call(ctx, idem.Request{Operation: "slow.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"d1"}, Detachable: true})
+		done <- f.runner.Call(context.WithoutCancel(ctx), idem.Invocation{Operation: "slow.create", Principal: agent, Key: "d1", Connection: ctx, Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}})
 	}()
 	waitFor(t, func() bool { return runs.Load() == 1 })
 	cancel() // the client hangs up

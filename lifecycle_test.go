@@ -89,8 +89,12 @@ func TestRunnerLifecycleLeavesNoGoroutine(t *testing.T) {
 			}
 			<-store.swept // the first sweep runs at once, not after an interval
 			for range 2 {
-				req := idem.Request{Operation: "order.refund", Principal: agent, PathParams: map[string]string{"id": "ord_1"},
-					Body: []byte(`{"amount":10}`), KeyHeader: []string{"lifecycle-1"}}
+				req := idem.Invocation{
+					Operation: "order.refund",
+					Principal: agent,
+					Key:       "lifecycle-1",
+					Intent:    idem.Intent{PathParams: map[string]string{"id": "ord_1"}, Body: []byte(`{"amount":10}`)},
+				}
 				if res := r.Call(t.Context(), req); res.Status != 200 {
 					t.Fatalf("call: %d %s", res.Status, res.Body())
 				}

@@ -19,8 +19,6 @@ import (
 	"errors"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -28,45 +26,6 @@ import (
 
 	"github.com/idem-run/idem/canonical"
 )
-
-// Request is one call as a surface received it (SPEC §5 stage 1), in the
-// shape of an HTTP request so that the same intent has the same fingerprint
-// on every surface.
-type Request struct {
-	Operation string
-	Surface   Surface
-	Principal Principal
-	// PathParams fill the route's {name} segments (decoded values).
-	PathParams map[string]string
-	// Query is the query string as received; the control parameter dryRun
-	// in it (ParseDryRun) asks for a preview.
-	Query url.Values
-	// Body is the raw JSON body; empty means none. For a raw operation
-	// (DefineRaw) it may be of another media type, named by Header's
-	// Content-Type.
-	Body []byte
-	// Header holds the request's headers. The pipeline reads the
-	// operation's declared header inputs (in:"header") from it, and
-	// nothing else, except for raw operations, which forward their headers
-	// and whose Content-Type it reads. Over MCP and the Go API a header
-	// input is an ordinary argument that the surface puts here under its
-	// header's name (PlaceArguments), so the intent is the HTTP call's.
-	Header http.Header
-	// KeyHeader holds the Idempotency-Key values as received; nil when
-	// absent. It is not examined on fresh_read operations.
-	KeyHeader []string
-	// Wait is the Prefer: wait the caller asked for.
-	Wait time.Duration
-	// Detachable says ctx ends when the connection drops (HTTP): a keyed
-	// execution then keeps running once its reservation is taken, so that
-	// the same-key retry finds it. Explicit cancellation (MCP, the Go API)
-	// leaves it false: cancelling ctx cancels the execution.
-	Detachable bool
-	// ReleaseBody gives back the decode budget the surface took with
-	// AdmitBody before reading Body; the runner calls it once the input is
-	// decoded. When nil, the runner takes len(Body) itself.
-	ReleaseBody func()
-}
 
 // newID returns prefix + a time-ordered, random, URL-safe id (ULID-like:
 // 48 bits of milliseconds, 80 random bits, base32).
@@ -80,12 +39,21 @@ func newID(prefix string, now time.Time) string {
 // Call runs one call through the pipeline and returns its one final
 // answer, typed (Result). It never returns an error: a failure is a Result
 // with a Problem.
-func (r *Runner) Call(ctx context.Context, req Request) Result {
+func (r *Runner) Call(ctx context.Context, inv Invocation) Result {
 	start := r.cfg.Clock.Now()
-	x := &execution{r: r, req: req, start: start}
+	x := &execution{r: r, inv: inv, start: start}
 	var span trace.Span // nil when tracing is off
 	if r.tracer != nil {
 		ctx, span = x.startCall(ctx)
+	}
+	x.explicit = ctx
+	if inv.Connection != nil {
+		// The connection's end cancels the call too, until a keyed call
+		// detaches from it (execute, transact).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(inv.Connection, cancel)()
 	}
 	resp := x.run(ctx)
 	if x.op != nil && x.op.raw != nil && resp.Problem != nil && x.executionID != "" {
@@ -98,7 +66,7 @@ func (r *Runner) Call(ctx context.Context, req Request) Result {
 		x.log(resp, took)
 	}
 	if r.cfg.Observe != nil {
-		rep := Report{Operation: req.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
+		rep := Report{Operation: inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
 		if !resp.Replayed {
 			rep.Attempts = x.attempts
 		}
@@ -115,8 +83,11 @@ func (r *Runner) Call(ctx context.Context, req Request) Result {
 
 // execution is the state of one pass through the pipeline.
 type execution struct {
-	r           *Runner
-	req         Request
+	r   *Runner
+	inv Invocation
+	// explicit is the call's context without its connection: what a keyed
+	// call runs under once reserved (SPEC §7).
+	explicit    context.Context
 	op          *compiled
 	start       time.Time
 	key         string // the valid idempotency key, "" when unkeyed
@@ -157,23 +128,14 @@ func (x *execution) fail(e *Error) Result {
 }
 
 func (x *execution) run(ctx context.Context) Result {
-	r, req := x.r, x.req
+	r, inv := x.r, x.inv
 	// Stage 2: resolve.
-	op, ok := r.decl.Load().ops[req.Operation]
-	if !ok || !exposedOn(op.meta, req.Surface) {
-		return x.fail(Errorf(CodeOperationNotFound, "no operation named %q on this surface", req.Operation))
+	op, ok := r.decl.Load().ops[inv.Operation]
+	if !ok || !exposedOn(op.meta, inv.Surface) {
+		return x.fail(Errorf(CodeOperationNotFound, "no operation named %q on this surface", inv.Operation))
 	}
-	x.op = op
-	// Stage 3: the control parameter dryRun, then the contract checks
-	// that read it, in the order of SPEC §6.4. From here on the query is
-	// the intent's: dryRun is left out of the fingerprint and the input
-	// only once it is known to be valid.
-	dry, derr := ParseDryRun(req.Query[DryRunParam])
-	if derr != nil {
-		return x.fail(AsError(derr))
-	}
-	x.dryRun, x.req.Query = dry, intentQuery(req.Query)
-	req = x.req
+	x.op, x.dryRun = op, inv.DryRun
+	// Stage 3: the contract checks, in the order of SPEC §6.4.
 	if err := x.checkContract(); err != nil {
 		return x.fail(err)
 	}
@@ -184,12 +146,12 @@ func (x *execution) run(ctx context.Context) Result {
 	}
 	defer releaseInput()
 	x.opaque = x.opaqueBody()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: req.Query, Body: req.Body, Opaque: x.opaque, Header: x.headerInputs()})
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: inv.Intent.Query, Body: inv.Intent.Body, Opaque: x.opaque, Header: x.headerInputs()})
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
 		// decoding.
-		if a, ok := r.cache.get(req.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp {
+		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp {
 			x.fingerprint = fp
 			return x.answerExisting(ctx, a)
 		}
@@ -206,7 +168,7 @@ func (x *execution) run(ctx context.Context) Result {
 	x.fingerprint = fp
 	// Stage 5: an existing attempt answers before any policy or approval.
 	if x.key != "" {
-		a, err := r.getAttempt(ctx, req.Principal.Scope(), x.key)
+		a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key)
 		switch {
 		case err == nil:
 			return x.answerExisting(ctx, a)
@@ -243,7 +205,7 @@ func (x *execution) run(ctx context.Context) Result {
 	// Stages 8 and 9: reservation (or an unkeyed start), with the approval
 	// consumed in the same transaction and execution.started written.
 	x.executionID = newID("exe_", r.cfg.Clock.Now())
-	start := StartParams{ExecutionID: x.executionID, Scope: req.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	start := StartParams{ExecutionID: x.executionID, Scope: inv.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
 	if op.meta.Retry.Transactional {
 		return x.transact(ctx, in, start, raw, reason, releaseExecution)
 	}
@@ -274,7 +236,7 @@ func (x *execution) run(ctx context.Context) Result {
 		}
 		fence = res.Attempt.FencingToken
 		x.leaseDeadline = t0.Add(lease)
-		r.done.started(req.Principal.Scope(), x.key)
+		r.done.started(inv.Principal.Scope(), x.key)
 	} else {
 		rctx, end := r.storeSpan(sctx, spanStartExecution)
 		_, err := r.cfg.Store.StartExecution(rctx, start)
@@ -334,7 +296,7 @@ func exposedOn(m Metadata, s Surface) bool {
 }
 
 // concretePath substitutes the route's parameters.
-func (x *execution) concretePath() string { return FillPath(x.op.meta.Path, x.req.PathParams) }
+func (x *execution) concretePath() string { return FillPath(x.op.meta.Path, x.inv.Intent.PathParams) }
 
 // storeFailure maps a store error of the stages before the handler starts
 // to the answer: a done context is the caller's cancellation, anything else
@@ -357,8 +319,8 @@ func storeFailure(ctx context.Context, err error) *Error {
 
 func (x *execution) log(resp Result, took time.Duration) {
 	attrs := []any{
-		slog.String("executionId", x.executionID), slog.String("operation", x.req.Operation),
-		slog.String("org", x.req.Principal.Org), slog.String("principal", x.req.Principal.ID),
+		slog.String("executionId", x.executionID), slog.String("operation", x.inv.Operation),
+		slog.String("org", x.inv.Principal.Org), slog.String("principal", x.inv.Principal.ID),
 		slog.Int("status", resp.Status), slog.Int("attempts", x.attempts),
 		slog.Bool("keyed", x.key != ""), slog.Bool("replayed", resp.Replayed),
 		slog.Int64("durationMs", took.Milliseconds()),

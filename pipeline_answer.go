@@ -10,8 +10,17 @@ import (
 )
 
 // answerExisting answers from an attempt record (stage 5, or stage 8 when a
-// record appeared concurrently).
+// record appeared concurrently), after waiting on an in-flight record of
+// this request when the caller asked to (Prefer: wait).
 func (x *execution) answerExisting(ctx context.Context, a Attempt) Result {
+	if a.State == AttemptInFlight && a.Fingerprint == x.fingerprint && x.inv.Wait > 0 {
+		return x.waitAndAnswer(ctx, a)
+	}
+	return x.answerRecord(ctx, a)
+}
+
+// answerRecord answers from an attempt record as it stands.
+func (x *execution) answerRecord(ctx context.Context, a Attempt) Result {
 	m := x.op.meta
 	if a.Fingerprint != x.fingerprint {
 		parts := "method, path, query or body"
@@ -19,9 +28,6 @@ func (x *execution) answerExisting(ctx context.Context, a Attempt) Result {
 			parts = "method, path, query, header inputs or body"
 		}
 		return x.fail(Errorf(CodeIdempotencyKeyReused, "idempotency key %q already names a different request (%s differ); use a new key for a new intent", x.key, parts))
-	}
-	if a.State == AttemptInFlight && x.req.Wait > 0 {
-		return x.waitAndAnswer(ctx, a)
 	}
 	switch a.State {
 	case AttemptInFlight:
@@ -53,7 +59,7 @@ func (x *execution) replay(ctx context.Context, a Attempt) Result {
 		h[k] = v
 	}
 	h.Set(HeaderIdempotentReplayed, "true")
-	scope := x.req.Principal.Scope()
+	scope := x.inv.Principal.Scope()
 	if x.op.raw != nil {
 		x.noteReplay(a)
 		meta := x.meta()
@@ -93,22 +99,22 @@ func (x *execution) noteReplay(a Attempt) {
 // record until it is final or the wait (capped) passes, then answers as
 // usual, saying which wait it applied.
 func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Result {
-	wait := min(x.req.Wait, x.r.cfg.MaxWait)
+	wait := min(x.inv.Wait, x.r.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	// A key this instance runs wakes its waiters when it finishes, and so
 	// does one another instance runs when the store has a CompletionFeed
 	// (PostgreSQL); the record is polled too, backing off, in case a
 	// signal is missed.
-	finished, stop, watch := x.r.done.wait(x.req.Principal.Scope(), x.key)
+	finished, stop, watch := x.r.done.wait(x.inv.Principal.Scope(), x.key)
 	defer stop()
 	if feed, ok := x.r.cfg.Store.(CompletionFeed); ok && watch {
-		_ = feed.Watch(ctx, x.req.Principal.Scope(), x.key) // best effort: polling remains
+		_ = feed.Watch(ctx, x.inv.Principal.Scope(), x.key) // best effort: polling remains
 	}
 	for poll := 10 * time.Millisecond; a.State == AttemptInFlight && time.Now().Before(deadline); poll = min(poll*2, 250*time.Millisecond) {
 		if !wake(ctx, &finished, min(poll, time.Until(deadline))) {
 			break
 		}
-		next, err := x.r.getAttempt(ctx, x.req.Principal.Scope(), x.key)
+		next, err := x.r.getAttempt(ctx, x.inv.Principal.Scope(), x.key)
 		if err != nil {
 			if errors.Is(err, ErrNotFound) && x.uncommitted {
 				continue // not committed yet (or rolled back)
@@ -120,8 +126,7 @@ func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Result {
 		}
 		a = next
 	}
-	x.req.Wait = 0
-	resp := x.answerExisting(ctx, a)
+	resp := x.answerRecord(ctx, a)
 	resp.Header.Set(HeaderPreferenceApplied, "wait="+strconv.Itoa(int(wait/time.Second)))
 	return resp
 }

@@ -42,10 +42,10 @@ func KeyWithDryRun(keyed, dryRun bool) *Error {
 	return Errorf(CodeIdempotencyKeyNotSupported, "a dry run takes no idempotency key: preview without it, then send the live request with a new key of its own")
 }
 
-// intentQuery returns q without the control parameter dryRun: the query
-// that names the intent, for the fingerprint and the input. q itself is
-// left as it is.
-func intentQuery(q url.Values) url.Values {
+// IntentQuery returns q without the control parameter dryRun: the query
+// that names the intent (Intent.Query), for the fingerprint and the input.
+// q itself is left as it is.
+func IntentQuery(q url.Values) url.Values {
 	if _, ok := q[DryRunParam]; !ok {
 		return q
 	}
@@ -58,29 +58,29 @@ func intentQuery(q url.Values) url.Values {
 	return out
 }
 
-// checkContract applies the contract checks of SPEC §6.4 in order.
+// checkContract applies the contract checks of SPEC §6.4 in order, and
+// takes the call's key once they pass.
 func (x *execution) checkContract() *Error {
-	m, req, dry := x.op.meta, x.req, x.dryRun
-	if m.Retry.Kind != RetryFreshRead && req.KeyHeader != nil {
-		key, err := ParseKeyHeader(req.KeyHeader)
-		if err != nil {
+	m, key, dry := x.op.meta, x.inv.Key, x.inv.DryRun
+	if !m.Retry.ReadsKey() {
+		key = ""
+	}
+	if key != "" {
+		if err := ValidateKey(key); err != nil {
 			return AsError(err)
 		}
 		if e := KeyWithDryRun(true, dry); e != nil {
 			return e
 		}
-		x.key = key
 	}
-	if dry && !m.Retry.Preview {
-		x.key = ""
+	switch {
+	case dry && !m.Retry.Preview:
 		return Errorf(CodeDryRunNotSupported, "operation %s has no preview (retry.preview is false); remove dryRun=true", m.Name)
-	}
-	if x.key != "" && m.Retry.Kind != RetrySameKeyReplay {
-		x.key = ""
+	case key != "" && m.Retry.Kind != RetrySameKeyReplay:
 		return Errorf(CodeIdempotencyKeyNotSupported, "operation %s is %s: it takes no Idempotency-Key; follow retry.kind in the catalog", m.Name, m.Retry.Kind)
-	}
-	if x.key == "" && !dry && m.Retry.Kind == RetrySameKeyReplay && req.Principal.MustSendKey() {
+	case key == "" && !dry && m.Retry.Kind == RetrySameKeyReplay && x.inv.Principal.MustSendKey():
 		return Errorf(CodeIdempotencyKeyRequired, "operation %s replays by key: generate a key, record it in durable task state, and send it as Idempotency-Key", m.Name)
 	}
+	x.key = key
 	return nil
 }

@@ -16,10 +16,10 @@ import (
 // execute runs stages 10 to 13 for a reserved (fence != 0) or started
 // execution.
 func (x *execution) execute(ctx context.Context, in any, fence int64) Result {
-	if x.key != "" && x.req.Detachable {
+	if x.key != "" {
 		// Reserved: a dropped connection no longer cancels the execution,
 		// so that the same-key retry finds its result (SPEC §7).
-		ctx = context.WithoutCancel(ctx)
+		ctx = x.explicit
 	}
 	if ctx.Err() != nil {
 		// Cancelled while the reservation was written: the handler never
@@ -97,7 +97,7 @@ func (x *execution) holdLease(ctx context.Context, attempt int, fence int64, pre
 		defer cancel()
 		sent := time.Now()
 		sctx, end := x.r.storeSpan(lctx, spanLeaseLeft)
-		left, err := x.r.cfg.Store.LeaseLeft(sctx, Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence})
+		left, err := x.r.cfg.Store.LeaseLeft(sctx, Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence})
 		end(err)
 		switch {
 		case ctx.Err() != nil:
@@ -124,7 +124,7 @@ func (x *execution) holdLease(ctx context.Context, attempt int, fence int64, pre
 
 func (x *execution) newCall(attempt int, dryRun bool) *Call {
 	return &Call{
-		Operation: x.op.meta.Name, ExecutionID: x.executionID, Attempt: attempt, Principal: x.req.Principal,
+		Operation: x.op.meta.Name, ExecutionID: x.executionID, Attempt: attempt, Principal: x.inv.Principal,
 		IdempotencyKey: "ik_" + x.executionID[len("exe_"):], RequestKey: x.key, DryRun: dryRun,
 	}
 }

@@ -68,14 +68,14 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) Result
 	}
 	cctx, end := x.r.storeSpan(sctx, spanComplete)
 	done, err := store.Complete(cctx, CompleteParams{
-		Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
+		Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
 		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
 	})
 	end(err)
 	if err == nil {
 		x.r.cache.put(done, x.r.cfg.Clock.Now())
 	}
-	x.r.done.finished(x.req.Principal.Scope(), x.key)
+	x.r.done.finished(x.inv.Principal.Scope(), x.key)
 	switch {
 	case errors.Is(err, ErrFenced):
 		// The lease passed first: the record already reads indeterminate and
@@ -106,9 +106,9 @@ func (x *execution) release(ctx context.Context, o outcome, fence int64) Result 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
 	defer cancel()
 	rctx, end := x.r.storeSpan(sctx, spanRelease)
-	err := x.r.cfg.Store.Release(rctx, ReleaseParams{Fence: Fence{Scope: x.req.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
+	err := x.r.cfg.Store.Release(rctx, ReleaseParams{Fence: Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
 	end(err)
-	x.r.done.finished(x.req.Principal.Scope(), x.key)
+	x.r.done.finished(x.inv.Principal.Scope(), x.key)
 	if err != nil {
 		x.r.cfg.Logger.Error("release reservation", "executionId", x.executionID, "error", err)
 		e.Retryable = false
@@ -131,7 +131,7 @@ func (x *execution) answer(o outcome) (Result, FinishParams) {
 	meta := x.meta()
 	var resp Result
 	final := AuditEvent{ExecutionID: x.executionID, At: x.r.cfg.Clock.Now(), Attempts: x.attempts, DurationMs: x.r.cfg.Clock.Now().Sub(x.start).Milliseconds()}
-	fin := FinishParams{Org: x.req.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
+	fin := FinishParams{Org: x.inv.Principal.Org, ExecutionID: x.executionID, Attempts: x.attempts}
 	if o.err == nil && o.raw {
 		resp = x.rawResult(o.status, o.header, o.data)
 		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
@@ -176,7 +176,7 @@ func (x *execution) sealIfSecret(resp Result) (status int, stored []byte, keyID 
 
 // aad binds a sealed result to its record.
 func (x *execution) aad() []byte {
-	return []byte(x.req.Principal.Org + "\x00" + x.req.Principal.ID + "\x00" + x.key)
+	return []byte(x.inv.Principal.Org + "\x00" + x.inv.Principal.ID + "\x00" + x.key)
 }
 
 func reconcileName(m Metadata) any {

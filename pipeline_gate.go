@@ -15,7 +15,7 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 	policies := append(append([]Policy(nil), x.r.cfg.Policies...), x.op.policies...)
 	pctx, cancel := context.WithTimeout(ctx, x.r.cfg.PolicyTimeout)
 	defer cancel()
-	d, record, err := evaluatePolicies(pctx, policies, PolicyInput{Operation: m, Principal: x.req.Principal, Input: in, RawInput: raw})
+	d, record, err := evaluatePolicies(pctx, policies, PolicyInput{Operation: m, Principal: x.inv.Principal, Input: in, RawInput: raw})
 	x.policyLog = record
 	if err != nil {
 		return false, "", AsError(err)
@@ -43,7 +43,7 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 // same-key request) comes back as existing, to be answered as stage 5
 // would.
 func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *Attempt, stop *Error) {
-	p := x.req.Principal
+	p := x.inv.Principal
 	sctx, end := x.r.storeSpan(ctx, spanRequestApproval)
 	res, err := x.r.cfg.Store.RequestApproval(sctx, RequestApprovalParams{
 		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Key: x.key, Operation: x.op.meta.Name,

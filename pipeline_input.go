@@ -25,8 +25,8 @@ import (
 // JSON is not read.
 func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	if x.op.raw != nil && x.op.raw.Unvalidated {
-		for _, name := range slices.Sorted(maps.Keys(x.req.PathParams)) {
-			if v := x.req.PathParams[name]; v == "." || v == ".." {
+		for _, name := range slices.Sorted(maps.Keys(x.inv.Intent.PathParams)) {
+			if v := x.inv.Intent.PathParams[name]; v == "." || v == ".." {
 				return nil, nil, invalidInput([]map[string]string{{"path": "/" + name, "message": fmt.Sprintf("path parameter %s cannot be %q", name, v)}})
 			}
 		}
@@ -43,7 +43,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	if mt := x.opaque; mt != "" && slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "body" }) {
 		bad("", "the body is %s, but this operation's body is a JSON object: send it as JSON with Content-Type: application/json", mt)
 	}
-	if body := bytes.TrimSpace(x.req.Body); len(body) > 0 && x.opaque == "" {
+	if body := bytes.TrimSpace(x.inv.Intent.Body); len(body) > 0 && x.opaque == "" {
 		canon, err := canonical.TransformStrict(body)
 		var se *canonical.SyntaxError
 		switch {
@@ -72,14 +72,14 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 		var value string
 		var present bool
 		if p.In == "path" {
-			value, present = x.req.PathParams[p.Name]
+			value, present = x.inv.Intent.PathParams[p.Name]
 			if x.op.raw != nil && (value == "." || value == "..") {
 				// Forwarded, it would be a dot segment: another path.
 				bad("/"+p.Name, "path parameter %s cannot be %q", p.Name, value)
 				continue
 			}
 		} else if p.In == "header" {
-			switch vs := x.req.Header.Values(p.Header); len(vs) {
+			switch vs := x.inv.Intent.Header.Values(p.Header); len(vs) {
 			case 0:
 				if x.op.input.Requires(p.Name) {
 					bad("/"+p.Name, "header %s is required (the argument %s); send it once", p.Header, p.Name)
@@ -91,7 +91,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 				bad("/"+p.Name, "header %s is given %d times; give it once", p.Header, len(vs))
 				continue
 			}
-		} else if vs, ok := x.req.Query[p.Name]; ok && len(vs) > 0 {
+		} else if vs, ok := x.inv.Intent.Query[p.Name]; ok && len(vs) > 0 {
 			if len(vs) > 1 {
 				bad("/"+p.Name, "query parameter %s is given %d times; give it once", p.Name, len(vs))
 				continue
@@ -118,7 +118,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *Error) {
 	// At most maxUnknownQuery are listed.
 	const maxUnknownQuery = 10
 	unknown := 0
-	for _, name := range slices.Sorted(maps.Keys(x.req.Query)) {
+	for _, name := range slices.Sorted(maps.Keys(x.inv.Intent.Query)) {
 		if slices.ContainsFunc(x.op.params, func(p Param) bool { return p.In == "query" && p.Name == name }) {
 			continue
 		}
@@ -161,7 +161,7 @@ func (x *execution) headerInputs() map[string][]string {
 		if p.In != "header" {
 			continue
 		}
-		if vs := x.req.Header.Values(p.Header); len(vs) > 0 {
+		if vs := x.inv.Intent.Header.Values(p.Header); len(vs) > 0 {
 			if out == nil {
 				out = map[string][]string{}
 			}

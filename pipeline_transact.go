@@ -14,19 +14,20 @@ import (
 // be indeterminate.
 func (x *execution) transact(ctx context.Context, in any, start StartParams, raw []byte, reason string, releaseExecution func()) Result {
 	r, m := x.r, x.op.meta
-	scope := x.req.Principal.Scope()
+	scope := x.inv.Principal.Scope()
 	lease := m.Lease(r.cfg.LeaseGrace)
 	p := ReserveParams{StartParams: start}
 	if x.key != "" {
 		p.Key, p.Lease, p.Retention = x.key, lease, r.cfg.Retention
 	}
 	// The caller's cancellation ends the handler (and so rolls everything
-	// back), except for a keyed HTTP call, which keeps running once
-	// reserved so that the same-key retry finds its result. The
-	// transaction itself runs detached, so that its outcome is known.
+	// back); a dropped connection does too, except for a keyed call, which
+	// keeps running once reserved so that the same-key retry finds its
+	// result. The transaction itself runs detached, so that its outcome is
+	// known.
 	cancelling := ctx
-	if x.key != "" && x.req.Detachable {
-		cancelling = context.WithoutCancel(ctx)
+	if x.key != "" {
+		cancelling = x.explicit
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease+finalizeTimeout)
 	defer cancel()

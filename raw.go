@@ -39,8 +39,8 @@ type RawRequest struct {
 	PathParams map[string]string
 	// Query is the intent's query (without the control parameter dryRun).
 	Query url.Values
-	// Header holds the caller's request headers (Request.Header), nil
-	// when the surface has none (MCP, the Go API).
+	// Header holds the caller's request headers (Intent.Passthrough),
+	// nil when the surface has none (MCP, the Go API).
 	Header http.Header
 	Body   []byte
 }
@@ -181,8 +181,8 @@ func IsNotDispatched(err error) bool {
 // rawRequest is the RawRequest of the call, once validated.
 func (x *execution) rawRequest() RawRequest {
 	return RawRequest{
-		Method: x.op.meta.Method, Path: x.concretePath(), PathParams: x.req.PathParams,
-		Query: x.req.Query, Header: x.req.Header, Body: x.req.Body,
+		Method: x.op.meta.Method, Path: x.concretePath(), PathParams: x.inv.Intent.PathParams,
+		Query: x.inv.Intent.Query, Header: x.inv.Intent.Passthrough, Body: x.inv.Intent.Body,
 	}
 }
 
@@ -190,10 +190,10 @@ func (x *execution) rawRequest() RawRequest {
 // JSON (its fingerprint then hashes the bytes, and stage 4 does not read
 // it), "" otherwise.
 func (x *execution) opaqueBody() string {
-	if x.op.raw == nil || len(x.req.Body) == 0 {
+	if x.op.raw == nil || len(x.inv.Intent.Body) == 0 {
 		return ""
 	}
-	mt, isJSON := mediaType(x.req.Header.Get("Content-Type"))
+	mt, isJSON := mediaType(x.inv.Intent.ContentType)
 	if isJSON {
 		return ""
 	}

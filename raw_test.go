@@ -119,9 +119,12 @@ func TestRawOperationFingerprintsOpaqueBodiesByteForByte(t *testing.T) {
 	u := &rawUpstream{next: createdWidget}
 	f := newFixture(t, rawWidgetOps(u, true))
 	send := func(key, ct, body string) idem.Result {
-		return f.runner.Call(t.Context(), idem.Request{Operation: "createWidget", Principal: agent,
-			PathParams: map[string]string{"shop": "s1"}, Body: []byte(body), KeyHeader: []string{key},
-			Header: http.Header{"Content-Type": {ct}}})
+		return f.runner.Call(t.Context(), idem.Invocation{
+			Operation: "createWidget",
+			Principal: agent,
+			Key:       key,
+			Intent:    idem.Intent{PathParams: map[string]string{"shop": "s1"}, Body: []byte(body), ContentType: ct, Passthrough: http.Header{"Content-Type": {ct}}},
+		})
 	}
 	if r := send("k-o", "text/plain", "not json"); r.Status != 201 {
 		t.Fatalf("opaque body: %d %s", r.Status, r.Body())

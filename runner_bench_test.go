@@ -27,8 +27,12 @@ func BenchmarkKeyedCall(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					i := n.Add(1)
-					resp := r.Call(b.Context(), idem.Request{Operation: "thing.create", Principal: agent,
-						Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
+					resp := r.Call(b.Context(), idem.Invocation{
+						Operation: "thing.create",
+						Principal: agent,
+						Key:       fmt.Sprint("k", i),
+						Intent:    idem.Intent{Body: fmt.Appendf(nil, `{"name":"n%d"}`, i)},
+					})
 					if resp.Status != 201 || resp.Replayed {
 						b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body())
 					}
@@ -37,7 +41,7 @@ func BenchmarkKeyedCall(b *testing.B) {
 		})
 		b.Run(name+"/replay", func(b *testing.B) {
 			r := benchRunner(b, open(b))
-			req := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"k"}}
+			req := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k", Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}}
 			r.Call(b.Context(), req)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -89,7 +93,7 @@ func BenchmarkReplayLogging(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = r.Flush(context.Background()) })
-			req := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"k"}}
+			req := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k", Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}}
 			r.Call(b.Context(), req)
 			b.ReportAllocs()
 			b.ResetTimer()

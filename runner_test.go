@@ -155,11 +155,9 @@ func TestContractChecksInOrder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := runs.Load()
-			req := idem.Request{Operation: tt.c.op, Principal: tt.principal, PathParams: tt.c.path, Query: tt.c.query, KeyHeader: tt.headers}
-			if body, ok := tt.c.body.(string); ok {
-				req.Body = []byte(body)
-			}
-			resp := f.runner.Call(t.Context(), req)
+			c := tt.c
+			c.principal, c.keyHeader = tt.principal, tt.headers
+			resp := f.do(t.Context(), c)
 			d := expect(t, resp, tt.status, tt.code)
 			if tt.status >= 400 && runs.Load() != before {
 				t.Fatal("a rejected call ran the handler")

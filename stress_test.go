@@ -286,9 +286,9 @@ func stressRun(runners []*idem.Runner, calls []stressCall) []stressResult {
 				t := time.AfterFunc(c.cancelAt, func() { fired.Store(true); cancel() })
 				defer t.Stop()
 			}
-			req := idem.Request{Operation: c.op, Principal: c.principal, PathParams: c.path, Body: c.body}
+			req := idem.Invocation{Operation: c.op, Principal: c.principal, Intent: idem.Intent{PathParams: c.path, Body: c.body}}
 			if c.key != "" {
-				req.KeyHeader = []string{c.key}
+				req.Key = c.key
 			}
 			resp := runners[c.runner].Call(ctx, req)
 			results[i] = stressResult{resp: resp, cancelled: fired.Load()}
@@ -716,7 +716,7 @@ func TestStressCancelBetweenAttempts(t *testing.T) {
 		return stressOut{}, idem.Retryable(errors.New("downstream hiccup"))
 	})
 	f := newFixture(t, []idem.Operation{flaky})
-	d := expect(t, f.runner.Call(ctx, idem.Request{Operation: "stress.flaky", Principal: agent}), idem.StatusClientClosedRequest, idem.CodeCancelled)
+	d := expect(t, f.runner.Call(ctx, idem.Invocation{Operation: "stress.flaky", Principal: agent}), idem.StatusClientClosedRequest, idem.CodeCancelled)
 	x, err := f.runner.GetExecution(t.Context(), approver, d.Meta.ExecutionID)
 	if err != nil {
 		t.Fatal(err)

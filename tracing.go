@@ -83,17 +83,17 @@ const (
 func (x *execution) startCall(ctx context.Context) (context.Context, trace.Span) {
 	name := spanCall
 	attrs := make([]attribute.KeyValue, 0, 3)
-	if op, ok := x.r.decl.Load().ops[x.req.Operation]; ok {
+	if op, ok := x.r.decl.Load().ops[x.inv.Operation]; ok {
 		// An unknown name stays out: it is the caller's, of any length.
 		name += " " + op.meta.Name
 		attrs = append(attrs, attrOperation.String(op.meta.Name))
 	}
 	kind := trace.SpanKindInternal
-	if x.req.Surface != "" {
+	if x.inv.Surface != "" {
 		kind = trace.SpanKindServer
-		attrs = append(attrs, attrSurface.String(string(x.req.Surface)))
+		attrs = append(attrs, attrSurface.String(string(x.inv.Surface)))
 	}
-	attrs = append(attrs, attrPrincipalKind.String(string(x.req.Principal.Kind)))
+	attrs = append(attrs, attrPrincipalKind.String(string(x.inv.Principal.Kind)))
 	return x.r.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
 

@@ -41,8 +41,12 @@ func BenchmarkTracing(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				resp := r.Call(b.Context(), idem.Request{Operation: "thing.create", Principal: agent,
-					Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
+				resp := r.Call(b.Context(), idem.Invocation{
+					Operation: "thing.create",
+					Principal: agent,
+					Key:       fmt.Sprint("k", i),
+					Intent:    idem.Intent{Body: fmt.Appendf(nil, `{"name":"n%d"}`, i)},
+				})
 				if resp.Status != 201 || resp.Replayed {
 					b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body())
 				}
@@ -50,7 +54,7 @@ func BenchmarkTracing(b *testing.B) {
 		})
 		b.Run(p.name+"/replay", func(b *testing.B) {
 			r := tracedBenchRunner(b, p.tp(b))
-			req := idem.Request{Operation: "thing.create", Principal: agent, Body: []byte(`{"name":"a"}`), KeyHeader: []string{"k"}}
+			req := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k", Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}}
 			r.Call(b.Context(), req)
 			b.ReportAllocs()
 			b.ResetTimer()

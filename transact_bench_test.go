@@ -40,8 +40,12 @@ func BenchmarkFirstExecution(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						i := n.Add(1)
-						resp := r.Call(b.Context(), idem.Request{Operation: "thing.create", Principal: agent,
-							Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
+						resp := r.Call(b.Context(), idem.Invocation{
+							Operation: "thing.create",
+							Principal: agent,
+							Key:       fmt.Sprint("k", i),
+							Intent:    idem.Intent{Body: fmt.Appendf(nil, `{"name":"n%d"}`, i)},
+						})
 						if resp.Status != 201 || resp.Replayed {
 							b.Fatalf("status %d replayed %v: %s", resp.Status, resp.Replayed, resp.Body())
 						}
@@ -70,8 +74,12 @@ func BenchmarkSlowTransactionalNeighbours(b *testing.B) {
 				if slow > 0 {
 					bg.Go(func() {
 						for i := 0; ctx.Err() == nil; i++ {
-							r.Call(ctx, idem.Request{Operation: "thing.slow", Principal: agent2,
-								Body: fmt.Appendf(nil, `{"name":"s%d","delayMs":%d}`, i, slow.Milliseconds()), KeyHeader: []string{fmt.Sprint("s", i)}})
+							r.Call(ctx, idem.Invocation{
+								Operation: "thing.slow",
+								Principal: agent2,
+								Key:       fmt.Sprint("s", i),
+								Intent:    idem.Intent{Body: fmt.Appendf(nil, `{"name":"s%d","delayMs":%d}`, i, slow.Milliseconds())},
+							})
 						}
 					})
 				}
@@ -86,8 +94,12 @@ func BenchmarkSlowTransactionalNeighbours(b *testing.B) {
 					for pb.Next() {
 						i := n.Add(1)
 						t0 := time.Now()
-						resp := r.Call(b.Context(), idem.Request{Operation: "thing.create", Principal: agent,
-							Body: fmt.Appendf(nil, `{"name":"n%d"}`, i), KeyHeader: []string{fmt.Sprint("k", i)}})
+						resp := r.Call(b.Context(), idem.Invocation{
+							Operation: "thing.create",
+							Principal: agent,
+							Key:       fmt.Sprint("k", i),
+							Intent:    idem.Intent{Body: fmt.Appendf(nil, `{"name":"n%d"}`, i)},
+						})
 						mine = append(mine, time.Since(t0))
 						if resp.Status != 201 {
 							b.Errorf("status %d: %s", resp.Status, resp.Body())

@@ -12,17 +12,32 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 )
+
+// keyHeader is the Idempotency-Key header's values for key ("" for none).
+func keyHeader(key string) []string {
+	if key == "" {
+		return nil
+	}
+	return []string{key}
+}
 
 // callAs is env.call for a principal that has no demo token, and with the
 // caller's context.
 func (e *testEnv) callAs(t *testing.T, ctx context.Context, p idem.Principal, r req) result {
 	t.Helper()
-	q := idem.Request{Operation: r.op, Surface: idem.SurfaceHTTP, Principal: p, PathParams: r.path, Query: r.query, Body: []byte(r.body)}
-	if r.key != "" {
-		q.KeyHeader = []string{r.key}
+	q := idem.Invocation{Operation: r.op, Surface: idem.SurfaceHTTP, Principal: p, Intent: idem.Intent{PathParams: r.path, Body: []byte(r.body)}}
+	// The control inputs as the HTTP surface reads them.
+	d, _ := e.runner.Describe(r.op)
+	var err error
+	q.Key, q.DryRun, q.Intent.Query, err = httpapi.ParseControls(d.Retry, r.query, http.Header{idem.HeaderIdempotencyKey: keyHeader(r.key)})
+	var resp idem.Result
+	if err != nil {
+		resp = idem.ErrorResult(err, &idem.Meta{Operation: r.op})
+	} else {
+		resp = e.runner.Call(ctx, q)
 	}
-	resp := e.runner.Call(ctx, q)
 	out := result{Status: resp.Status, Raw: resp.Body()}
 	var body struct {
 		Data    json.RawMessage `json:"data"`
@@ -327,10 +342,12 @@ func TestRefundConcurrentOnOneOrder(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				resp := e.runner.Call(context.Background(), idem.Request{
-					Operation: "order.refund", Surface: idem.SurfaceHTTP, Principal: Tokens()["demo-agent"],
-					PathParams: map[string]string{"id": "ord_7"}, Body: []byte(`{"amount": 4000}`),
-					KeyHeader: []string{fmt.Sprintf("race-%d", i)},
+				resp := e.runner.Call(context.Background(), idem.Invocation{
+					Operation: "order.refund",
+					Surface:   idem.SurfaceHTTP,
+					Principal: Tokens()["demo-agent"],
+					Key:       fmt.Sprintf("race-%d", i),
+					Intent:    idem.Intent{PathParams: map[string]string{"id": "ord_7"}, Body: []byte(`{"amount": 4000}`)},
 				})
 				statuses[i] = resp.Status
 			})
@@ -524,9 +541,11 @@ func TestLimitCreateRace(t *testing.T) {
 			var wg sync.WaitGroup
 			for i, body := range bodies {
 				wg.Go(func() {
-					resp := e.runner.Call(context.Background(), idem.Request{
-						Operation: "limit.create", Surface: idem.SurfaceHTTP, Principal: Tokens()["demo-agent"],
-						PathParams: map[string]string{"sub": sub}, Body: []byte(body),
+					resp := e.runner.Call(context.Background(), idem.Invocation{
+						Operation: "limit.create",
+						Surface:   idem.SurfaceHTTP,
+						Principal: Tokens()["demo-agent"],
+						Intent:    idem.Intent{PathParams: map[string]string{"sub": sub}, Body: []byte(body)},
 					})
 					statuses[i] = resp.Status
 				})

@@ -92,9 +92,12 @@ func TestBusinesses(t *testing.T) {
 		}
 
 		// The Location header travels with the answer (and its replays).
-		resp := e.runner.Call(context.Background(), idem.Request{
-			Operation: "business.create", Surface: idem.SurfaceHTTP, Principal: Tokens()["demo-agent"],
-			Body: []byte(body), KeyHeader: []string{"k-create-1"},
+		resp := e.runner.Call(context.Background(), idem.Invocation{
+			Operation: "business.create",
+			Surface:   idem.SurfaceHTTP,
+			Principal: Tokens()["demo-agent"],
+			Key:       "k-create-1",
+			Intent:    idem.Intent{Body: []byte(body)},
 		})
 		if resp.Status != 201 || resp.Header.Get("Location") != "/v1/businesses/quillby" || resp.Header.Get(idem.HeaderIdempotentReplayed) != "true" {
 			t.Fatalf("replay: %d %v %s", resp.Status, resp.Header, resp.Body())

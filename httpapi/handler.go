@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -259,27 +260,52 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 				WithDetail("errors", []map[string]string{{"path": "", "message": err.Error()}}), &idem.Meta{Operation: d.Name}))
 			return
 		}
-		req := idem.Request{
+		key, dryRun, intentQuery, err := ParseControls(d.Retry, query, r.Header)
+		if err != nil {
+			write(w, idem.ErrorResult(err, &idem.Meta{Operation: d.Name}))
+			return
+		}
+		inv := idem.Invocation{
 			Operation: d.Name, Surface: idem.SurfaceHTTP, Principal: p,
-			PathParams: map[string]string{}, Query: query, Body: body,
-			KeyHeader: r.Header.Values(idem.HeaderIdempotencyKey), Wait: wait,
-			Detachable: true, ReleaseBody: release,
+			Key: key, DryRun: dryRun, Wait: wait, Connection: r.Context(), ReleaseBody: release,
+			Intent: idem.Intent{
+				PathParams: make(map[string]string, len(wildcards)), Query: intentQuery,
+				Header: declaredHeaders(d, r.Header), Body: body,
+			},
 		}
 		for w, name := range wildcards {
-			req.PathParams[name] = r.PathValue(w)
+			inv.Intent.PathParams[name] = r.PathValue(w)
 		}
 		if d.Raw {
-			req.Header = r.Header
-		} else {
-			req.Header = declaredHeaders(d, r.Header)
+			inv.Intent.ContentType, inv.Intent.Passthrough = r.Header.Get("Content-Type"), r.Header
 		}
-		ctx := r.Context()
+		// The connection's end is Invocation.Connection's to honour: a
+		// keyed call outlives it once reserved.
+		ctx := context.WithoutCancel(r.Context())
 		if h.cfg.Runner.Tracing() {
 			// The call's span continues the caller's trace (W3C traceparent).
 			ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
 		}
-		write(w, h.cfg.Runner.Call(ctx, req))
+		write(w, h.cfg.Runner.Call(ctx, inv))
 	}
+}
+
+// ParseControls reads the control inputs of an HTTP call of an operation
+// with contract retry, in the order of SPEC §6.4: the query parameter
+// dryRun (idem.ParseDryRun), then the Idempotency-Key header
+// (idem.ParseKeyHeader), which a fresh_read operation does not read at
+// all. It returns the key ("" for none), the dry run, and the intent's
+// query: query without dryRun.
+func ParseControls(retry idem.RetryContract, query url.Values, header http.Header) (key string, dryRun bool, intent url.Values, err error) {
+	if dryRun, err = idem.ParseDryRun(query[idem.DryRunParam]); err != nil {
+		return "", false, nil, err
+	}
+	if retry.ReadsKey() {
+		if key, err = idem.ParseKeyHeader(header.Values(idem.HeaderIdempotencyKey)); err != nil {
+			return "", false, nil, err
+		}
+	}
+	return key, dryRun, idem.IntentQuery(query), nil
 }
 
 // declaredHeaders keeps only the headers that d declares as inputs

@@ -33,6 +33,16 @@ func PrincipalFrom(ctx context.Context) (idem.Principal, bool) {
 	return p, ok
 }
 
+// connectionKey is the context key of the call's connection.
+type connectionKey struct{}
+
+// withConnection returns ctx carrying the context of the call's
+// connection (its MCP stream), which RunnerBackend passes on as
+// idem.Invocation.Connection.
+func withConnection(ctx, conn context.Context) context.Context {
+	return context.WithValue(ctx, connectionKey{}, conn)
+}
+
 // RunnerBackend runs tools on an in-process Runner, as the principal in
 // the call's context, through the same pipeline as the HTTP surface: the
 // arguments are placed in path, query and body as HTTP would carry them,
@@ -57,8 +67,8 @@ func (b RunnerBackend) Descriptors(context.Context) ([]Tool, error) {
 }
 
 // Call implements Backend. The execution runs under ctx: cancelling it
-// cancels the execution (Detachable is false), which the runner finalizes
-// once as CANCELLED.
+// cancels the execution, which the runner finalizes once as CANCELLED; the
+// end of the call's stream cancels it unless it is keyed and reserved.
 func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (idem.Result, error) {
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
@@ -72,17 +82,12 @@ func (b RunnerBackend) Call(ctx context.Context, name string, args map[string]js
 	if err != nil {
 		return idem.Result{}, err
 	}
-	req := idem.Request{
-		Operation: name, Surface: idem.SurfaceMCP, Principal: p,
-		PathParams: place.PathParams, Query: place.Query, Body: place.Body, Header: place.Header,
+	conn, _ := ctx.Value(connectionKey{}).(context.Context)
+	inv := idem.Invocation{
+		Operation: name, Surface: idem.SurfaceMCP, Principal: p, Key: key, DryRun: dryRun, Connection: conn,
+		Intent: idem.Intent{PathParams: place.PathParams, Query: place.Query, Body: place.Body, Header: place.Header},
 	}
-	if key != "" {
-		req.KeyHeader = []string{key}
-	}
-	if dryRun {
-		req.Query.Set(idem.DryRunParam, "true")
-	}
-	return b.Runner.Call(ctx, req), nil
+	return b.Runner.Call(ctx, inv), nil
 }
 
 // RemoteBackend forwards tools to a remote `idem serve` over its HTTP API:

@@ -184,8 +184,8 @@ func TestCallWithoutKeyIsKeyRequired(t *testing.T) {
 	}
 }
 
-// The reserved arguments reach the runner as the key header and dryRun
-// query parameter; the runner answers every contract check.
+// The reserved arguments reach the runner as the invocation's key and dry
+// run; the runner answers every contract check after their types.
 func TestReservedArgumentsAndValidation(t *testing.T) {
 	f := start(t)
 	cs := f.connect(t, tokenAgent)
@@ -212,6 +212,9 @@ func TestReservedArgumentsAndValidation(t *testing.T) {
 		{"dry run not a boolean", "gadget.bind", bind(map[string]any{"dryRun": "yes"}), idem.CodeInvalidInput, nil},
 		{"dry run null", "gadget.create", map[string]any{"shop": "s1", "name": "a", "idempotencyKey": "k-null", "dryRun": nil}, idem.CodeInvalidInput, nil},
 		{"dry run 1", "gadget.create", map[string]any{"shop": "s1", "name": "a", "idempotencyKey": "k-one", "dryRun": 1}, idem.CodeInvalidInput, nil},
+		// The order of SPEC §6.4, as on HTTP: a malformed dryRun is
+		// answered before a malformed key.
+		{"malformed dry run beats malformed key", "gadget.bind", bind(map[string]any{"dryRun": "yes", "idempotencyKey": "a b"}), idem.CodeInvalidInput, nil},
 		{"dry run a string", "gadget.create", map[string]any{"shop": "s1", "name": "a", "idempotencyKey": "k-string", "dryRun": "false"}, idem.CodeInvalidInput, nil},
 		{"unknown argument", "gadget.bind", bind(map[string]any{"colour": "red"}), idem.CodeInvalidInput, nil},
 		{"invalid value", "gadget.bind", bind(map[string]any{"environment": "staging"}), idem.CodeInvalidInput, nil},

@@ -236,17 +236,10 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			return result(idem.ErrorResult(err, meta)), nil
 		}
 		if c, ok := callerOf(req); ok {
-			ctx = WithPrincipal(ctx, c.principal)
-			// SPEC §7: a dropped stream cancels an unkeyed call; a keyed
-			// call stays detached from its connection so that the same-key
-			// retry finds its result. notifications/cancelled cancels ctx
-			// itself, keyed or not.
-			if key == "" || t.Retry.Kind != idem.RetrySameKeyReplay {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(ctx)
-				defer cancel()
-				defer context.AfterFunc(c.stream, cancel)()
-			}
+			// The stream is the call's connection (idem.Invocation.Connection):
+			// its end cancels the call unless it is keyed and reserved.
+			// notifications/cancelled cancels ctx itself, keyed or not.
+			ctx = withConnection(WithPrincipal(ctx, c.principal), c.stream)
 		}
 		res, err := b.Call(ctx, t.Name, args, key, dryRun)
 		if err != nil {
@@ -273,24 +266,25 @@ func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessag
 			return nil, "", false, invalid("", fmt.Sprintf("the arguments must be one JSON object, each name given once (%v)", err))
 		}
 	}
-	if v, ok := args[ArgIdempotencyKey]; ok {
-		delete(args, ArgIdempotencyKey)
-		// fresh_read ignores a key entirely, not even parsing it (SPEC §4).
-		if t.Retry.Kind != idem.RetryFreshRead {
-			if json.Unmarshal(v, &key) != nil {
-				return nil, "", false, idem.Errorf(idem.CodeIdempotencyKeyInvalid, "idempotencyKey must be a string of 1 to %d characters", idem.MaxKeyLength)
-			}
-			if key == "" {
-				return nil, "", false, idem.ValidateKey(key)
-			}
-		}
-	}
+	// The control arguments in the order of SPEC §6.4, as HTTP reads
+	// them: dryRun, then the key.
 	if v, ok := args[ArgDryRun]; ok {
 		delete(args, ArgDryRun)
 		// The JSON literal true or false is the query value the runner
 		// takes: one rule for every surface (null, "true" or 1 are refused).
 		if dryRun, err = idem.ParseDryRun([]string{string(bytes.TrimSpace(v))}); err != nil {
 			return nil, "", false, err
+		}
+	}
+	if v, ok := args[ArgIdempotencyKey]; ok {
+		delete(args, ArgIdempotencyKey)
+		if t.Retry.ReadsKey() {
+			if json.Unmarshal(v, &key) != nil {
+				return nil, "", false, idem.Errorf(idem.CodeIdempotencyKeyInvalid, "idempotencyKey must be a string of 1 to %d characters", idem.MaxKeyLength)
+			}
+			if key == "" {
+				return nil, "", false, idem.ValidateKey(key)
+			}
 		}
 	}
 	return args, key, dryRun, nil

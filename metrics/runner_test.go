@@ -71,18 +71,18 @@ func TestRunner(t *testing.T) {
 	}
 
 	agent := idem.Principal{Org: "acme", ID: "agent-1", Kind: idem.KindAgent}
-	createReq := func(key, name string) idem.Request {
-		return idem.Request{Operation: "widget.create", Principal: agent, Body: []byte(`{"name":"` + name + `"}`), KeyHeader: []string{key}}
+	createReq := func(key, name string) idem.Invocation {
+		return idem.Invocation{Operation: "widget.create", Principal: agent, Key: key, Intent: idem.Intent{Body: []byte(`{"name":"` + name + `"}`)}}
 	}
 	for _, c := range []struct {
-		req    idem.Request
+		req    idem.Invocation
 		status int
 	}{
 		{createReq("k1", "a"), http.StatusCreated},     // runs
 		{createReq("k1", "a"), http.StatusCreated},     // replays
 		{createReq("k2", "boom"), 500},                 // fails keyed: indeterminate
 		{createReq("k2", "boom"), http.StatusConflict}, // says so
-		{idem.Request{Operation: "widget.show", Principal: agent, PathParams: map[string]string{"id": "w1"}}, http.StatusOK},
+		{idem.Invocation{Operation: "widget.show", Principal: agent, Intent: idem.Intent{PathParams: map[string]string{"id": "w1"}}}, http.StatusOK},
 	} {
 		if resp := runner.Call(t.Context(), c.req); resp.Status != c.status {
 			t.Fatalf("%s: status %d, want %d (%s)", c.req.Operation, resp.Status, c.status, resp.Body())

@@ -518,8 +518,13 @@ func TestForwardThroughTheRunner(t *testing.T) {
 	r := newRunner(t, built.Operations)
 	httpHeader := http.Header{"Idempotency-Key": {"caller-1"}, "Prefer": {"wait=2"}, "Content-Type": {"application/json"},
 		"Authorization": {"Bearer caller-token"}}
-	res := r.Call(t.Context(), idem.Request{Operation: "createThing", Surface: idem.SurfaceHTTP, Principal: agent,
-		KeyHeader: []string{"caller-1"}, Header: httpHeader, Body: []byte(`{"name":"a"}`)})
+	res := r.Call(t.Context(), idem.Invocation{
+		Operation: "createThing",
+		Surface:   idem.SurfaceHTTP,
+		Principal: agent,
+		Key:       "caller-1",
+		Intent:    idem.Intent{Passthrough: httpHeader, ContentType: httpHeader.Get("Content-Type"), Body: []byte(`{"name":"a"}`)},
+	})
 	if res.Status != 201 {
 		t.Fatalf("createThing: %d %s", res.Status, res.Body())
 	}
@@ -531,8 +536,13 @@ func TestForwardThroughTheRunner(t *testing.T) {
 	if got.header.Get("Prefer") != "" {
 		t.Fatalf("Prefer forwarded: %v", got.header)
 	}
-	again := r.Call(t.Context(), idem.Request{Operation: "createThing", Surface: idem.SurfaceHTTP, Principal: agent,
-		KeyHeader: []string{"caller-1"}, Header: httpHeader, Body: []byte(`{ "name": "a" }`)})
+	again := r.Call(t.Context(), idem.Invocation{
+		Operation: "createThing",
+		Surface:   idem.SurfaceHTTP,
+		Principal: agent,
+		Key:       "caller-1",
+		Intent:    idem.Intent{Passthrough: httpHeader, ContentType: httpHeader.Get("Content-Type"), Body: []byte(`{ "name": "a" }`)},
+	})
 	if !again.Replayed || !bytes.Equal(again.Body(), res.Body()) || up.count.Load() != 1 {
 		t.Fatalf("replay %d %s replayed=%v, upstream calls %d", again.Status, again.Body(), again.Replayed, up.count.Load())
 	}
@@ -541,7 +551,7 @@ func TestForwardThroughTheRunner(t *testing.T) {
 	// one per execution.
 	var noteKeys []string
 	for range 2 {
-		if res := r.Call(t.Context(), idem.Request{Operation: "createNote", Principal: agent}); res.Status != 201 {
+		if res := r.Call(t.Context(), idem.Invocation{Operation: "createNote", Principal: agent}); res.Status != 201 {
 			t.Fatalf("createNote: %d %s", res.Status, res.Body())
 		}
 		noteKeys = append(noteKeys, up.last(t).header.Get("Idempotency-Key"))
@@ -551,8 +561,13 @@ func TestForwardThroughTheRunner(t *testing.T) {
 	}
 
 	// A read: the caller's incidental key is not forwarded.
-	res = r.Call(t.Context(), idem.Request{Operation: "listThings", Surface: idem.SurfaceHTTP, Principal: agent,
-		KeyHeader: []string{"caller-2"}, Header: http.Header{"Idempotency-Key": {"caller-2"}}})
+	res = r.Call(t.Context(), idem.Invocation{
+		Operation: "listThings",
+		Surface:   idem.SurfaceHTTP,
+		Principal: agent,
+		Key:       "caller-2",
+		Intent:    idem.Intent{Passthrough: http.Header{"Idempotency-Key": {"caller-2"}}},
+	})
 	if res.Status != 201 {
 		t.Fatalf("listThings: %d %s", res.Status, res.Body())
 	}
@@ -562,8 +577,13 @@ func TestForwardThroughTheRunner(t *testing.T) {
 
 	// Over MCP the body comes from the flat arguments, with no headers:
 	// it goes upstream as JSON.
-	res = r.Call(t.Context(), idem.Request{Operation: "createThing", Surface: idem.SurfaceMCP, Principal: agent,
-		KeyHeader: []string{"caller-3"}, Body: []byte(`{"name":"b"}`)})
+	res = r.Call(t.Context(), idem.Invocation{
+		Operation: "createThing",
+		Surface:   idem.SurfaceMCP,
+		Principal: agent,
+		Key:       "caller-3",
+		Intent:    idem.Intent{Body: []byte(`{"name":"b"}`)},
+	})
 	if res.Status != 201 {
 		t.Fatalf("createThing over MCP: %d %s", res.Status, res.Body())
 	}

@@ -50,9 +50,13 @@ func TestReplayOfACompressedAnswer(t *testing.T) {
 	}
 	r := newRunner(t, built.Operations)
 	call := func() idem.Result {
-		return r.Call(t.Context(), idem.Request{Operation: "createThing", Surface: idem.SurfaceHTTP, Principal: agent,
-			KeyHeader: []string{"gz-1"}, Body: []byte(`{"name":"a"}`),
-			Header: http.Header{"Accept-Encoding": {"gzip, deflate"}, "Content-Type": {"application/json"}}})
+		return r.Call(t.Context(), idem.Invocation{
+			Operation: "createThing",
+			Surface:   idem.SurfaceHTTP,
+			Principal: agent,
+			Key:       "gz-1",
+			Intent:    idem.Intent{Body: []byte(`{"name":"a"}`), ContentType: "application/json", Passthrough: http.Header{"Accept-Encoding": {"gzip, deflate"}, "Content-Type": {"application/json"}}},
+		})
 	}
 	// readable decodes an answer as a client would: by its own headers.
 	readable := func(res idem.Result) string {
@@ -114,8 +118,12 @@ func TestDotSegmentPathParameters(t *testing.T) {
 	for _, org := range []string{"..", ".", ""} {
 		t.Run("org="+org, func(t *testing.T) {
 			before := up.count.Load()
-			res := r.Call(t.Context(), idem.Request{Operation: "deleteMember", Surface: idem.SurfaceMCP, Principal: agent,
-				PathParams: map[string]string{"org": org, "member": "m1"}})
+			res := r.Call(t.Context(), idem.Invocation{
+				Operation: "deleteMember",
+				Surface:   idem.SurfaceMCP,
+				Principal: agent,
+				Intent:    idem.Intent{PathParams: map[string]string{"org": org, "member": "m1"}},
+			})
 			if up.count.Load() == before {
 				if res.Status != 400 {
 					t.Fatalf("refused with %d %s, want 400 INVALID_INPUT", res.Status, res.Body())
@@ -170,7 +178,7 @@ components:
         id: {type: string, readOnly: true}
         name: {type: string}
 `), nil)
-	res := r.Call(t.Context(), idem.Request{Operation: "createAccount", Principal: agent, Body: []byte(`{"name":"a"}`)})
+	res := r.Call(t.Context(), idem.Invocation{Operation: "createAccount", Principal: agent, Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}})
 	if res.Status != 200 || len(rec.calls("createAccount")) != 1 {
 		t.Fatalf("a valid create was answered %d %s", res.Status, res.Body())
 	}
@@ -279,7 +287,7 @@ components:
         id: {type: string}
 `), nil)
 	for _, body := range []string{`{"owner":{"id":"u1"}}`, `{"owner":null}`} {
-		res := r.Call(t.Context(), idem.Request{Operation: "createThing", Principal: agent, Body: []byte(body)})
+		res := r.Call(t.Context(), idem.Invocation{Operation: "createThing", Principal: agent, Intent: idem.Intent{Body: []byte(body)}})
 		if res.Status != 200 {
 			t.Errorf("%s was answered %d %s", body, res.Status, res.Body())
 		}

@@ -55,7 +55,7 @@ func TestUndeclaredRouteParameterIsAString(t *testing.T) {
       responses: {'200': {description: ok}}
 `))
 	r, _, rec := buildRunner(t, doc, nil)
-	res := r.Call(t.Context(), idem.Request{Operation: "getThing", Principal: agent, PathParams: map[string]string{"thingId": "t1"}})
+	res := r.Call(t.Context(), idem.Invocation{Operation: "getThing", Principal: agent, Intent: idem.Intent{PathParams: map[string]string{"thingId": "t1"}}})
 	if res.Status != 200 || len(rec.calls("getThing")) != 1 {
 		t.Fatalf("getThing answered %d %s", res.Status, res.Body())
 	}

@@ -36,13 +36,17 @@ func runValidation(t *testing.T, r *idem.Runner, rec *recorder, op string, keyed
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(rec.calls(op))
-			req := idem.Request{Operation: op, Surface: idem.SurfaceHTTP, Principal: agent,
-				PathParams: tc.in.path, Query: tc.in.query, Body: []byte(tc.in.body)}
+			req := idem.Invocation{
+				Operation: op,
+				Surface:   idem.SurfaceHTTP,
+				Principal: agent,
+				Intent:    idem.Intent{PathParams: tc.in.path, Query: tc.in.query, Body: []byte(tc.in.body)},
+			}
 			if tc.in.contentType != "" {
-				req.Header = http.Header{"Content-Type": {tc.in.contentType}}
+				req.Intent.ContentType, req.Intent.Passthrough = tc.in.contentType, http.Header{"Content-Type": {tc.in.contentType}}
 			}
 			if keyed {
-				req.KeyHeader = []string{fmt.Sprintf("k-%s-%d", op, i)}
+				req.Key = fmt.Sprintf("k-%s-%d", op, i)
 			}
 			res := r.Call(t.Context(), req)
 			reached := len(rec.calls(op)) - before
@@ -119,8 +123,11 @@ func TestOpenAPI30Schemas(t *testing.T) {
 				t.Errorf("%d warnings about %s's validation: %q", n, op, built.Warnings)
 			}
 		}
-		res := r.Call(t.Context(), idem.Request{Operation: "setTags", Principal: agent, Body: []byte(`["a","b"]`),
-			Query: url.Values{"anything": {"goes"}}})
+		res := r.Call(t.Context(), idem.Invocation{
+			Operation: "setTags",
+			Principal: agent,
+			Intent:    idem.Intent{Body: []byte(`["a","b"]`), Query: url.Values{"anything": {"goes"}}},
+		})
 		if res.Status != 200 {
 			t.Fatalf("setTags: %d %s", res.Status, res.Body())
 		}
@@ -128,8 +135,11 @@ func TestOpenAPI30Schemas(t *testing.T) {
 		if len(got) != 1 || string(got[0].Body) != `["a","b"]` || got[0].Query.Get("anything") != "goes" {
 			t.Fatalf("setTags forwarded %+v", got)
 		}
-		res = r.Call(t.Context(), idem.Request{Operation: "createNote", Principal: agent, Body: []byte("hello, world"),
-			Header: http.Header{"Content-Type": {"text/plain"}}})
+		res = r.Call(t.Context(), idem.Invocation{
+			Operation: "createNote",
+			Principal: agent,
+			Intent:    idem.Intent{Body: []byte("hello, world"), ContentType: "text/plain", Passthrough: http.Header{"Content-Type": {"text/plain"}}},
+		})
 		if res.Status != 200 {
 			t.Fatalf("createNote: %d %s", res.Status, res.Body())
 		}
@@ -239,8 +249,12 @@ func TestUnvalidatedOption(t *testing.T) {
 		}
 	}
 	r := newRunner(t, built.Operations)
-	res := r.Call(t.Context(), idem.Request{Operation: "createWidget", Principal: agent, KeyHeader: []string{"k-1"},
-		PathParams: map[string]string{"shop": "a"}, Body: []byte(`{"price":-1,"weight":3}`)})
+	res := r.Call(t.Context(), idem.Invocation{
+		Operation: "createWidget",
+		Principal: agent,
+		Key:       "k-1",
+		Intent:    idem.Intent{PathParams: map[string]string{"shop": "a"}, Body: []byte(`{"price":-1,"weight":3}`)},
+	})
 	if res.Status != 200 || len(rec.calls("createWidget")) != 1 {
 		t.Fatalf("unvalidated: %d %s", res.Status, res.Body())
 	}

@@ -59,8 +59,13 @@ func TestForwardTraceparent(t *testing.T) {
 		// The context httpapi gives a traced call with this traceparent.
 		parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: mustTraceID(t, callerTrace), SpanID: mustSpanID(t, callerSpan), TraceFlags: trace.FlagsSampled, Remote: true})
 		ctx := trace.ContextWithRemoteSpanContext(t.Context(), parent)
-		res := runner(tp).Call(ctx, idem.Request{Operation: "createThing", Surface: idem.SurfaceHTTP, Principal: agent,
-			KeyHeader: []string{"k1"}, Header: callerHeader(), Body: []byte(`{"name":"a"}`)})
+		res := runner(tp).Call(ctx, idem.Invocation{
+			Operation: "createThing",
+			Surface:   idem.SurfaceHTTP,
+			Principal: agent,
+			Key:       "k1",
+			Intent:    idem.Intent{Passthrough: callerHeader(), Body: []byte(`{"name":"a"}`)},
+		})
 		if res.Status != 201 {
 			t.Fatalf("createThing: %d %s", res.Status, res.Body())
 		}
@@ -83,8 +88,13 @@ func TestForwardTraceparent(t *testing.T) {
 		}
 	})
 	t.Run("not traced", func(t *testing.T) {
-		res := runner(nil).Call(t.Context(), idem.Request{Operation: "createThing", Surface: idem.SurfaceHTTP, Principal: agent,
-			KeyHeader: []string{"k1"}, Header: callerHeader(), Body: []byte(`{"name":"a"}`)})
+		res := runner(nil).Call(t.Context(), idem.Invocation{
+			Operation: "createThing",
+			Surface:   idem.SurfaceHTTP,
+			Principal: agent,
+			Key:       "k1",
+			Intent:    idem.Intent{Passthrough: callerHeader(), Body: []byte(`{"name":"a"}`)},
+		})
 		if res.Status != 201 {
 			t.Fatalf("createThing: %d %s", res.Status, res.Body())
 		}

@@ -113,9 +113,9 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) refund(p idem.Principal, amount int, key string) map[string]any {
 	f.t.Helper()
 	body, _ := json.Marshal(map[string]int{"amount": amount})
-	req := idem.Request{Operation: "order.refund", Principal: p, PathParams: map[string]string{"id": "ord_1"}, Body: body}
+	req := idem.Invocation{Operation: "order.refund", Principal: p, Intent: idem.Intent{PathParams: map[string]string{"id": "ord_1"}, Body: body}}
 	if key != "" {
-		req.KeyHeader = []string{key}
+		req.Key = key
 	}
 	resp := f.runner.Call(f.t.Context(), req)
 	var out map[string]any
