@@ -49,7 +49,7 @@ func TestCallBeyondDecodeBudget(t *testing.T) {
 	}
 	req := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k1", Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}}
 	resp := r.Call(t.Context(), req)
-	if resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || !resp.Problem.Retryable || resp.Header.Get(idem.HeaderRetryAfter) == "" {
+	if resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || !resp.Problem.Retryable || resp.Problem.Code.RetryAfter() == 0 {
 		t.Fatalf("Call beyond the budget = %d %s %v", resp.Status, resp.Body(), resp.Header)
 	}
 	if store.writes.Load() != 0 || runs.Load() != 0 {
@@ -99,7 +99,7 @@ func TestExecutionBoundLeavesReplays(t *testing.T) {
 	<-started
 	writes := store.writes.Load()
 	fresh := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k-new", Intent: idem.Intent{Body: []byte(`{"name":"b"}`)}}
-	if resp := r.Call(t.Context(), fresh); resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || resp.Header.Get(idem.HeaderRetryAfter) == "" {
+	if resp := r.Call(t.Context(), fresh); resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || resp.Problem.Code.RetryAfter() == 0 {
 		t.Fatalf("execution beyond the bound = %d %s", resp.Status, resp.Body())
 	}
 	if store.writes.Load() != writes {

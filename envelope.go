@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
+	"time"
 )
 
 // Envelope is the success body of every operation (SPEC §9). Data never
@@ -54,7 +54,8 @@ const (
 	ContentTypeProblem = "application/problem+json"
 )
 
-// Response headers the runner sets.
+// Headers of the HTTP surface (httpapi sets the response headers from a
+// Result's typed fields: Replayed, WaitApplied, Problem.Code.RetryAfter).
 const (
 	HeaderIdempotencyKey     = "Idempotency-Key"
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
@@ -75,6 +76,10 @@ const StatusClientClosedRequest = 499
 // cache: treat them as read-only.
 type Result struct {
 	Status int
+	// Header holds the headers of the answer itself: those a handler set
+	// (Location, ETag) or a raw operation's answer carries, as stored for
+	// a replay. The surface adds its own (Content-Type, Idempotent-Replayed,
+	// …) from the typed fields.
 	Header http.Header
 	// Data is the success data (Status < 400), the JSON the handler's
 	// output encoded to, byte for byte as stored for a replay.
@@ -88,6 +93,9 @@ type Result struct {
 	Meta *Meta
 	// Replayed is set when the answer came from a stored attempt.
 	Replayed bool
+	// WaitApplied is the wait the runner honoured on an in-flight record
+	// (Invocation.Wait, capped), 0 when it did not wait.
+	WaitApplied time.Duration
 	// Raw is set on the answer of a raw operation's handler (DefineRaw):
 	// Body is that answer's own body, not an envelope, and Data is it
 	// when it is JSON. Problems the pipeline produces are not Raw.
@@ -174,11 +182,20 @@ func NewProblem(e *Error, meta *Meta) *Problem {
 
 // problemResult is the Result for a problem, rendered.
 func problemResult(p *Problem) Result {
-	h := http.Header{"Content-Type": {ContentTypeProblem}}
-	if p.Code == CodeIdempotencyKeyInFlight || p.Code == CodeStoreUnavailable || p.Code == CodeRateLimited {
-		h.Set(HeaderRetryAfter, strconv.Itoa(1))
+	return Result{Status: p.Status, Header: http.Header{}, Problem: p, Meta: p.Meta, body: marshalProblem(p)}
+}
+
+// RetryAfter is how long a caller answered with code should wait before
+// sending the same request again, 0 when the answer does not say (SPEC
+// §6.4, §6.8): a key in flight, the store unavailable, the server at its
+// admission bound. Each surface says it in its own terms (HTTP's
+// Retry-After header).
+func (c Code) RetryAfter() time.Duration {
+	switch c {
+	case CodeIdempotencyKeyInFlight, CodeStoreUnavailable, CodeRateLimited:
+		return time.Second
 	}
-	return Result{Status: p.Status, Header: h, Problem: p, Meta: p.Meta, body: marshalProblem(p)}
+	return 0
 }
 
 // marshalProblem renders p; a detail value that cannot be encoded drops

@@ -56,11 +56,6 @@ func (r *Runner) Call(ctx context.Context, inv Invocation) Result {
 		defer context.AfterFunc(inv.Connection, cancel)()
 	}
 	resp := x.run(ctx)
-	if x.op != nil && x.op.raw != nil && resp.Problem != nil && x.executionID != "" {
-		// A raw operation's answers carry their execution in a header,
-		// problems included (SPEC §15); its own answers have it already.
-		resp.Header.Set(HeaderExecutionID, x.executionID)
-	}
 	took := r.cfg.Clock.Now().Sub(start)
 	if r.logs(resp) {
 		x.log(resp, took)

@@ -58,13 +58,12 @@ func (x *execution) replay(ctx context.Context, a Attempt) Result {
 	for k, v := range a.Headers {
 		h[k] = v
 	}
-	h.Set(HeaderIdempotentReplayed, "true")
 	scope := x.inv.Principal.Scope()
 	if x.op.raw != nil {
 		x.noteReplay(a)
 		meta := x.meta()
 		meta.Idempotency.Replayed = true
-		res := rawAnswer(a.Status, h, stored, meta, a.ExecutionID)
+		res := rawAnswer(a.Status, h, stored, meta)
 		res.Replayed = true
 		return res
 	}
@@ -127,6 +126,6 @@ func (x *execution) waitAndAnswer(ctx context.Context, a Attempt) Result {
 		a = next
 	}
 	resp := x.answerRecord(ctx, a)
-	resp.Header.Set(HeaderPreferenceApplied, "wait="+strconv.Itoa(int(wait/time.Second)))
+	resp.WaitApplied = wait
 	return resp
 }

@@ -313,7 +313,7 @@ func (x *execution) preview(ctx context.Context, in any) Result {
 		return problemResult(NewProblem(classify(x.op.meta, err), meta))
 	}
 	if raw, ok := out.(RawResponse); ok && x.op.raw != nil {
-		return rawAnswer(raw.Status, raw.Header, raw.Body, meta, x.executionID)
+		return rawAnswer(raw.Status, raw.Header, raw.Body, meta)
 	}
 	data, jerr := json.Marshal(out)
 	if jerr != nil {
@@ -321,7 +321,7 @@ func (x *execution) preview(ctx context.Context, in any) Result {
 		e.Err = jerr
 		return problemResult(NewProblem(e, meta))
 	}
-	return successResult(http.StatusOK, http.Header{"Content-Type": {ContentTypeJSON}}, data, meta)
+	return successResult(http.StatusOK, http.Header{}, data, meta)
 }
 
 // retryable marks a handler error as safe to retry.

@@ -144,7 +144,6 @@ func (x *execution) answer(o outcome) (Result, FinishParams) {
 		for k, v := range o.header {
 			h[k] = v
 		}
-		h.Set("Content-Type", ContentTypeJSON)
 		resp = successResult(o.status, h, o.data, meta)
 		final.Type, fin.Outcome = EventSucceeded, OutcomeSucceeded
 	} else {

@@ -25,8 +25,9 @@ import (
 //     upstream's schemas), and a JSON body is fingerprinted canonically, a
 //     body of another media type byte for byte (canonical.Request.Opaque);
 //   - the answer is the handler's RawResponse as it is: its status, its
-//     body, and the replayable headers (FilterReplayedHeaders), with the
-//     header Idem-Execution-Id; a replay adds Idempotent-Replayed: true.
+//     body, and the replayable headers (FilterReplayedHeaders); over HTTP
+//     the surface adds Idem-Execution-Id (from Meta) and, on a replay,
+//     Idempotent-Replayed: true.
 //     Problems the pipeline itself produces are problem objects as usual.
 //   - a handler error marked NotDispatched (nothing left this process)
 //     frees the key instead of leaving the record indeterminate.
@@ -212,11 +213,11 @@ func mediaType(contentType string) (string, bool) {
 }
 
 // rawResult is the answer of a raw operation's handler: its status,
-// headers and body as they are, with the execution's id (the store keeps
-// the replayable headers only). Data is the body when it is JSON (for
+// headers and body as they are, with the execution in Meta (the store
+// keeps the replayable headers only). Data is the body when it is JSON (for
 // surfaces that wrap it, MCP).
 func (x *execution) rawResult(status int, header http.Header, body []byte) Result {
-	return rawAnswer(status, header, body, x.meta(), x.executionID)
+	return rawAnswer(status, header, body, x.meta())
 }
 
 // RawResultOf is the Result of a raw operation's answer received as bytes
@@ -230,18 +231,17 @@ func RawResultOf(status int, header http.Header, body []byte, meta *Meta) Result
 	if m.Idempotency != nil {
 		m.Idempotency = &IdempotencyMeta{Key: m.Idempotency.Key, Replayed: replayed}
 	}
-	res := rawAnswer(status, header, body, &m, m.ExecutionID)
+	res := rawAnswer(status, header, body, &m)
 	res.Replayed = replayed
 	return res
 }
 
 // rawAnswer is a raw operation's answer, fresh or replayed.
-func rawAnswer(status int, header http.Header, body []byte, meta *Meta, executionID string) Result {
+func rawAnswer(status int, header http.Header, body []byte, meta *Meta) Result {
 	h := header.Clone()
 	if h == nil {
 		h = http.Header{}
 	}
-	h.Set(HeaderExecutionID, executionID)
 	if body == nil {
 		body = []byte{}
 	}

@@ -65,8 +65,8 @@ func TestRawOperationReplaysTheUpstreamAnswerByteForByte(t *testing.T) {
 	if first.Status != 201 || string(first.Body()) != `{"id": "w1",  "spaced": true}` || !first.Raw {
 		t.Fatalf("first answer %d %q raw=%v", first.Status, first.Body(), first.Raw)
 	}
-	exe := first.Header.Get(idem.HeaderExecutionID)
-	if !strings.HasPrefix(exe, "exe_") || first.Header.Get("X-Upstream") != "yes" || first.Header.Get(idem.HeaderIdempotentReplayed) != "" {
+	exe := first.Meta.ExecutionID
+	if !strings.HasPrefix(exe, "exe_") || first.Header.Get("X-Upstream") != "yes" || first.Replayed {
 		t.Fatalf("first answer headers %v", first.Header)
 	}
 	if got := u.seen.Load(); got.Path != "/widgets/s1" || got.Method != "POST" || string(got.Body) != `{"name":"a"}` {
@@ -78,7 +78,7 @@ func TestRawOperationReplaysTheUpstreamAnswerByteForByte(t *testing.T) {
 	if again.Status != 201 || !bytes.Equal(again.Body(), first.Body()) || !again.Replayed {
 		t.Fatalf("replay %d %q replayed=%v", again.Status, again.Body(), again.Replayed)
 	}
-	if again.Header.Get(idem.HeaderIdempotentReplayed) != "true" || again.Header.Get(idem.HeaderExecutionID) != exe ||
+	if !again.Replayed || again.Meta.ExecutionID != exe ||
 		again.Header.Get("Location") != "/widgets/w1" || again.Header.Get("X-Upstream") != "" {
 		t.Fatalf("replay headers %v", again.Header)
 	}
@@ -168,7 +168,7 @@ func TestRawOperationNotDispatchedFreesTheKey(t *testing.T) {
 			f := newFixtureOn(t, s.clock, s.store, rawWidgetOps(u, false))
 			r := f.do(t.Context(), rawCall("k-d", `{"name":"a"}`))
 			d := expect(t, r, 503, idem.CodeUpstreamUnavailable)
-			if !d.Retryable || d.Details["reconcile"] != nil || r.Header.Get(idem.HeaderExecutionID) != d.Meta.ExecutionID {
+			if !d.Retryable || d.Details["reconcile"] != nil || !strings.HasPrefix(d.Meta.ExecutionID, "exe_") {
 				t.Fatalf("not dispatched: %+v", d)
 			}
 			if _, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "k-d"}); !errors.Is(err, idem.ErrNotFound) {

@@ -99,7 +99,7 @@ func TestBusinesses(t *testing.T) {
 			Key:       "k-create-1",
 			Intent:    idem.Intent{Body: []byte(body)},
 		})
-		if resp.Status != 201 || resp.Header.Get("Location") != "/v1/businesses/quillby" || resp.Header.Get(idem.HeaderIdempotentReplayed) != "true" {
+		if resp.Status != 201 || resp.Header.Get("Location") != "/v1/businesses/quillby" || !resp.Replayed {
 			t.Fatalf("replay: %d %v %s", resp.Status, resp.Header, resp.Body())
 		}
 

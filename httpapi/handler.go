@@ -286,7 +286,7 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 			// The call's span continues the caller's trace (W3C traceparent).
 			ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
 		}
-		write(w, h.cfg.Runner.Call(ctx, inv))
+		writeCall(w, h.cfg.Runner.Call(ctx, inv), d.Raw)
 	}
 }
 
@@ -463,9 +463,52 @@ func splitUnquoted(s string, sep byte) []string {
 }
 
 // write sends a runner Result, rendered once by Body.
-func write(w http.ResponseWriter, res idem.Result) {
-	writeBody(w, res.Status, res.Header, res.Body())
+// write sends res: its status, its own headers (a handler's Location and
+// ETag, a raw operation's answer's), its body, and the headers in which
+// HTTP says what the answer is (SPEC §6.4, §9, §15), from the typed
+// fields: Content-Type, Idempotent-Replayed, Preference-Applied,
+// Retry-After and, on a raw operation's answers (raw), Idem-Execution-Id.
+// These are idem's alone: a raw answer's own are dropped.
+func write(w http.ResponseWriter, res idem.Result) { writeCall(w, res, false) }
+
+// Write sends res as the HTTP API answers it (write), for the surfaces
+// that answer over HTTP beside it (MCP's refusals before a session).
+func Write(w http.ResponseWriter, res idem.Result) { write(w, res) }
+
+func writeCall(w http.ResponseWriter, res idem.Result, raw bool) {
+	h := make(http.Header, len(res.Header)+3)
+	for k, v := range res.Header {
+		h[k] = v
+	}
+	for _, name := range ownHeaders {
+		h.Del(name)
+	}
+	switch {
+	case res.Raw: // its own Content-Type
+	case res.Problem != nil:
+		h.Set("Content-Type", idem.ContentTypeProblem)
+	default:
+		h.Set("Content-Type", idem.ContentTypeJSON)
+	}
+	if res.Replayed {
+		h.Set(idem.HeaderIdempotentReplayed, "true")
+	}
+	if res.WaitApplied > 0 {
+		h.Set(idem.HeaderPreferenceApplied, "wait="+strconv.Itoa(int(res.WaitApplied/time.Second)))
+	}
+	if res.Problem != nil {
+		if d := res.Problem.Code.RetryAfter(); d > 0 {
+			h.Set(idem.HeaderRetryAfter, strconv.Itoa(int(d/time.Second)))
+		}
+	}
+	if raw && res.Meta != nil && res.Meta.ExecutionID != "" {
+		h.Set(idem.HeaderExecutionID, res.Meta.ExecutionID)
+	}
+	writeBody(w, res.Status, h, res.Body())
 }
+
+// ownHeaders are the response headers only idem sets.
+var ownHeaders = []string{idem.HeaderIdempotentReplayed, idem.HeaderPreferenceApplied, idem.HeaderExecutionID}
 
 // writeBody sends an answer with its Content-Length, so that a HEAD answer
 // carries the same headers as its GET.

@@ -161,12 +161,7 @@ func unauthorized(w http.ResponseWriter, err error, challenge string) {
 
 // writeProblem answers err as the HTTP API's problem object.
 func writeProblem(w http.ResponseWriter, err error) {
-	res := idem.ErrorResult(err, nil)
-	for k, v := range res.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(res.Status)
-	_, _ = w.Write(res.Body())
+	httpapi.Write(w, idem.ErrorResult(err, nil))
 }
 
 // checkOrigin refuses a request carrying an Origin header that is not the

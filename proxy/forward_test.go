@@ -528,7 +528,7 @@ func TestForwardThroughTheRunner(t *testing.T) {
 	if res.Status != 201 {
 		t.Fatalf("createThing: %d %s", res.Status, res.Body())
 	}
-	exe := res.Header.Get(idem.HeaderExecutionID)
+	exe := res.Meta.ExecutionID
 	got := up.last(t)
 	if keys := got.header.Values("Idempotency-Key"); len(keys) != 1 || keys[0] != "ik_"+strings.TrimPrefix(exe, "exe_") {
 		t.Fatalf("the upstream got Idempotency-Key %q for execution %s", keys, exe)
