@@ -85,23 +85,6 @@ func scalarString(raw json.RawMessage) (string, error) {
 	return string(raw), nil // a number or a boolean, as written
 }
 
-// PathParamNames returns the names of the {name} segments of a route's
-// path template, in order.
-func PathParamNames(template string) []string {
-	var names []string
-	for _, m := range pathParam.FindAllStringSubmatch(template, -1) {
-		names = append(names, m[1])
-	}
-	return names
-}
-
-// FillPath substitutes the route template's {name} segments, each escaped.
-func FillPath(template string, params map[string]string) string {
-	return pathParam.ReplaceAllStringFunc(template, func(m string) string {
-		return url.PathEscape(params[m[1:len(m)-1]])
-	})
-}
-
 // Locations maps each path, query and header argument of the operation to
 // "path", "query" or "header:" + the header's canonical name
 // ("header:X-Tenant"), as PlaceArguments takes them.

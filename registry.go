@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -34,8 +32,6 @@ type Descriptor struct {
 
 // reservedArguments are argument names the surfaces add themselves.
 var reservedArguments = []string{"idempotencyKey", "dryRun"}
-
-var pathParam = regexp.MustCompile(`\{([^{}/]+)\}`)
 
 // NewRegistry checks and registers ops. It rejects, with an error naming
 // the operation and the rule: invalid metadata (Metadata.Validate: runtime
@@ -68,7 +64,7 @@ func NewRegistry(ops ...Operation) (*Registry, error) {
 			errs = append(errs, fmt.Errorf("operation %q: declared twice", name))
 			continue
 		}
-		route := c.meta.Method + " " + pathParam.ReplaceAllString(c.meta.Path, "{}")
+		route := c.meta.Method + " " + RouteShape(c.meta.Path)
 		if other, dup := routes[route]; dup {
 			errs = append(errs, fmt.Errorf("operation %q: route %s %s is already operation %q's", name, c.meta.Method, c.meta.Path, other))
 			continue
@@ -119,16 +115,16 @@ func checkOperation(c *compiled) error {
 			pathFields[p.Name] = true
 		}
 	}
-	for _, m := range pathParam.FindAllStringSubmatch(c.meta.Path, -1) {
-		if !pathFields[m[1]] {
-			return fail("route %s has {%s} but the input has no field %q tagged in:\"path\"", c.meta.Path, m[1], m[1])
+	for _, name := range PathParamNames(c.meta.Path) {
+		if !pathFields[name] {
+			return fail("route %s has {%s} but the input has no field %q tagged in:\"path\"", c.meta.Path, name, name)
 		}
-		delete(pathFields, m[1])
+		delete(pathFields, name)
 	}
 	for name := range pathFields {
 		return fail("input field %q is tagged in:\"path\" but route %s has no {%s}", name, c.meta.Path, name)
 	}
-	if strings.Contains(pathParam.ReplaceAllString(c.meta.Path, ""), "{") {
+	if !routeWellFormed(c.meta.Path) {
 		return fail("route %s has a malformed {parameter}", c.meta.Path)
 	}
 	return nil

@@ -2,7 +2,6 @@ package catalogdiff
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/idem-run/idem"
@@ -71,9 +70,6 @@ func (d *differ) unknownFields(prefix string, o, n map[string]any, known []strin
 	}
 }
 
-// pathParam matches a {parameter} of a path template.
-var pathParam = regexp.MustCompile(`\{[^}]*\}`)
-
 func (d *differ) route(o, n map[string]any) {
 	if !equal(o["method"], n["method"]) {
 		d.change("method", Widening, o["method"], n["method"],
@@ -83,7 +79,7 @@ func (d *differ) route(o, n map[string]any) {
 	if op == np {
 		return
 	}
-	if pathParam.ReplaceAllString(op, "{}") == pathParam.ReplaceAllString(np, "{}") {
+	if idem.RouteShape(op) == idem.RouteShape(np) {
 		d.change("path", Neutral, o["path"], n["path"],
 			"only a path parameter's name changed: the URLs a caller builds are the same (the input schema lists the renamed input)")
 		return

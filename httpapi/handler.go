@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,7 +86,7 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	for _, d := range descs {
 		if slices.Contains(d.Surfaces, idem.SurfaceHTTP) {
-			pattern, wildcards := muxPattern(d.Path)
+			pattern, wildcards := idem.MuxPattern(d.Path)
 			h.route(d.Method, pattern, h.operation(d, wildcards))
 		}
 	}
@@ -181,7 +180,7 @@ func CheckRoutes(descs []idem.Descriptor, reserved ...string) (err error) {
 		own[p] = true // served before this handler: only shadowing matters
 	}
 	for _, d := range descs {
-		pattern, _ := muxPattern(d.Path)
+		pattern, _ := idem.MuxPattern(d.Path)
 		shadowed := own[pattern]
 		for p := range own {
 			// A subtree (a path ending in /) takes every path under it.
@@ -193,7 +192,7 @@ func CheckRoutes(descs []idem.Descriptor, reserved ...string) (err error) {
 	}
 	seen := map[string]bool{}
 	for _, d := range descs {
-		pattern, _ := muxPattern(d.Path)
+		pattern, _ := idem.MuxPattern(d.Path)
 		if seen[pattern] {
 			continue // several methods on one path are one pattern
 		}
@@ -203,29 +202,6 @@ func CheckRoutes(descs []idem.Descriptor, reserved ...string) (err error) {
 	}
 	return nil
 }
-
-// muxPattern is the ServeMux pattern of a route template: each {name}
-// becomes a wildcard whose name ServeMux accepts ({_p0}, {_p1}, … unless
-// name is one already), and wildcards maps those back to the parameter
-// names.
-func muxPattern(path string) (pattern string, wildcards map[string]string) {
-	wildcards = map[string]string{}
-	pattern = pathParameter.ReplaceAllStringFunc(path, func(m string) string {
-		name := m[1 : len(m)-1]
-		w := name
-		if !goIdentifier.MatchString(name) {
-			w = "_p" + strconv.Itoa(len(wildcards))
-		}
-		wildcards[w] = name
-		return "{" + w + "}"
-	})
-	return pattern, wildcards
-}
-
-var (
-	pathParameter = regexp.MustCompile(`\{[^{}/]+\}`)
-	goIdentifier  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-)
 
 // operation serves one operation's route through the runner; wildcards
 // maps the pattern's wildcards to the route's parameter names.

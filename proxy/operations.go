@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"mime"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -50,12 +49,6 @@ type Built struct {
 	Document []byte
 }
 
-// routeParam is a {name} of a route.
-var routeParam = regexp.MustCompile(`\{([^{}/]+)\}`)
-
-// segment is a path template segment: literal, or exactly one {name}.
-var segment = regexp.MustCompile(`^(\{[^{}/]+\}|[^{}]*)$`)
-
 // Build declares one raw operation per operation of doc (SPEC §15). It
 // refuses, naming method and path or the operationId: an operation
 // without an operationId, a path segment that mixes text and a
@@ -91,10 +84,8 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 				errs = append(errs, fmt.Errorf("%s has no operationId: give every operation one (it names the operation, its MCP tool and its catalog entry)", where))
 				continue
 			}
-			for _, seg := range strings.Split(path, "/") {
-				if !segment.MatchString(seg) {
-					errs = append(errs, fmt.Errorf("operation %q (%s): path segment %q mixes text and a parameter; idem proxy routes whole-segment parameters only", op.OperationID, where, seg))
-				}
+			if seg := idem.MixedRouteSegment(path); seg != "" {
+				errs = append(errs, fmt.Errorf("operation %q (%s): path segment %q mixes text and a parameter; idem proxy routes whole-segment parameters only", op.OperationID, where, seg))
 			}
 			seen[op.OperationID] = true
 			def, warn, err := declare(requests, answers, method, path, item, op, overlay, opts)
@@ -257,13 +248,13 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 		}
 	}
 	// A route parameter the document does not declare is a string.
-	for _, m := range routeParam.FindAllStringSubmatch(path, -1) {
-		if _, declared := byName[m[1]]; !declared {
-			if err := add(m[1], "path", map[string]any{"type": "string"}); err != nil {
+	for _, name := range idem.PathParamNames(path) {
+		if _, declared := byName[name]; !declared {
+			if err := add(name, "path", map[string]any{"type": "string"}); err != nil {
 				return nil, nil, false, "", err
 			}
-			params = append(params, idem.Param{Name: m[1], In: "path", Type: "string"})
-			required = append(required, m[1])
+			params = append(params, idem.Param{Name: name, In: "path", Type: "string"})
+			required = append(required, name)
 		}
 	}
 	root := map[string]any{"type": "object"}
