@@ -1,36 +1,32 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 	"sync"
 
-	"go.opentelemetry.io/otel/propagation"
-
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/client"
 )
 
-// RemoteBackend forwards tools to a remote `idem serve` over its HTTP API:
-// it reads the catalog (GET /v1/operations) and calls each operation's
-// route with the bearer token, so a call is the HTTP request of the same
-// intent. The HTTP status, headers and body come back as they are, read by
-// idem.ParseResult; a body that is not an idem answer comes back as
-// INTERNAL. Only operations
-// exposed on both http and mcp can be forwarded.
+// RemoteBackend forwards tools to a remote `idem serve` (or `idem proxy`)
+// over its HTTP API, through the Go client (package client): it reads the
+// catalog and calls each operation by name with the bearer token, so a
+// call is the HTTP request of the same intent, sent once (the agent
+// decides retries). The answer comes back as client.Client.CallResult
+// reads it; a body that is not an idem answer comes back as INTERNAL.
+// Only operations exposed on both http and mcp can be forwarded.
 type RemoteBackend struct {
-	server string
-	token  string
-	client *http.Client
+	client *client.Client
+	// err is client.New's error: the server URL it refused.
+	err error
 
 	mu  sync.Mutex
-	ops map[string]Tool
+	ops map[string]bool
 }
 
 var _ Backend = (*RemoteBackend)(nil)
@@ -39,62 +35,38 @@ var _ Backend = (*RemoteBackend)(nil)
 const maxAnswerBytes = 64 << 20
 
 // NewRemoteBackend returns a backend for the idem server at serverURL
-// (e.g. http://127.0.0.1:8080), calling as token. client is
-// http.DefaultClient when nil.
-func NewRemoteBackend(serverURL, token string, client *http.Client) *RemoteBackend {
-	if client == nil {
-		client = http.DefaultClient
+// (e.g. http://127.0.0.1:8080), calling as token. httpClient is
+// http.DefaultClient when nil; redirects are never followed.
+func NewRemoteBackend(serverURL, token string, httpClient *http.Client) *RemoteBackend {
+	if httpClient == nil {
+		httpClient = http.DefaultClient
 	}
-	return &RemoteBackend{server: strings.TrimRight(serverURL, "/"), token: token, client: client}
+	c, err := client.New(serverURL, token, client.WithHTTPClient(httpClient), client.WithUserAgent("idem-mcp"),
+		client.WithReadRetries(-1, 0), client.WithAnswerLimit(maxAnswerBytes))
+	return &RemoteBackend{client: c, err: err}
 }
 
 // Descriptors implements Backend: the catalog's operations that are
-// exposed on http.
+// exposed on http, read afresh (once, not retried).
 func (b *RemoteBackend) Descriptors(ctx context.Context) ([]Tool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.server+"/v1/operations", nil)
-	if err != nil {
-		return nil, err
+	if b.err != nil {
+		return nil, fmt.Errorf("read the catalog: %w", b.err)
 	}
-	req.Header.Set("Accept", idem.ContentTypeJSON)
-	resp, err := b.client.Do(req)
+	cat, err := b.client.RefreshCatalog(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the catalog: %w", err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return nil, fmt.Errorf("read the catalog: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("read the catalog: GET %s/v1/operations answered %d", b.server, resp.StatusCode)
-	}
-	var catalog struct {
-		Operations []struct {
-			Name        string             `json:"name"`
-			Method      string             `json:"method"`
-			Path        string             `json:"path"`
-			Summary     string             `json:"summary"`
-			SideEffect  idem.SideEffect    `json:"sideEffect"`
-			Retry       idem.RetryContract `json:"retry"`
-			Surfaces    []idem.Surface     `json:"surfaces"`
-			InputSchema json.RawMessage    `json:"inputSchema"`
-		} `json:"operations"`
-	}
-	if err := json.Unmarshal(body, &catalog); err != nil {
-		return nil, fmt.Errorf("read the catalog: %w", err)
-	}
-	ops := map[string]Tool{}
+	ops := map[string]bool{}
 	var out []Tool
-	for _, o := range catalog.Operations {
+	for _, o := range cat.Operations {
 		if !slices.Contains(o.Surfaces, idem.SurfaceHTTP) {
 			continue
 		}
-		t := Tool{
+		ops[o.Name] = true
+		out = append(out, Tool{
 			Name: o.Name, Method: o.Method, Path: o.Path, Summary: o.Summary, SideEffect: o.SideEffect,
-			Retry: o.Retry, Surfaces: o.Surfaces, InputSchema: o.InputSchema, Locations: idem.LocationsFromSchema(o.InputSchema),
-		}
-		ops[t.Name] = t
-		out = append(out, t)
+			Retry: o.Retry, Surfaces: o.Surfaces, InputSchema: o.InputSchema, Locations: o.Locations(),
+		})
 	}
 	b.mu.Lock()
 	b.ops = ops
@@ -103,87 +75,29 @@ func (b *RemoteBackend) Descriptors(ctx context.Context) ([]Tool, error) {
 }
 
 // Call implements Backend: one HTTP request to the operation's route with
-// Authorization: Bearer, Idempotency-Key when keyed and dryRun=true for a
-// preview. A failure to get an answer is NETWORK_ERROR.
+// Authorization: Bearer, Idempotency-Key when keyed, dryRun=true for a
+// preview and header arguments as headers, never retried. A failure to
+// get an answer is NETWORK_ERROR, or CANCELLED once ctx has ended.
 func (b *RemoteBackend) Call(ctx context.Context, name string, args map[string]json.RawMessage, key string, dryRun bool) (idem.Result, error) {
 	b.mu.Lock()
-	t, ok := b.ops[name]
+	ok := b.ops[name]
 	b.mu.Unlock()
 	if !ok {
 		return idem.Result{}, idem.Errorf(idem.CodeOperationNotFound, "no operation named %q on this surface", name)
 	}
-	place, err := idem.PlaceArguments(t.Locations, args)
-	if err != nil {
+	res, err := b.client.CallResult(ctx, name, args, client.CallOptions{IdempotencyKey: key, DryRun: dryRun, Retries: -1})
+	var e *client.Error
+	switch {
+	case err == nil:
+		return res, nil
+	case !errors.As(err, &e):
 		return idem.Result{}, err
-	}
-	if dryRun {
-		place.Query.Set(idem.DryRunParam, "true")
-	}
-	u := b.server + idem.FillPath(t.Path, place.PathParams)
-	if len(place.Query) > 0 {
-		u += "?" + place.Query.Encode()
-	}
-	var body io.Reader
-	if place.Body != nil {
-		body = bytes.NewReader(place.Body)
-	}
-	req, err := http.NewRequestWithContext(ctx, t.Method, u, body)
-	if err != nil {
-		return idem.Result{}, idem.Errorf(idem.CodeInvalidInput, "build the request: %v", err)
-	}
-	req.Header.Set("Accept", idem.ContentTypeJSON+", "+idem.ContentTypeProblem)
-	if place.Body != nil {
-		req.Header.Set("Content-Type", idem.ContentTypeJSON)
-	}
-	for name, vs := range place.Header {
-		req.Header[name] = vs
-	}
-	if b.token != "" {
-		req.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	if key != "" {
-		req.Header.Set(idem.HeaderIdempotencyKey, key)
-	}
-	// The agent's trace context (from _meta) travels on to idem serve.
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return idem.Result{}, networkError(ctx, t, u, err)
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return idem.Result{}, networkError(ctx, t, u, err)
-	}
-	res, err := idem.ParseResult(resp.StatusCode, resp.Header, answer)
-	if resp.Header.Get(idem.HeaderExecutionID) != "" && (err != nil || res.Problem == nil || !strings.HasPrefix(res.Problem.Type, idem.ProblemTypeBase)) {
-		// A proxied operation's own answer (idem proxy): the upstream's
-		// body, with the idempotency facts in headers. The proxy's own
-		// problems carry the header too, and a type that names idem.
-		meta := &idem.Meta{Operation: name}
-		if key != "" {
-			meta.Idempotency = &idem.IdempotencyMeta{Key: key}
-		}
-		return idem.RawResultOf(resp.StatusCode, resp.Header, answer, meta), nil
-	}
-	if err != nil {
+	case e.Code == idem.CodeNetworkError && ctx.Err() != nil:
+		return idem.Result{}, idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
+	case e.Foreign():
 		// A broken upstream (a proxy's page, a truncated body).
-		return brokenAnswer(resp.StatusCode), nil
+		return brokenAnswer(e.Status), nil
 	}
-	return res, nil
-}
-
-func networkError(ctx context.Context, t Tool, u string, err error) error {
-	if ctx.Err() != nil {
-		return idem.Errorf(idem.CodeCancelled, "the caller cancelled the call")
-	}
-	redacted := u
-	if parsed, perr := url.Parse(u); perr == nil {
-		redacted = parsed.Redacted()
-	}
-	e := idem.Errorf(idem.CodeNetworkError, "%s %s: no answer from the server: %v", t.Method, redacted, err)
-	if t.Retry.Reconcile != "" {
-		e = e.WithDetail("reconcile", t.Retry.Reconcile)
-	}
-	return e
+	// No answer, or a call the client refused before sending it.
+	return idem.Result{}, &idem.Error{Code: e.Code, Status: e.Status, Message: e.Message, Retryable: e.Retryable, Details: e.Details}
 }
