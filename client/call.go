@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idem-run/idem"
@@ -70,7 +71,7 @@ func (r retryRule) retriesAnswer(e *Error) bool {
 		}
 		// A proxy's 502/503/504 in front of the server is as ambiguous as
 		// a dropped connection: the same key settles it.
-		return e.foreign() && e.Retryable
+		return e.Foreign() && e.Retryable
 	case retryFreshRead:
 		return e.Status >= 500 || e.Status == http.StatusTooManyRequests || e.Status == http.StatusRequestTimeout
 	}
@@ -119,12 +120,68 @@ func (c *Client) fixedTimeout(d time.Duration) func(time.Duration) time.Duration
 }
 
 // Call calls the named operation with flat arguments: path parameters,
-// query parameters and body fields at the top level, as the catalog's
-// inputSchema describes them. It returns the envelope of a success, or an
-// *Error: the server's problem object, or NETWORK_ERROR (Status 0) when no
-// HTTP answer arrived. It retries only as the operation's retry contract
-// allows (see the package documentation).
+// query parameters, header inputs and body fields at the top level, as the
+// catalog's inputSchema describes them. It returns the envelope of a
+// success, or an *Error: the server's problem object, or NETWORK_ERROR
+// (Status 0) when no HTTP answer arrived. It retries only as the
+// operation's retry contract allows (see the package documentation).
 func (c *Client) Call(ctx context.Context, operation string, args map[string]json.RawMessage, opts CallOptions) (*Result, error) {
+	p, err := c.prepare(ctx, operation, args, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.do(ctx, p.r, p.rule, p.b, p.op.Name, p.key, p.op.Retry.Reconcile)
+}
+
+// CallResult calls the named operation as Call does, with the same retry
+// rules (CallOptions.Retries -1 sends exactly one request), and returns
+// the server's last answer whatever its status, as the idem.Result a
+// local Runner gives: idem.ParseResult of the envelope or problem object,
+// or idem.RawResultOf for a raw operation's own answer (from idem proxy:
+// header Idem-Execution-Id and a body that is not an idem problem). The
+// error is an *Error when there is no such answer: NETWORK_ERROR, a call
+// refused before sending anything (Local), or an answer that is not
+// idem's (Foreign: INTERNAL with the answer's Status).
+func (c *Client) CallResult(ctx context.Context, operation string, args map[string]json.RawMessage, opts CallOptions) (idem.Result, error) {
+	p, err := c.prepare(ctx, operation, args, opts)
+	if err != nil {
+		return idem.Result{}, err
+	}
+	a, n, nerr := c.exchange(ctx, p.r, p.rule, p.b, p.op.Name, p.key, p.op.Retry.Reconcile)
+	if nerr != nil {
+		return idem.Result{}, nerr
+	}
+	res, perr := idem.ParseResult(a.status, a.header, a.body)
+	if a.header.Get(idem.HeaderExecutionID) != "" && (perr != nil || res.Problem == nil || !strings.HasPrefix(res.Problem.Type, idem.ProblemTypeBase)) {
+		// A raw operation's own answer: the upstream's body, with the
+		// idempotency facts in headers. idem's own problems about it
+		// carry the header too, and a type that names idem.
+		meta := &idem.Meta{Operation: p.op.Name}
+		if p.key != "" {
+			meta.Idempotency = &idem.IdempotencyMeta{Key: p.key}
+		}
+		return idem.RawResultOf(a.status, a.header, a.body, meta), nil
+	}
+	if perr != nil {
+		e := foreignError(a, p.op.Name, p.key)
+		e.Requests = n
+		return idem.Result{}, e
+	}
+	return res, nil
+}
+
+// prepared is a call ready to send.
+type prepared struct {
+	op   Operation
+	key  string
+	r    request
+	rule retryRule
+	b    bounds
+}
+
+// prepare checks a call against the retry contract and the catalog and
+// builds its request and retry bounds.
+func (c *Client) prepare(ctx context.Context, operation string, args map[string]json.RawMessage, opts CallOptions) (*prepared, error) {
 	key := opts.IdempotencyKey
 	if e := idem.KeyWithDryRun(key != "", opts.DryRun); e != nil {
 		return nil, RefusedError(e.Code, operation, nil, "%s", e.Message)
@@ -136,7 +193,7 @@ func (c *Client) Call(ctx context.Context, operation string, args map[string]jso
 	op, ok := cat.Operation(operation)
 	if !ok {
 		return nil, localError(idem.CodeOperationNotFound, nil, map[string]any{"operation": operation},
-			"the catalog at %s has no operation %q", c.base, operation)
+			"the catalog at %s has no operation %q", c.base.Redacted(), operation)
 	}
 	r, lerr := buildRequest(op, args, opts.DryRun)
 	if lerr != nil {
@@ -152,7 +209,7 @@ func (c *Client) Call(ctx context.Context, operation string, args map[string]jso
 		}
 		return op.Bound() + w + 15*time.Second
 	}
-	return c.do(ctx, r, ruleFor(op, key, opts.DryRun), b, op.Name, key, op.Retry.Reconcile)
+	return &prepared{op: op, key: key, r: r, rule: ruleFor(op, key, opts.DryRun), b: b}, nil
 }
 
 // buildRequest places the arguments of a call to op.
@@ -199,14 +256,31 @@ func (c *Client) get(ctx context.Context, r request) (*Result, error) {
 	return c.do(ctx, r, retryFreshRead, c.systemBounds(), "", "", "")
 }
 
-// do sends r, retrying under rule within b.
+// do sends r, retrying under rule within b: the envelope of a success,
+// or the *Error of the last answer or of no answer.
 func (c *Client) do(ctx context.Context, r request, rule retryRule, b bounds, operation, key, reconcile string) (*Result, error) {
+	a, n, nerr := c.exchange(ctx, r, rule, b, operation, key, reconcile)
+	if nerr != nil {
+		return nil, nerr
+	}
+	if a.status >= 400 {
+		e := problemError(a, operation, key)
+		e.Requests = n
+		return nil, e
+	}
+	return successResult(a, n), nil
+}
+
+// exchange sends r, retrying under rule within b, and returns the last
+// HTTP answer and how many requests were sent; the error is the
+// NETWORK_ERROR of a call that ended with no answer.
+func (c *Client) exchange(ctx context.Context, r request, rule retryRule, b bounds, operation, key, reconcile string) (answer, int, *Error) {
 	if r.header == nil {
 		r.header = http.Header{}
 	}
 	deadline := time.Now().Add(b.retryTimeout)
 	var (
-		last    *Error
+		last    *answer
 		lastNet error
 	)
 	for n := 1; ; n++ {
@@ -226,38 +300,36 @@ func (c *Client) do(ctx context.Context, r request, rule retryRule, b bounds, op
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
-				return nil, c.networkError(r, operation, key, reconcile, n, context.Cause(ctx))
+				return answer{}, n, c.networkError(r, operation, key, reconcile, n, context.Cause(ctx))
 			}
 			last, lastNet = nil, err
 			if !rule.retriesNetwork() {
-				return nil, c.networkError(r, operation, key, reconcile, n, err)
+				return answer{}, n, c.networkError(r, operation, key, reconcile, n, err)
 			}
 		case a.status < 400:
-			return successResult(a, n), nil
+			return a, n, nil
 		default:
-			e := problemError(a, operation, key)
-			e.Requests = n
-			if !rule.retriesAnswer(e) {
-				return nil, e
+			if !rule.retriesAnswer(problemError(a, operation, key)) {
+				return a, n, nil
 			}
-			last, lastNet = e, nil
+			last, lastNet = &a, nil
 			retryAfter = parseRetryAfter(a.header.Get(idem.HeaderRetryAfter))
 		}
 		delay := max(c.delay(n), retryAfter)
 		if n > b.retries || time.Now().Add(delay).After(deadline) {
 			if last != nil {
-				return nil, last
+				return *last, n, nil
 			}
-			return nil, c.networkError(r, operation, key, reconcile, n, lastNet)
+			return answer{}, n, c.networkError(r, operation, key, reconcile, n, lastNet)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			if last != nil {
-				return nil, last
+				return *last, n, nil
 			}
-			return nil, c.networkError(r, operation, key, reconcile, n, context.Cause(ctx))
+			return answer{}, n, c.networkError(r, operation, key, reconcile, n, context.Cause(ctx))
 		case <-t.C:
 		}
 	}

@@ -86,8 +86,9 @@ func (o Operation) Properties() []string {
 const catalogTimeout = 30 * time.Second
 
 // Catalog returns the server's operations catalog, fetched once per client
-// (a failed fetch is not cached). The catalog is public: no token is sent.
-// Fetching it is a fresh read, retried on network errors and 5xx.
+// (a failed fetch is not cached; RefreshCatalog fetches it again). The
+// catalog is public: no token is sent. Fetching it is a fresh read,
+// retried on network errors and 5xx.
 func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
 	c.mu.Lock()
 	cached := c.catalog
@@ -95,15 +96,10 @@ func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
 	if cached != nil {
 		return cached, nil
 	}
-	res, err := c.get(ctx, request{method: "GET", path: "/v1/operations"})
+	cat, err := c.fetchCatalog(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cat := &Catalog{Raw: res.Body}
-	if err := json.Unmarshal(res.Body, cat); err != nil {
-		return nil, fmt.Errorf("client: the catalog at %s/v1/operations is not a catalog document: %w", c.base, err)
-	}
-	cat.Raw = res.Body
 	c.mu.Lock()
 	if c.catalog == nil {
 		c.catalog = cat
@@ -111,4 +107,31 @@ func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
 	cached = c.catalog
 	c.mu.Unlock()
 	return cached, nil
+}
+
+// RefreshCatalog fetches the catalog again, as Catalog does, and makes it
+// the one later calls use; on error the client keeps the one it had.
+func (c *Client) RefreshCatalog(ctx context.Context) (*Catalog, error) {
+	cat, err := c.fetchCatalog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.catalog = cat
+	c.mu.Unlock()
+	return cat, nil
+}
+
+// fetchCatalog reads GET /v1/operations.
+func (c *Client) fetchCatalog(ctx context.Context) (*Catalog, error) {
+	res, err := c.get(ctx, request{method: "GET", path: "/v1/operations"})
+	if err != nil {
+		return nil, err
+	}
+	cat := &Catalog{}
+	if err := json.Unmarshal(res.Body, cat); err != nil {
+		return nil, fmt.Errorf("client: the catalog at %s/v1/operations is not a catalog document: %w", c.base.Redacted(), err)
+	}
+	cat.Raw = res.Body
+	return cat, nil
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/idem-run/idem"
 )
 
@@ -25,7 +27,7 @@ const (
 	DefaultRetryWait = 10 * time.Second
 )
 
-// maxBody bounds what the client reads of one answer.
+// maxBody is the default bound of what the client reads of one answer.
 const maxBody = 16 << 20
 
 // Client talks to one idem server as one principal (its bearer token).
@@ -45,6 +47,8 @@ type Client struct {
 	// system-route reads.
 	readRetries      int
 	readRetryTimeout time.Duration
+	// answerLimit bounds what the client reads of one answer.
+	answerLimit int64
 
 	mu      sync.Mutex
 	catalog *Catalog
@@ -85,6 +89,11 @@ func WithReadRetries(n int, timeout time.Duration) Option {
 	return func(c *Client) { c.readRetries, c.readRetryTimeout = n, timeout }
 }
 
+// WithAnswerLimit bounds what the client reads of one answer to n bytes
+// (default 16 MiB); the rest of a longer body is not read, so the answer
+// arrives cut there.
+func WithAnswerLimit(n int64) Option { return func(c *Client) { c.answerLimit = n } }
+
 // New returns a client of the server at server (an http or https URL) that
 // authenticates with token (none when empty).
 func New(server, token string, opts ...Option) (*Client, error) {
@@ -99,7 +108,7 @@ func New(server, token string, opts ...Option) (*Client, error) {
 		base: u, token: token, userAgent: "idem-client",
 		http:    &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		backoff: 250 * time.Millisecond, maxBackoff: 5 * time.Second,
-		readRetries: DefaultRetries, readRetryTimeout: DefaultRetryTimeout,
+		readRetries: DefaultRetries, readRetryTimeout: DefaultRetryTimeout, answerLimit: maxBody,
 	}
 	for _, o := range opts {
 		o(c)
@@ -287,6 +296,8 @@ func (c *Client) send(ctx context.Context, r request, timeout time.Duration) (an
 		delete(req.Header, idem.HeaderIdempotencyKey)
 		req.Header["idempotency-key"] = v
 	}
+	// The caller's trace context (W3C traceparent, tracestate) travels on.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	req.Header.Set("User-Agent", c.userAgent)
 	if r.body != nil {
@@ -300,7 +311,7 @@ func (c *Client) send(ctx context.Context, r request, timeout time.Duration) (an
 		return answer{}, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.answerLimit))
 	if err != nil {
 		// The status line arrived but not the whole body: no usable answer.
 		return answer{}, fmt.Errorf("read the answer to %s %s: %w", r.method, r.path, err)
@@ -310,8 +321,7 @@ func (c *Client) send(ctx context.Context, r request, timeout time.Duration) (an
 
 // problemError turns an answer of status 400 or more into an *Error. An
 // answer that is not an idem problem object (a proxy's error page) gets a
-// problem built by the client: code INTERNAL, retryable for 502, 503 and
-// 504, and the marker details.foreign.
+// problem built by the client (foreignError).
 func problemError(a answer, operation, key string) *Error {
 	var p idem.Problem
 	if json.Unmarshal(a.body, &p) == nil && p.Code != "" {
@@ -320,6 +330,14 @@ func problemError(a answer, operation, key string) *Error {
 			Problem: json.RawMessage(a.body), Header: a.header, Operation: operation, IdempotencyKey: key,
 		}
 	}
+	return foreignError(a, operation, key)
+}
+
+// foreignError is the problem the client builds for an answer whose body
+// is not idem's (an idem problem object, or an envelope below 400): code
+// INTERNAL, the answer's status, retryable for 502, 503 and 504, and the
+// marker details.foreign.
+func foreignError(a answer, operation, key string) *Error {
 	snippet := strings.TrimSpace(string(a.body))
 	if len(snippet) > 200 {
 		snippet = snippet[:200] + "…"
@@ -328,8 +346,12 @@ func problemError(a answer, operation, key string) *Error {
 	if operation != "" {
 		meta = &idem.Meta{Operation: operation}
 	}
+	what := "an idem problem object"
+	if a.status < 400 {
+		what = "an idem envelope"
+	}
 	e := localError(idem.CodeInternal, meta, map[string]any{"foreign": true, "httpStatus": a.status},
-		"the server answered %d %s without an idem problem object: %q", a.status, http.StatusText(a.status), snippet)
+		"the server answered %d %s without %s: %q", a.status, http.StatusText(a.status), what, snippet)
 	e.Status = a.status
 	e.Retryable = a.status == http.StatusBadGateway || a.status == http.StatusServiceUnavailable || a.status == http.StatusGatewayTimeout
 	e.Header = a.header
@@ -344,8 +366,10 @@ func problemError(a answer, operation, key string) *Error {
 	return e
 }
 
-// foreign reports whether the problem did not come from idem.
-func (e *Error) foreign() bool {
+// Foreign reports whether the problem is the client's reading of an answer
+// that did not come from idem (see foreignError): a proxy's error page, a
+// body that is not an idem problem object or envelope.
+func (e *Error) Foreign() bool {
 	f, _ := e.Details["foreign"].(bool)
 	return e.Local && f
 }
@@ -382,7 +406,7 @@ func (c *Client) networkError(r request, operation, key, reconcile string, reque
 	if operation != "" {
 		what = operation + " (" + what + ")"
 	}
-	e := localError(idem.CodeNetworkError, meta, details, "no HTTP answer from %s to %s after %d request(s): %v", c.base, what, requests, shown)
+	e := localError(idem.CodeNetworkError, meta, details, "no HTTP answer from %s to %s after %d request(s): %v", c.base.Redacted(), what, requests, shown)
 	e.IdempotencyKey, e.Requests, e.Err = key, requests, cause
 	return e
 }

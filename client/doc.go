@@ -32,6 +32,11 @@
 // it). When no HTTP answer ever arrived, the error is NETWORK_ERROR with
 // Status 0.
 //
+// CallResult makes the same call and returns the server's answer whatever
+// its status, as an idem.Result (for a bridge such as idem mcp, which hands
+// answers on as they are). Every request carries the W3C trace context of
+// its ctx (traceparent, tracestate), when ctx holds one.
+//
 // The attempt journal (Journal, FileJournal) holds durable agent task state:
 // the key of each task, recorded and fsynced before the first live request,
 // so that a re-run of the same task re-sends the same key.
