@@ -1,5 +1,19 @@
 package idem
 
+import "net/http"
+
+// SetOutgoingKey sets the Idempotency-Key header of a request idem sends
+// (the Go client's, the proxy's to its upstream) so that net/http's
+// Transport never re-sends it by itself: the Transport treats a request
+// carrying "Idempotency-Key" as replayable after a reused connection
+// breaks, and only the sender may decide a re-send (SPEC §6.3, §7). The
+// header goes under its lower-case name, which the Transport's exact
+// lookup misses; field names are case-insensitive on the wire.
+func SetOutgoingKey(h http.Header, key string) {
+	delete(h, HeaderIdempotencyKey)
+	h["idempotency-key"] = []string{key}
+}
+
 // MaxKeyLength is the longest idempotency key accepted.
 const MaxKeyLength = 255
 

@@ -1,6 +1,9 @@
 package idem
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // PrincipalKind says what kind of caller a principal is.
 type PrincipalKind string
@@ -12,6 +15,22 @@ const (
 	KindServiceAccount PrincipalKind = "service_account"
 	KindBrowser        PrincipalKind = "browser"
 )
+
+// PrincipalKinds lists the principal kinds, in SPEC §2's order.
+var PrincipalKinds = []PrincipalKind{KindAgent, KindCLISession, KindServiceAccount, KindBrowser}
+
+// Valid reports whether k is one of PrincipalKinds.
+func (k PrincipalKind) Valid() bool { return slices.Contains(PrincipalKinds, k) }
+
+// PrincipalKindList names PrincipalKinds as a message lists them:
+// "agent, cli_session, service_account, browser".
+var PrincipalKindList = func() string {
+	names := make([]string, len(PrincipalKinds))
+	for i, k := range PrincipalKinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}()
 
 // RoleApprover may decide approvals of its org.
 const RoleApprover = "approver"

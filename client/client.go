@@ -286,15 +286,10 @@ func (c *Client) send(ctx context.Context, r request, timeout time.Duration) (an
 	for k, v := range r.header {
 		req.Header[k] = v
 	}
-	if v, ok := req.Header[idem.HeaderIdempotencyKey]; ok {
-		// net/http's Transport silently re-sends a request that carries an
-		// Idempotency-Key header when a reused connection fails. This
-		// client retries by its own rules (bounded, counted, with Prefer:
-		// wait), so it hides the header from that check: it looks the
-		// canonical name up exactly, and field names are case-insensitive
-		// on the wire.
-		delete(req.Header, idem.HeaderIdempotencyKey)
-		req.Header["idempotency-key"] = v
+	if v, ok := req.Header[idem.HeaderIdempotencyKey]; ok && len(v) == 1 {
+		// This client retries by its own rules (bounded, counted, with
+		// Prefer: wait), never net/http's Transport.
+		idem.SetOutgoingKey(req.Header, v[0])
 	}
 	// The caller's trace context (W3C traceparent, tracestate) travels on.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))

@@ -75,10 +75,8 @@ func ReadTokensFile(r io.Reader) (*Tokens, error) {
 			return nil, fmt.Errorf("tokens file line %d: the hash is not 64 hex digits", n)
 		}
 		kind := idem.PrincipalKind(f[3])
-		switch kind {
-		case idem.KindAgent, idem.KindCLISession, idem.KindServiceAccount, idem.KindBrowser:
-		default:
-			return nil, fmt.Errorf("tokens file line %d: kind %q is not one of agent, cli_session, service_account, browser", n, f[3])
+		if !kind.Valid() {
+			return nil, fmt.Errorf("tokens file line %d: kind %q is not one of %s", n, f[3], idem.PrincipalKindList)
 		}
 		p := idem.Principal{Org: f[1], ID: f[2], Kind: kind}
 		if len(f) == 5 {

@@ -246,20 +246,10 @@ func (c Config) validate() error {
 	if c.MinRefreshInterval > c.RefreshInterval {
 		return configErrorf("MinRefreshInterval", "%s is more than RefreshInterval %s", c.MinRefreshInterval, c.RefreshInterval)
 	}
-	if !validKind(c.Claims.DefaultKind) {
-		return configErrorf("Claims.DefaultKind", "%q is not one of %s", c.Claims.DefaultKind, kindList)
+	if !c.Claims.DefaultKind.Valid() {
+		return configErrorf("Claims.DefaultKind", "%q is not one of %s", c.Claims.DefaultKind, idem.PrincipalKindList)
 	}
 	return nil
-}
-
-const kindList = "agent, cli_session, service_account, browser"
-
-func validKind(k idem.PrincipalKind) bool {
-	switch k {
-	case idem.KindAgent, idem.KindCLISession, idem.KindServiceAccount, idem.KindBrowser:
-		return true
-	}
-	return false
 }
 
 func isLoopback(host string) bool {

@@ -178,8 +178,8 @@ func (a *Authenticator) principal(claims map[string]any) (idem.Principal, error)
 	p := idem.Principal{Org: org, ID: id, Kind: m.DefaultKind}
 	if v, ok := claim(claims, m.Kind); ok {
 		s, _ := v.(string)
-		if !validKind(idem.PrincipalKind(s)) {
-			return idem.Principal{}, refuse(nil, "the token's claim %s (the principal kind) is %s, not one of %s", quote(m.Kind), describe(v), kindList)
+		if !idem.PrincipalKind(s).Valid() {
+			return idem.Principal{}, refuse(nil, "the token's claim %s (the principal kind) is %s, not one of %s", quote(m.Kind), describe(v), idem.PrincipalKindList)
 		}
 		p.Kind = idem.PrincipalKind(s)
 	}

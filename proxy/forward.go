@@ -101,13 +101,8 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 	if op.Writes {
 		// The handler key: one per execution, the same on every attempt
 		// of it (SPEC §7), so that an upstream that deduplicates by key
-		// gets end-to-end safety. It is set under its lower-case name on
-		// purpose: net/http's transport treats a request carrying
-		// "Idempotency-Key" as replayable and may send it again by itself
-		// after a connection breaks, which only an upstream that
-		// deduplicates would survive; header names are case-insensitive on
-		// the wire.
-		out.Header["idempotency-key"] = []string{call.IdempotencyKey}
+		// gets end-to-end safety; never re-sent by net/http itself.
+		idem.SetOutgoingKey(out.Header, call.IdempotencyKey)
 	}
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		// The upstream continues the trace under this attempt's span (or
