@@ -66,15 +66,15 @@ func failingRunner(t *testing.T, enforcement idem.Enforcement) (*idem.Runner, *l
 	// the store's transaction (pipeline_transact.go).
 	retry.Transactional = enforcement == idem.EnforceTransactionalSecretReplay
 	run := idem.Define(idem.Metadata{Name: "job.run", Method: "POST", Path: "/v1/jobs", Summary: "Run a job", SideEffect: idem.SideEffectWrite, Retry: retry,
-		Errors: []idem.DeclaredError{idem.Declare(idem.CodeAlreadyRefunded, "already")}},
+		Errors: []idem.DeclaredError{idem.Declare(codeAlreadyDone, "already")}},
 		func(ctx context.Context, call *idem.Call, in failIn) (map[string]string, error) {
 			switch in.How {
 			case "go":
 				return nil, errors.New(dirty)
 			case "idem":
-				return nil, idem.Errorf(idem.CodeAlreadyRefunded, "%s", dirty)
+				return nil, idem.Errorf(codeAlreadyDone, "%s", dirty)
 			case "wrapped":
-				return nil, idem.Retryable(idem.Errorf(idem.CodeAlreadyRefunded, "refunded on 2026-11-30"))
+				return nil, idem.Retryable(idem.Errorf(codeAlreadyDone, "refunded on 2026-11-30"))
 			case "panic":
 				panic("kaboom " + dirty)
 			}
@@ -141,11 +141,11 @@ func TestHandlerFailureCause(t *testing.T) {
 	})
 	t.Run("an idem error: code and message, sanitized and bounded", func(t *testing.T) {
 		line, data := finalCause(t, r, logs, "idem", "k-idem")
-		if line["cause"] != "ALREADY_REFUNDED: "+dirty {
+		if line["cause"] != "ALREADY_DONE: "+dirty {
 			t.Fatalf("log line cause %.60q", line["cause"])
 		}
 		c := data["cause"]
-		if !strings.HasPrefix(c, "ALREADY_REFUNDED: card 4242  declined line two") || !strings.HasSuffix(c, "x…") {
+		if !strings.HasPrefix(c, "ALREADY_DONE: card 4242  declined line two") || !strings.HasSuffix(c, "x…") {
 			t.Fatalf("audit cause %.80q", c)
 		}
 		if n := utf8.RuneCountInString(c); n != 201 {
@@ -159,7 +159,7 @@ func TestHandlerFailureCause(t *testing.T) {
 	})
 	t.Run("an idem error behind a wrapper is one", func(t *testing.T) {
 		_, data := finalCause(t, r, logs, "wrapped", "k-wrapped")
-		if data["cause"] != "ALREADY_REFUNDED: refunded on 2026-11-30" {
+		if data["cause"] != "ALREADY_DONE: refunded on 2026-11-30" {
 			t.Fatalf("audit cause %q", data["cause"])
 		}
 	})
@@ -196,7 +196,7 @@ func TestHandlerFailureCauseOfSecretOperations(t *testing.T) {
 		t.Fatalf("audit cause %q", data["cause"])
 	}
 	_, data = finalCause(t, r, logs, "wrapped", "k-wrapped")
-	if data["cause"] != "ALREADY_REFUNDED: refunded on 2026-11-30" {
+	if data["cause"] != "ALREADY_DONE: refunded on 2026-11-30" {
 		t.Fatalf("audit cause %q", data["cause"])
 	}
 	line, data := finalCause(t, r, logs, "panic", "k-panic")

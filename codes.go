@@ -1,13 +1,20 @@
 package idem
 
-import "sort"
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
 
 // Code is a stable error code from SPEC.md. Codes are part of the wire
-// contract: callers branch on them, so they never change.
+// contract: callers branch on them, so they never change. An application
+// adds its own business codes with RegisterCodes.
 type Code string
 
-// Every code idem can produce. docs/errors.md lists them; a test keeps it in
-// step with the table below.
+// Every code idem itself can produce. docs/errors.md lists them; a test
+// keeps it in step with the table below.
 const (
 	// Request and routing.
 	CodeInvalidInput       Code = "INVALID_INPUT"
@@ -53,11 +60,6 @@ const (
 	// CodeUpstreamUnavailable: idem proxy could not send the request to
 	// its upstream at all (SPEC §15).
 	CodeUpstreamUnavailable Code = "UPSTREAM_UNAVAILABLE"
-
-	// Declared business errors of the reference application (SPEC §12).
-	CodeBusinessExists  Code = "BUSINESS_EXISTS"
-	CodeAlreadyRefunded Code = "ALREADY_REFUNDED"
-	CodeLimitConflict   Code = "LIMIT_CONFLICT"
 )
 
 // CodeInfo is what a code means on the wire.
@@ -112,28 +114,116 @@ var codeTable = map[Code]CodeInfo{
 	CodeInternal:            {500, false, "Internal error", "An unexpected server error; for a keyed call run the reconcile operation before retrying."},
 	CodeNetworkError:        {0, true, "Network error", "No HTTP answer was received; retry with the same key, or reconcile if retries are exhausted."},
 	CodeUpstreamUnavailable: {503, true, "Upstream unavailable", "The proxy could not reach the API it fronts (connection refused or reset before any byte was sent): nothing ran and the key is not consumed; retry the same request, same key, later."},
-
-	CodeBusinessExists:  {409, false, "Business exists", "A business with this slug already exists in the org; choose another slug or use business.show."},
-	CodeAlreadyRefunded: {409, false, "Already refunded", "The order has no refundable amount left; run order.show to see its refunds."},
-	CodeLimitConflict:   {409, false, "Limit conflict", "A limit for this subject exists and differs (details.current); change it with limit.update."},
 }
 
-// Info returns what code means on the wire; an unknown code reads as
+// appCodes holds the codes applications registered (RegisterCodes). It is
+// read without a lock wherever a code is looked up, and replaced whole,
+// under appCodesMu, by each registration.
+var (
+	appCodesMu sync.Mutex
+	appCodes   atomic.Pointer[map[Code]CodeInfo]
+)
+
+// codeForm is what a code looks like: it ends the problem's type URN.
+var codeForm = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// RegisterCodes adds an application's own codes — the business outcomes its
+// handlers return (Errorf) and its operations declare (Metadata.Errors,
+// Declare) — to the code table, so that they are answered like idem's own:
+// Errorf and Declare take their status and retryability from info, a
+// problem carries their title (NewProblem), and the CLI and the console
+// show their action. Call it from the package that owns the codes before
+// their operations are defined; an init function is the usual place:
+//
+//	const CodeBusinessExists idem.Code = "BUSINESS_EXISTS"
+//
+//	func init() {
+//		idem.RegisterCodes(map[idem.Code]idem.CodeInfo{
+//			CodeBusinessExists: {Status: 409, Title: "Business exists",
+//				Action: "Choose another slug, or use business.show."},
+//		})
+//	}
+//
+// A code is upper-case letters, digits and underscores, starting with a
+// letter; its Status is a 4xx or 5xx, and its Title and Action are not
+// empty. RegisterCodes panics, registering none of codes, when one breaks
+// these rules, is one of idem's own (Codes), or is registered already with
+// other information; registering the same information again does nothing.
+// Codes does not list registered codes: the application documents its own
+// (docs/demo.md lists the reference application's).
+//
+// A code nobody registered still travels in an Error whose Status is set,
+// but Errorf and Declare give it INTERNAL's status and its problem's title
+// is the status's HTTP text.
+func RegisterCodes(codes map[Code]CodeInfo) {
+	appCodesMu.Lock()
+	defer appCodesMu.Unlock()
+	old := map[Code]CodeInfo{}
+	if m := appCodes.Load(); m != nil {
+		old = *m
+	}
+	next := make(map[Code]CodeInfo, len(old)+len(codes))
+	for c, info := range old {
+		next[c] = info
+	}
+	sorted := make([]Code, 0, len(codes))
+	for c := range codes {
+		sorted = append(sorted, c)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	for _, c := range sorted {
+		info := codes[c]
+		_, own := codeTable[c]
+		prev, registered := old[c]
+		switch {
+		case !codeForm.MatchString(string(c)):
+			panic(fmt.Sprintf("idem: RegisterCodes: code %q is not upper-case letters, digits and underscores", c))
+		case own:
+			panic(fmt.Sprintf("idem: RegisterCodes: %s is one of idem's own codes", c))
+		case info.Status < 400 || info.Status > 599:
+			panic(fmt.Sprintf("idem: RegisterCodes: %s has status %d, not a 4xx or 5xx", c, info.Status))
+		case info.Title == "" || info.Action == "":
+			panic(fmt.Sprintf("idem: RegisterCodes: %s needs a title and an action", c))
+		case registered && prev != info:
+			panic(fmt.Sprintf("idem: RegisterCodes: %s is registered already as %+v", c, prev))
+		}
+		next[c] = info
+	}
+	appCodes.Store(&next)
+}
+
+// lookup is what c means: one of idem's codes, or one an application
+// registered.
+func lookup(c Code) (CodeInfo, bool) {
+	if info, ok := codeTable[c]; ok {
+		return info, true
+	}
+	if m := appCodes.Load(); m != nil {
+		info, ok := (*m)[c]
+		return info, ok
+	}
+	return CodeInfo{}, false
+}
+
+// Info returns what code means on the wire, for idem's own codes and those
+// an application registered (RegisterCodes); an unknown code reads as
 // INTERNAL's status and title.
 func (c Code) Info() CodeInfo {
-	if info, ok := codeTable[c]; ok {
+	if info, ok := lookup(c); ok {
 		return info
 	}
 	return codeTable[CodeInternal]
 }
 
-// Known reports whether c is one of idem's codes.
+// Known reports whether c is one of idem's codes or one an application
+// registered (RegisterCodes).
 func (c Code) Known() bool {
-	_, ok := codeTable[c]
+	_, ok := lookup(c)
 	return ok
 }
 
-// Codes returns every code, sorted.
+// Codes returns every code of idem's own, sorted; the codes applications
+// registered (RegisterCodes) are not among them.
 func Codes() []Code {
 	out := make([]Code, 0, len(codeTable))
 	for c := range codeTable {

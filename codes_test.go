@@ -2,10 +2,12 @@ package idem
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,6 +24,11 @@ func renderErrorsDoc() []byte {
 	b.WriteString("started is answered with `retryable: false` and `details.reconcile`, because the attempt is\n")
 	b.WriteString("now indeterminate (SPEC §6.4); its `detail` says that the call may have executed and names\n")
 	b.WriteString("the reconcile operation to run before deciding.\n\n")
+	b.WriteString("An application adds the business codes its operations declare with `idem.RegisterCodes`\n")
+	b.WriteString("(docs/embedding.md, \"Business errors\"): they are answered like the codes below, with their\n")
+	b.WriteString("own status, retryability, title and action, and documented by the application. The\n")
+	b.WriteString("reference application's (`BUSINESS_EXISTS`, `ALREADY_REFUNDED`, `LIMIT_CONFLICT`) are in\n")
+	b.WriteString("docs/demo.md, \"Error codes\".\n\n")
 	b.WriteString("This file is generated from `codes.go` by `go test -run TestErrorsDoc -update .`;\n")
 	b.WriteString("a test fails when the two disagree.\n\n")
 	b.WriteString("| code | status | retryable | title | what to do |\n|---|---|---|---|---|\n")
@@ -88,9 +95,6 @@ func TestCodeTable(t *testing.T) {
 		CodeRateLimited:                    {429, true},
 		CodeNetworkError:                   {0, true},
 		CodeUpstreamUnavailable:            {503, true},
-		CodeBusinessExists:                 {409, false},
-		CodeAlreadyRefunded:                {409, false},
-		CodeLimitConflict:                  {409, false},
 	}
 	for code, w := range want {
 		t.Run(string(code), func(t *testing.T) {
@@ -101,6 +105,72 @@ func TestCodeTable(t *testing.T) {
 			if info.Title == "" || info.Action == "" {
 				t.Fatalf("%s has no title or action", code)
 			}
+		})
+	}
+}
+
+// codeTestConflict is an application's code, registered as an application
+// registers its own.
+const codeTestConflict Code = "TEST_CONFLICT"
+
+func init() {
+	RegisterCodes(map[Code]CodeInfo{codeTestConflict: {Status: 409, Title: "Test conflict", Action: "Change the test."}})
+}
+
+func TestRegisterCodes(t *testing.T) {
+	info := codeTestConflict.Info()
+	if !codeTestConflict.Known() || info != (CodeInfo{409, false, "Test conflict", "Change the test."}) {
+		t.Fatalf("registered code: Known %v, Info %+v", codeTestConflict.Known(), info)
+	}
+	if slices.Contains(Codes(), codeTestConflict) {
+		t.Error("Codes lists a registered code")
+	}
+	e := Errorf(codeTestConflict, "changed since").WithDetail("current", 3)
+	body, err := json.Marshal(NewProblem(e, nil))
+	if want := `{"type":"urn:idem:error:TEST_CONFLICT","title":"Test conflict","status":409,"detail":"changed since","code":"TEST_CONFLICT","retryable":false,"details":{"current":3}}`; err != nil || string(body) != want {
+		t.Errorf("problem = %s (%v), want %s", body, err, want)
+	}
+	// The same information again is no registration at all.
+	RegisterCodes(map[Code]CodeInfo{codeTestConflict: info})
+
+	// Unregistered, a code keeps the status its Error carries and reads
+	// as INTERNAL elsewhere.
+	const unregistered Code = "TEST_UNREGISTERED"
+	if unregistered.Known() || unregistered.Info() != CodeInternal.Info() {
+		t.Errorf("unregistered code: Known %v, Info %+v", unregistered.Known(), unregistered.Info())
+	}
+	if p := NewProblem(&Error{Code: unregistered, Status: 409, Message: "m"}, nil); p.Title != "Conflict" || p.Status != 409 {
+		t.Errorf("unregistered problem = %+v", p)
+	}
+
+	ok := CodeInfo{Status: 409, Title: "T", Action: "A"}
+	for name, codes := range map[string]map[Code]CodeInfo{
+		"idem's own":         {CodeNotFound: ok},
+		"other information":  {codeTestConflict: {Status: 422, Title: "Test conflict", Action: "Change the test."}},
+		"lower case":         {"test_lower": ok},
+		"empty":              {"": ok},
+		"leading digit":      {"1TEST": ok},
+		"a 2xx":              {"TEST_OK": {Status: 200, Title: "T", Action: "A"}},
+		"no status":          {"TEST_ZERO": {Title: "T", Action: "A"}},
+		"no title":           {"TEST_UNTITLED": {Status: 409, Action: "A"}},
+		"no action":          {"TEST_NO_ACTION": {Status: 409, Title: "T"}},
+		"one bad of several": {"TEST_GOOD": ok, "TEST_BAD": {Status: 600, Title: "T", Action: "A"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("RegisterCodes(%v) did not panic", codes)
+				}
+				for c := range codes {
+					if _, own := codeTable[c]; !own && c != codeTestConflict && c.Known() {
+						t.Fatalf("%s registered by a registration that panicked", c)
+					}
+				}
+				if codeTestConflict.Info() != info || CodeNotFound.Info().Status != 404 {
+					t.Fatal("a registration that panicked changed the table")
+				}
+			}()
+			RegisterCodes(codes)
 		})
 	}
 }

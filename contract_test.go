@@ -205,8 +205,11 @@ func TestApprovalDecide(t *testing.T) {
 }
 
 func TestDeclare(t *testing.T) {
-	d := Declare(CodeLimitConflict, "changed since")
-	if d.Code != CodeLimitConflict || d.Status != 409 || d.Message != "changed since" {
+	d := Declare(codeTestConflict, "changed since")
+	if d.Code != codeTestConflict || d.Status != 409 || d.Message != "changed since" {
 		t.Fatalf("Declare = %+v", d)
+	}
+	if d := Declare(CodeNotFound, "no such thing"); d.Status != 404 {
+		t.Fatalf("Declare(NOT_FOUND) = %+v", d)
 	}
 }

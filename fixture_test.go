@@ -30,6 +30,23 @@ var (
 	approver = idem.Principal{Org: "acme", ID: "bob", Kind: idem.KindCLISession, Roles: []string{idem.RoleApprover}}
 )
 
+// The test applications' business codes, registered the way an application
+// registers its own.
+const (
+	// codeThingExists: thing.create (and the stress writes) of a name
+	// that exists.
+	codeThingExists idem.Code = "THING_EXISTS"
+	// codeAlreadyDone: job.run's declared error.
+	codeAlreadyDone idem.Code = "ALREADY_DONE"
+)
+
+func init() {
+	idem.RegisterCodes(map[idem.Code]idem.CodeInfo{
+		codeThingExists: {Status: 409, Title: "Thing exists", Action: "Choose another name, or show the thing."},
+		codeAlreadyDone: {Status: 409, Title: "Already done", Action: "Show the job."},
+	})
+}
+
 // fixture is a runner on a real store with a fake clock.
 type fixture struct {
 	t      *testing.T

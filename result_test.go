@@ -49,7 +49,7 @@ func TestResultErrAndDecode(t *testing.T) {
 		got := thing{Name: "untouched"}
 		err := r.Decode(&got)
 		var e *idem.Error
-		if !errors.As(err, &e) || e.Code != idem.CodeBusinessExists || e.Status != 409 || e.Message != r.Problem.Detail || r.Replayed != (i == 1) || got.Name != "untouched" {
+		if !errors.As(err, &e) || e.Code != codeThingExists || e.Status != 409 || e.Message != r.Problem.Detail || r.Replayed != (i == 1) || got.Name != "untouched" {
 			t.Fatalf("answer %d: Decode = %v (%+v), replayed %v, value %+v", i, err, e, r.Replayed, got)
 		}
 	}

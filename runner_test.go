@@ -39,7 +39,7 @@ func createMeta() idem.Metadata {
 		Name: "thing.create", Method: "POST", Path: "/v1/things", Summary: "Create a thing", SideEffect: idem.SideEffectWrite,
 		Retry:         idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "thing.show", Rationale: "creates once per key"},
 		SuccessStatus: http.StatusCreated,
-		Errors:        []idem.DeclaredError{{Code: idem.CodeBusinessExists, Status: 409, Message: "exists"}},
+		Errors:        []idem.DeclaredError{{Code: codeThingExists, Status: 409, Message: "exists"}},
 	}
 }
 
@@ -48,7 +48,7 @@ func createOp(runs *atomic.Int64) idem.Operation {
 	return idem.Define(createMeta(), func(ctx context.Context, call *idem.Call, in createIn) (thing, error) {
 		runs.Add(1)
 		if in.Name == "taken" {
-			return thing{}, idem.Errorf(idem.CodeBusinessExists, "a thing named %q exists", in.Name)
+			return thing{}, idem.Errorf(codeThingExists, "a thing named %q exists", in.Name)
 		}
 		if in.Name == "boom" {
 			return thing{}, errors.New("database exploded")
@@ -193,12 +193,12 @@ func TestInvalidInputDetails(t *testing.T) {
 func TestDeclaredErrorIsStoredAndReplayed(t *testing.T) {
 	var runs atomic.Int64
 	f := newFixture(t, []idem.Operation{createOp(&runs), showOp()})
-	first := expect(t, f.do(t.Context(), call{op: "thing.create", body: `{"name":"taken"}`, key: "k"}), 409, idem.CodeBusinessExists)
+	first := expect(t, f.do(t.Context(), call{op: "thing.create", body: `{"name":"taken"}`, key: "k"}), 409, codeThingExists)
 	if first.Meta.Idempotency == nil || first.Meta.Idempotency.Replayed || first.Meta.ExecutionID == "" {
 		t.Fatalf("first 409 meta = %+v", first.Meta)
 	}
 	again := f.do(t.Context(), call{op: "thing.create", body: `{"name":"taken"}`, key: "k"})
-	second := expect(t, again, 409, idem.CodeBusinessExists)
+	second := expect(t, again, 409, codeThingExists)
 	if !second.Meta.Idempotency.Replayed || second.Meta.ExecutionID != first.Meta.ExecutionID || again.Problem == nil || !again.Replayed {
 		t.Fatalf("replayed 409 = %s %v", again.Body(), again.Header)
 	}

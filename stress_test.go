@@ -143,7 +143,7 @@ func (s *stressRecorder) handle(ctx context.Context, call *idem.Call, id string,
 		return settle(stressOut{}, errors.New("downstream refused"))
 	case p < 80:
 		if write {
-			return settle(stressOut{}, idem.Errorf(idem.CodeBusinessExists, "%s exists", id))
+			return settle(stressOut{}, idem.Errorf(codeThingExists, "%s exists", id))
 		}
 		return settle(ok, nil)
 	case p < 82:
@@ -164,7 +164,7 @@ func stressOps(rec *stressRecorder) []idem.Operation {
 			Name: name, Method: "POST", Path: path, Summary: "Stress " + name, SideEffect: idem.SideEffectWrite,
 			Idempotent: idempotent, RuntimeRetry: retry, Timeout: stressAttemptTimeout, SuccessStatus: http.StatusCreated,
 			Retry:  idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: stressReadOp, Rationale: "one effect per key"},
-			Errors: []idem.DeclaredError{{Code: idem.CodeBusinessExists, Status: 409, Message: "exists"}},
+			Errors: []idem.DeclaredError{{Code: codeThingExists, Status: 409, Message: "exists"}},
 		}, func(ctx context.Context, call *idem.Call, in stressWriteIn) (stressOut, error) {
 			return rec.handle(ctx, call, in.Name, true)
 		})
@@ -328,8 +328,8 @@ func (r *stressReport) finish() {
 // replays (keyed only): "status code".
 var stressAllowed = map[stressKind][]string{
 	stressRead:    {"200 ", "500 EXECUTION_FAILED", "504 TIMEOUT", "499 CANCELLED"},
-	stressUnkeyed: {"201 ", "409 BUSINESS_EXISTS", "500 EXECUTION_FAILED", "504 TIMEOUT", "499 CANCELLED"},
-	stressKeyed: {"201 ", "409 BUSINESS_EXISTS", "500 EXECUTION_FAILED", "504 TIMEOUT", "499 CANCELLED",
+	stressUnkeyed: {"201 ", "409 THING_EXISTS", "500 EXECUTION_FAILED", "504 TIMEOUT", "499 CANCELLED"},
+	stressKeyed: {"201 ", "409 THING_EXISTS", "500 EXECUTION_FAILED", "504 TIMEOUT", "499 CANCELLED",
 		"409 IDEMPOTENCY_KEY_IN_FLIGHT", "409 IDEMPOTENCY_RESULT_INDETERMINATE", "422 IDEMPOTENCY_KEY_REUSED"},
 }
 

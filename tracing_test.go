@@ -107,7 +107,7 @@ func tracedCreate(seen chan<- trace.SpanContext) idem.Operation {
 		seen <- trace.SpanFromContext(ctx).SpanContext()
 		switch {
 		case strings.HasPrefix(in.Name, "fail-"):
-			return thing{}, idem.Errorf(idem.CodeBusinessExists, "a thing named %q exists", in.Name)
+			return thing{}, idem.Errorf(codeThingExists, "a thing named %q exists", in.Name)
 		case strings.HasPrefix(in.Name, "panic-"):
 			panic("the handler broke on " + in.Name)
 		}
@@ -193,7 +193,7 @@ func TestTracingIdempotencyStates(t *testing.T) {
 		{"first", call{op: "thing.create", body: `{"name":"b"}`, key: "k2"}, "new", ""},
 		{"reused", call{op: "thing.create", body: `{"name":"other"}`, key: "k2"}, "reused", idem.CodeIdempotencyKeyReused},
 		{"invalid input, key not consumed", call{op: "thing.create", body: `{"name":""}`, key: "k3"}, "unreserved", idem.CodeInvalidInput},
-		{"declared error, stored", call{op: "thing.create", body: `{"name":"fail-x"}`, key: "k4"}, "new", idem.CodeBusinessExists},
+		{"declared error, stored", call{op: "thing.create", body: `{"name":"fail-x"}`, key: "k4"}, "new", codeThingExists},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

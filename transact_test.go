@@ -92,7 +92,7 @@ func txCreateOp(entered, release chan struct{}) idem.Operation {
 		}
 		switch in.Fail {
 		case "declared":
-			return thing{}, idem.Errorf(idem.CodeBusinessExists, "a thing named %q exists", in.Name)
+			return thing{}, idem.Errorf(codeThingExists, "a thing named %q exists", in.Name)
 		case "internal":
 			return thing{}, errors.New("the handler failed after its write")
 		case "block":
@@ -169,9 +169,9 @@ func TestTransactionalDeclaredErrorIsStoredWithoutItsWrites(t *testing.T) {
 		{
 			clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 			f := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(nil, nil), showOp()})
-			expect(t, f.do(t.Context(), txCall("c", "declared", "k1")), http.StatusConflict, idem.CodeBusinessExists)
+			expect(t, f.do(t.Context(), txCall("c", "declared", "k1")), http.StatusConflict, codeThingExists)
 			again := f.do(t.Context(), txCall("c", "declared", "k1"))
-			expect(t, again, http.StatusConflict, idem.CodeBusinessExists)
+			expect(t, again, http.StatusConflict, codeThingExists)
 			if !again.Replayed {
 				t.Error("the declared error was not replayed")
 			}

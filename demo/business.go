@@ -62,7 +62,7 @@ func (a *App) businessCreate() idem.Operation {
 				"A key persisted before the first call lets an ambiguous create be resent and answered with the original result.",
 		},
 		Errors: []idem.DeclaredError{
-			{Code: idem.CodeBusinessExists, Status: http.StatusConflict, Message: "A business with this slug already exists in the org (a stored outcome: a same-key retry replays it)."},
+			{Code: CodeBusinessExists, Status: http.StatusConflict, Message: "A business with this slug already exists in the org (a stored outcome: a same-key retry replays it)."},
 		},
 		SuccessStatus: http.StatusCreated,
 	}, func(ctx context.Context, call *idem.Call, in businessCreateIn) (Business, error) {
@@ -74,7 +74,7 @@ func (a *App) businessCreate() idem.Operation {
 				return err
 			}
 			if n == 0 {
-				return idem.Errorf(idem.CodeBusinessExists, "a business with slug %q already exists in this org; choose another slug or run business.show", b.Slug)
+				return idem.Errorf(CodeBusinessExists, "a business with slug %q already exists in this org; choose another slug or run business.show", b.Slug)
 			}
 			return nil
 		})

@@ -307,19 +307,19 @@ func TestRefundAlreadyRefunded(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *testEnv) {
 		e.call(t, refund("", "ord_5", `{"amount": 5000}`, "half-1")).must(t, 200, "")
 		e.call(t, refund("demo-agent-2", "ord_5", `{"amount": 5000}`, "half-2")).must(t, 200, "")
-		r := e.call(t, refund("", "ord_5", `{"amount": 1}`, "one-more")).must(t, 409, idem.CodeAlreadyRefunded)
+		r := e.call(t, refund("", "ord_5", `{"amount": 1}`, "one-more")).must(t, 409, CodeAlreadyRefunded)
 		if r.Detail["remaining"] != float64(0) || r.Detail["orderId"] != "ord_5" || r.Meta.Idempotency == nil || r.Meta.Idempotency.Replayed {
 			t.Fatalf("first answer: %s", r.Raw)
 		}
 		// Stored: the same key replays the 409.
-		again := e.call(t, refund("", "ord_5", `{"amount": 1}`, "one-more")).must(t, 409, idem.CodeAlreadyRefunded)
+		again := e.call(t, refund("", "ord_5", `{"amount": 1}`, "one-more")).must(t, 409, CodeAlreadyRefunded)
 		if !again.Meta.Idempotency.Replayed || again.Meta.ExecutionID != r.Meta.ExecutionID {
 			t.Fatalf("replay: %s", again.Raw)
 		}
 		// A partial refund past the remaining amount is refused too.
 		e.call(t, refund("", "ord_6", `{"amount": 4000}`, "part-1")).must(t, 200, "")
 		r = e.call(t, refund("", "ord_6", `{"amount": 4000}`, "part-2")).must(t, 200, "")
-		r = e.call(t, refund("", "ord_6", `{"amount": 2001}`, "part-3")).must(t, 409, idem.CodeAlreadyRefunded)
+		r = e.call(t, refund("", "ord_6", `{"amount": 2001}`, "part-3")).must(t, 409, CodeAlreadyRefunded)
 		if r.Detail["remaining"] != float64(2000) {
 			t.Fatalf("remaining: %s", r.Raw)
 		}
@@ -478,7 +478,7 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("repeat: %+v, want %+v", same, created)
 		}
 		// Another quantity conflicts, showing the current row.
-		r := e.call(t, createLimit("sub_1", `{"subject": "api_calls", "quantity": 200}`)).must(t, 409, idem.CodeLimitConflict)
+		r := e.call(t, createLimit("sub_1", `{"subject": "api_calls", "quantity": 200}`)).must(t, 409, CodeLimitConflict)
 		current, _ := r.Detail["current"].(map[string]any)
 		if current["id"] != created.ID || current["quantity"] != float64(100) {
 			t.Fatalf("conflict: %s", r.Raw)
@@ -493,13 +493,13 @@ func TestLimits(t *testing.T) {
 		if updated.Quantity != 200 || updated.Version != 2 || updated.UpdatedAt.Before(created.UpdatedAt) {
 			t.Fatalf("updated: %+v", updated)
 		}
-		e.call(t, createLimit("sub_1", `{"subject": "api_calls", "quantity": 100}`)).must(t, 409, idem.CodeLimitConflict)
+		e.call(t, createLimit("sub_1", `{"subject": "api_calls", "quantity": 100}`)).must(t, 409, CodeLimitConflict)
 		// Back to 100: same quantity, but changed since creation.
 		e.call(t, req{op: "limit.update", path: map[string]string{"id": created.ID}, body: `{"quantity": 100}`}).must(t, 200, "").into(t, &updated)
 		if updated.Version != 3 {
 			t.Fatalf("updated: %+v", updated)
 		}
-		r = e.call(t, createLimit("sub_1", `{"subject": "api_calls", "quantity": 100}`)).must(t, 409, idem.CodeLimitConflict)
+		r = e.call(t, createLimit("sub_1", `{"subject": "api_calls", "quantity": 100}`)).must(t, 409, CodeLimitConflict)
 		if current, _ := r.Detail["current"].(map[string]any); current["version"] != float64(3) {
 			t.Fatalf("conflict: %s", r.Raw)
 		}

@@ -57,7 +57,7 @@ func (a *App) limitOperations() []idem.Operation {
 				Rationale: "A limit is identified by its subscription and subject, so an exact repeat finds the row the first call created (200) instead of creating another, and a row that differs or changed since answers LIMIT_CONFLICT rather than stale success. After an ambiguous result run limit.list, and repeat only if the limit is still missing."},
 			SuccessStatus: http.StatusCreated,
 			Errors: []idem.DeclaredError{unknownSubscription,
-				idem.Declare(idem.CodeLimitConflict, "A limit for this subject exists with another quantity or changed since it was created (details.current); change it with limit.update.")},
+				idem.Declare(CodeLimitConflict, "A limit for this subject exists with another quantity or changed since it was created (details.current); change it with limit.update.")},
 		}, a.createLimit),
 
 		idem.Define(idem.Metadata{
@@ -129,7 +129,7 @@ func (a *App) createLimit(ctx context.Context, call *idem.Call, in limitCreateIn
 			return fmt.Errorf("read limit: %w", err)
 		}
 		if current.Quantity != in.Quantity || current.Version != 1 {
-			return idem.Errorf(idem.CodeLimitConflict, "the limit for subject %q of subscription %s exists with quantity %d (version %d) and differs from this request or changed since it was created; change it with limit.update %s",
+			return idem.Errorf(CodeLimitConflict, "the limit for subject %q of subscription %s exists with quantity %d (version %d) and differs from this request or changed since it was created; change it with limit.update %s",
 				in.Subject, in.Sub, current.Quantity, current.Version, current.ID).WithDetail("current", current)
 		}
 		out = current

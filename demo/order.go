@@ -101,7 +101,7 @@ func (a *App) orderOperations() []idem.Operation {
 				Rationale: "A refund moves money, so a retry must replay the first attempt's result rather than refund again; the handler forwards its execution key to the payment gateway, which deduplicates on it, so its own runtime retry is safe too. A replay proves what that attempt did, not the order's current state: run order.show before reporting it."},
 			Approval: idem.ApprovalPolicy,
 			Errors: []idem.DeclaredError{unknownOrder,
-				idem.Declare(idem.CodeAlreadyRefunded, "The refund exceeds what is left to refund on the order (details.remaining); run order.show to see its refunds.")},
+				idem.Declare(CodeAlreadyRefunded, "The refund exceeds what is left to refund on the order (details.remaining); run order.show to see its refunds.")},
 		}, a.refundOrder).WithPolicies(refundApprovalPolicy),
 	}
 }
@@ -181,7 +181,7 @@ func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) 
 			return nil
 		}
 		if in.Amount > order.Remaining {
-			return idem.Errorf(idem.CodeAlreadyRefunded, "order %s has %d of %d cents left to refund; a refund of %d cents would exceed it", in.ID, order.Remaining, order.Amount, in.Amount).
+			return idem.Errorf(CodeAlreadyRefunded, "order %s has %d of %d cents left to refund; a refund of %d cents would exceed it", in.ID, order.Remaining, order.Amount, in.Amount).
 				WithDetail("orderId", in.ID).WithDetail("orderAmount", order.Amount).
 				WithDetail("refunded", order.Refunded).WithDetail("remaining", order.Remaining)
 		}

@@ -45,7 +45,7 @@ func TestOrderRefundsBounded(t *testing.T) {
 		if o := e.order(t, "ord_20"); o.Refunded != n+5000 || o.RefundCount != n+1 || o.Refunds[len(o.Refunds)-1].Amount != 5000 {
 			t.Fatalf("after a larger refund: %+v", o)
 		}
-		e.call(t, refund("", "ord_20", fmt.Sprintf(`{"amount": %d}`, 10000-n-5000+1), "too-much")).must(t, 409, idem.CodeAlreadyRefunded)
+		e.call(t, refund("", "ord_20", fmt.Sprintf(`{"amount": %d}`, 10000-n-5000+1), "too-much")).must(t, 409, CodeAlreadyRefunded)
 		e.call(t, refund("", "ord_20", fmt.Sprintf(`{"amount": %d}`, 10000-n-5000), "the-rest")).must(t, 200, "")
 	})
 }

@@ -104,11 +104,11 @@ func TestBusinesses(t *testing.T) {
 		}
 
 		// The same slug under a new key is a stored 409, replayed as 409.
-		dup := e.call(t, req{op: "business.create", body: `{"slug":"quillby","name":"Other"}`, key: "k-create-2"}).must(t, 409, idem.CodeBusinessExists)
+		dup := e.call(t, req{op: "business.create", body: `{"slug":"quillby","name":"Other"}`, key: "k-create-2"}).must(t, 409, CodeBusinessExists)
 		if dup.Meta.Idempotency == nil || dup.Meta.Idempotency.Replayed {
 			t.Fatalf("first 409: meta %+v", dup.Meta)
 		}
-		again := e.call(t, req{op: "business.create", body: `{"slug":"quillby","name":"Other"}`, key: "k-create-2"}).must(t, 409, idem.CodeBusinessExists)
+		again := e.call(t, req{op: "business.create", body: `{"slug":"quillby","name":"Other"}`, key: "k-create-2"}).must(t, 409, CodeBusinessExists)
 		if again.Meta.Idempotency == nil || !again.Meta.Idempotency.Replayed || again.Meta.ExecutionID != dup.Meta.ExecutionID {
 			t.Fatalf("replayed 409: meta %+v, first execution %s", again.Meta, dup.Meta.ExecutionID)
 		}

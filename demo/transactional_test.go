@@ -56,7 +56,7 @@ func TestInCallSharesTheStoreTransaction(t *testing.T) {
 			Name: "test.write_then_fail", Method: http.MethodPost, Path: "/v1/test/write-then-fail",
 			Summary: "Insert a business, then fail as asked", SideEffect: idem.SideEffectWrite,
 			Retry:  idem.RetryContract{Transactional: true, Kind: idem.RetrySameKeyReplay, Reconcile: "business.show", Rationale: "A test operation."},
-			Errors: []idem.DeclaredError{{Code: idem.CodeBusinessExists, Status: http.StatusConflict, Message: "asked to fail with a 409"}},
+			Errors: []idem.DeclaredError{{Code: CodeBusinessExists, Status: http.StatusConflict, Message: "asked to fail with a 409"}},
 		}, func(ctx context.Context, call *idem.Call, in in) (Business, error) {
 			err := e.app.db.InCall(ctx, call, func(tx *Tx) error {
 				_, err := tx.Exec(ctx, `INSERT INTO idem_demo_businesses (org, slug, name, created_by, created_at) VALUES (?, ?, ?, ?, ?)`,
@@ -68,7 +68,7 @@ func TestInCallSharesTheStoreTransaction(t *testing.T) {
 			}
 			switch in.Fail {
 			case "declared":
-				return Business{}, idem.Errorf(idem.CodeBusinessExists, "asked to fail with a 409")
+				return Business{}, idem.Errorf(CodeBusinessExists, "asked to fail with a 409")
 			case "once":
 				if failOnce {
 					failOnce = false
@@ -102,10 +102,10 @@ func TestInCallSharesTheStoreTransaction(t *testing.T) {
 			t.Fatalf("the same key sent again did not write: business.show = %d", s)
 		}
 
-		run.call(t, req{op: "test.write_then_fail", body: `{"slug":"tx-declared","fail":"declared"}`, key: "tx-2"}).must(t, 409, idem.CodeBusinessExists)
+		run.call(t, req{op: "test.write_then_fail", body: `{"slug":"tx-declared","fail":"declared"}`, key: "tx-2"}).must(t, 409, CodeBusinessExists)
 		if s := show("tx-declared"); s != 404 {
 			t.Fatalf("after a declared error the handler's write is visible: business.show = %d", s)
 		}
-		run.call(t, req{op: "test.write_then_fail", body: `{"slug":"tx-declared","fail":"declared"}`, key: "tx-2"}).must(t, 409, idem.CodeBusinessExists)
+		run.call(t, req{op: "test.write_then_fail", body: `{"slug":"tx-declared","fail":"declared"}`, key: "tx-2"}).must(t, 409, CodeBusinessExists)
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/httpapi"
 )
 
@@ -41,7 +42,7 @@ func testFailureCause(t *testing.T, newStore func(*testing.T, idem.Clock) idem.S
 		func(ctx context.Context, call *idem.Call, in jobIn) (map[string]string, error) {
 			switch in.How {
 			case "idem":
-				return nil, idem.Errorf(idem.CodeAlreadyRefunded, "%s", dirty)
+				return nil, idem.Errorf(demo.CodeAlreadyRefunded, "%s", dirty)
 			case "panic":
 				panic(dirty)
 			}

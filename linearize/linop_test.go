@@ -13,6 +13,7 @@ import (
 	_ "modernc.org/sqlite"             // the "sqlite" driver
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/pgstore"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -131,7 +132,7 @@ func linOperations(lt *linTable) []idem.Operation {
 			Retry: idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: linShowOp, Transactional: true,
 				Rationale: "Its effect commits with its record or not at all: a replay returns the one committed execution, a failure leaves nothing."},
 			SuccessStatus: http.StatusCreated,
-			Errors:        []idem.DeclaredError{idem.Declare(idem.CodeBusinessExists, "The body asked for a declared error (declare).")},
+			Errors:        []idem.DeclaredError{idem.Declare(demo.CodeBusinessExists, "The body asked for a declared error (declare).")},
 		}, linPut),
 		idem.Define(idem.Metadata{
 			Name: linShowOp, Method: "GET", Path: "/v1/lin/{id}",
@@ -161,7 +162,7 @@ func linPut(ctx context.Context, call *idem.Call, in linPutInput) (linView, erro
 	case in.FailAfterWrite:
 		return linView{}, errors.New("lin.put failed after its write (failAfterWrite)")
 	case in.Declare:
-		return linView{}, idem.Errorf(idem.CodeBusinessExists, "lin.put %q was asked to answer a declared error (declare)", in.ID)
+		return linView{}, idem.Errorf(demo.CodeBusinessExists, "lin.put %q was asked to answer a declared error (declare)", in.ID)
 	}
 	return linView{ID: in.ID, Executions: []string{call.ExecutionID}}, nil
 }

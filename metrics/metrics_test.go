@@ -23,6 +23,10 @@ type counts struct {
 	retries       float64
 }
 
+// codeBusinessExists is an application's declared business code (the
+// reference application's): a label like any other.
+const codeBusinessExists idem.Code = "BUSINESS_EXISTS"
+
 func TestObserve(t *testing.T) {
 	const op = "order.refund"
 	tests := []struct {
@@ -57,8 +61,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name:   "declared business error",
-			report: idem.Report{Status: 409, Code: idem.CodeBusinessExists, Keyed: true, Attempts: 1},
-			want:   counts{outcome: OutcomeFailed, code: idem.CodeBusinessExists},
+			report: idem.Report{Status: 409, Code: codeBusinessExists, Keyed: true, Attempts: 1},
+			want:   counts{outcome: OutcomeFailed, code: codeBusinessExists},
 		},
 		{
 			name:   "replay of a success",
@@ -67,8 +71,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name:   "replay of a stored business error",
-			report: idem.Report{Status: 409, Code: idem.CodeBusinessExists, Keyed: true, Replayed: true},
-			want:   counts{outcome: OutcomeReplayed, code: idem.CodeBusinessExists, replays: 1},
+			report: idem.Report{Status: 409, Code: codeBusinessExists, Keyed: true, Replayed: true},
+			want:   counts{outcome: OutcomeReplayed, code: codeBusinessExists, replays: 1},
 		},
 		{
 			name:   "in-flight conflict",

@@ -61,14 +61,14 @@ func TestApplicationWritesShareTheWriter(t *testing.T) {
 	}
 	// A declared error comes back as it is; a statement refused for its
 	// data is INTERNAL (a bug, not an outage); neither leaves a row behind.
-	declared := idem.Errorf(idem.CodeBusinessExists, "exists")
+	declared := &idem.Error{Code: "ROW_EXISTS", Status: 409, Message: "exists"}
 	err = s.Write(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app_rows (n) VALUES (-1)`); err != nil {
 			return err
 		}
 		return declared
 	})
-	if idem.ErrorCode(err) != idem.CodeBusinessExists {
+	if idem.ErrorCode(err) != declared.Code {
 		t.Errorf("declared error came back as %v", err)
 	}
 	err = s.Write(t.Context(), func(ctx context.Context, tx *sql.Tx) error {

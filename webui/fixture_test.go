@@ -50,6 +50,16 @@ var overLimit = idem.PolicyFor("refund-limit", func(ctx context.Context, p idem.
 // message holds markup.
 const failingAmount = 13
 
+// codeAlreadyRefunded is the fixture application's business code,
+// registered the way an application registers its own.
+const codeAlreadyRefunded idem.Code = "ALREADY_REFUNDED"
+
+func init() {
+	idem.RegisterCodes(map[idem.Code]idem.CodeInfo{
+		codeAlreadyRefunded: {Status: 409, Title: "Already refunded", Action: "Run order.show to see the order's refunds."},
+	})
+}
+
 // fixture is a console over a real runner and SQLite store, with a fake
 // clock for sessions.
 type fixture struct {
@@ -90,7 +100,7 @@ func newFixture(t *testing.T) *fixture {
 		Approval: idem.ApprovalPolicy,
 	}, func(ctx context.Context, call *idem.Call, in refundIn) (refundOut, error) {
 		if in.Amount == failingAmount {
-			return refundOut{}, idem.Errorf(idem.CodeAlreadyRefunded, "<script>alert(1)</script> was refunded\non 2026-11-30")
+			return refundOut{}, idem.Errorf(codeAlreadyRefunded, "<script>alert(1)</script> was refunded\non 2026-11-30")
 		}
 		return refundOut{Refunded: in.Amount}, nil
 	}).WithPolicies(overLimit)

@@ -227,7 +227,7 @@ func TestExecutionWhoseReinvocationIsRemoved(t *testing.T) {
 func TestTimelineShowsTheCause(t *testing.T) {
 	f := newFixture(t)
 	out := f.refund(alice, failingAmount, "")
-	if out["code"] != string(idem.CodeAlreadyRefunded) {
+	if out["code"] != string(codeAlreadyRefunded) {
 		t.Fatalf("refund: %v", out)
 	}
 	id := out["meta"].(map[string]any)["executionId"].(string)
