@@ -101,3 +101,17 @@ func FinalState(status int) AttemptState {
 	}
 	return AttemptCompleted
 }
+
+// AttemptView is the wire form of an attempt record (SPEC §10.1).
+type AttemptView struct {
+	Key             string       `json:"key"`
+	Operation       string       `json:"operation"`
+	State           AttemptState `json:"state"`
+	Fingerprint     string       `json:"fingerprint"`
+	ExecutionID     string       `json:"executionId"`
+	Status          *int         `json:"status"`
+	CreatedAt       time.Time    `json:"createdAt"`
+	CompletedAt     *time.Time   `json:"completedAt"`
+	ExpiresAt       time.Time    `json:"expiresAt"`
+	SecretExpiresAt *time.Time   `json:"secretExpiresAt,omitempty"`
+}

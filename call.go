@@ -34,7 +34,7 @@ type Call struct {
 	// LeaseDeadline is when the lease of the reservation ends at the
 	// latest, by this instance's monotonic clock (conservative: taken
 	// before the reservation was sent); zero for unkeyed calls and dry
-	// runs. The handler's ctx ends RunnerConfig.LeaseMargin before it, or
+	// runs. The handler's ctx ends pipeline.Config.LeaseMargin before it, or
 	// at the attempt's timeout if that comes first. Forward it (or the time
 	// left until it) downstream: past it, another caller may already have
 	// been told that the result is indeterminate.
@@ -99,6 +99,20 @@ func CallFromContext(ctx context.Context) (*Call, bool) {
 	return c, ok
 }
 
-func withCall(ctx context.Context, c *Call) context.Context {
+// Status returns the status the handler set with SetStatus, 0 for none.
+func (c *Call) Status() int { return c.status }
+
+// ResponseHeader returns the headers the handler set with Header, nil for
+// none.
+func (c *Call) ResponseHeader() http.Header { return c.header }
+
+// WithTransaction makes tx the store's transaction the call's handler
+// writes through (Transaction). The engine (package pipeline) sets it
+// before a transactional operation's handler runs.
+func WithTransaction(c *Call, tx any) { c.tx = tx }
+
+// WithCall returns ctx carrying c, for CallFromContext: the engine gives
+// it to the handler of each attempt.
+func WithCall(ctx context.Context, c *Call) context.Context {
 	return context.WithValue(ctx, callKey{}, c)
 }

@@ -82,7 +82,7 @@ func (o *Op[In, Out]) Metadata() Metadata { return o.meta }
 // Operation is a declared operation of any input and output types.
 type Operation interface {
 	Metadata() Metadata
-	compile() (*compiled, error)
+	compile() (*Compiled, error)
 }
 
 // Param is one flat argument of an operation and where it travels.
@@ -100,8 +100,10 @@ type Param struct {
 	kind reflect.Kind
 }
 
-// compiled is the non-generic form of an operation the runner executes.
-type compiled struct {
+// Compiled is a registered operation in the form the engine (package
+// pipeline) runs it: its metadata, flat arguments, schemas, policies and
+// handlers, checked by NewRegistry. Its accessors are read-only views.
+type Compiled struct {
 	meta     Metadata
 	params   []Param
 	input    *schema.Schema
@@ -115,7 +117,7 @@ type compiled struct {
 	raw *RawSpec
 }
 
-func (o *Op[In, Out]) compile() (*compiled, error) {
+func (o *Op[In, Out]) compile() (*Compiled, error) {
 	meta := o.meta.WithDefaults()
 	if o.handler == nil {
 		return nil, fmt.Errorf("operation %q: no handler", meta.Name)
@@ -133,7 +135,7 @@ func (o *Op[In, Out]) compile() (*compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operation %q: %w", meta.Name, err)
 	}
-	c := &compiled{
+	c := &Compiled{
 		meta: meta, params: params, input: input, output: output, policies: o.policies,
 		decode: func(raw []byte) (any, error) {
 			var in In
@@ -240,7 +242,7 @@ func headerInput(name string) (string, error) {
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; !(c == '-' || c == '!' || c == '#' || c == '$' || c == '%' || c == '&' || c == '\'' || c == '*' || c == '+' ||
-			c == '.' || c == '^' || c == '_' || c == '`' || c == '|' || c == '~' || isDigit(c) || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')) {
+			c == '.' || c == '^' || c == '_' || c == '`' || c == '|' || c == '~' || ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')) {
 			return "", fmt.Errorf("header:%q is not a header name (RFC 9110 token: letters, digits and !#$%%&'*+-.^_`|~)", name)
 		}
 	}
@@ -249,6 +251,10 @@ func headerInput(name string) (string, error) {
 	}
 	return textproto.CanonicalMIMEHeaderKey(name), nil
 }
+
+// Kind is the Go kind of a path, query or header argument's value, which
+// its string is read as.
+func (p Param) Kind() reflect.Kind { return p.kind }
 
 // schemaType names a scalar kind's JSON Schema type.
 func schemaType(k reflect.Kind) string {
@@ -273,3 +279,45 @@ func scalarKind(k reflect.Kind) bool {
 	}
 	return false
 }
+
+// Metadata returns the operation's metadata, defaults filled in.
+func (c *Compiled) Metadata() Metadata { return c.meta }
+
+// Params returns the flat arguments (read-only).
+func (c *Compiled) Params() []Param { return c.params }
+
+// Policies returns the operation's own policies (read-only).
+func (c *Compiled) Policies() []Policy { return c.policies }
+
+// Raw returns the spec of a raw operation (DefineRaw), nil for a typed one.
+func (c *Compiled) Raw() *RawSpec { return c.raw }
+
+// ValidateInput validates the flat argument object against the input
+// schema; nil when it conforms.
+func (c *Compiled) ValidateInput(args []byte) []schema.FieldError { return c.input.Validate(args) }
+
+// RequiresInput reports whether the input schema requires the argument.
+func (c *Compiled) RequiresInput(name string) bool { return c.input.Requires(name) }
+
+// ValidateOutput validates an encoded output against the output schema.
+func (c *Compiled) ValidateOutput(out []byte) []schema.FieldError { return c.output.Validate(out) }
+
+// Decode decodes the validated flat argument object into the operation's
+// input type (a raw operation's input is built by the engine).
+func (c *Compiled) Decode(args []byte) (any, error) { return c.decode(args) }
+
+// Invoke runs the handler once.
+func (c *Compiled) Invoke(ctx context.Context, call *Call, in any) (any, error) {
+	return c.invoke(ctx, call, in)
+}
+
+// HasPreview reports whether the operation has a preview handler.
+func (c *Compiled) HasPreview() bool { return c.preview != nil }
+
+// Preview runs the preview handler once (HasPreview).
+func (c *Compiled) Preview(ctx context.Context, call *Call, in any) (any, error) {
+	return c.preview(ctx, call, in)
+}
+
+// Descriptor returns what the surfaces publish of the operation.
+func (c *Compiled) Descriptor() Descriptor { return c.descriptor() }

@@ -180,8 +180,8 @@ func NewProblem(e *Error, meta *Meta) *Problem {
 	}
 }
 
-// problemResult is the Result for a problem, rendered.
-func problemResult(p *Problem) Result {
+// ProblemResult is the Result for a problem, rendered.
+func ProblemResult(p *Problem) Result {
 	return Result{Status: p.Status, Header: http.Header{}, Problem: p, Meta: p.Meta, body: marshalProblem(p)}
 }
 
@@ -209,8 +209,8 @@ func marshalProblem(p *Problem) []byte {
 	return body
 }
 
-// successResult is the Result for data, rendered as the envelope.
-func successResult(status int, h http.Header, data json.RawMessage, meta *Meta) Result {
+// SuccessResult is the Result for data, rendered as the envelope.
+func SuccessResult(status int, h http.Header, data json.RawMessage, meta *Meta) Result {
 	body, _ := json.Marshal(Envelope{Data: data, Meta: meta})
 	return Result{Status: status, Header: h, Data: data, Meta: meta, body: body}
 }
@@ -218,13 +218,13 @@ func successResult(status int, h http.Header, data json.RawMessage, meta *Meta) 
 // ErrorResult is the Result for an error raised outside the pipeline
 // (routing, auth, body limits), with the same shape as the pipeline's.
 func ErrorResult(err error, meta *Meta) Result {
-	return problemResult(NewProblem(AsError(err), meta))
+	return ProblemResult(NewProblem(AsError(err), meta))
 }
 
-// markReplayed is the replay of a stored body (envelope or problem): the
+// ReplayResult is the replay of a stored body (envelope or problem): the
 // same answer with meta.idempotency.replayed = true, data kept byte for
 // byte.
-func markReplayed(status int, header http.Header, stored []byte, key string) (Result, error) {
+func ReplayResult(status int, header http.Header, stored []byte, key string) (Result, error) {
 	replayed := &IdempotencyMeta{Key: key, Replayed: true}
 	if status >= 400 {
 		var p Problem
@@ -253,6 +253,16 @@ func markReplayed(status int, header http.Header, stored []byte, key string) (Re
 		e.Data = body[n : n+len(e.Data) : n+len(e.Data)]
 	}
 	return Result{Status: status, Header: header, Data: e.Data, Meta: e.Meta, Replayed: true, body: body}, err
+}
+
+// Footprint is the bytes r holds: its rendering, and its Data when that is
+// a copy rather than a part of the rendering (ReplayResult shares it).
+func (r Result) Footprint() int {
+	size := len(r.body)
+	if n := len(envelopePrefix); len(r.Data) > 0 && (len(r.body) <= n || &r.Data[0] != &r.body[n]) {
+		size += len(r.Data)
+	}
+	return size
 }
 
 // envelopePrefix opens every rendered envelope.

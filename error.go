@@ -132,3 +132,48 @@ func (e *AttemptExistsError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrAttemptExists) match.
 func (e *AttemptExistsError) Unwrap() error { return ErrAttemptExists }
+
+// retryable marks a handler error as safe to retry.
+type retryable struct{ err error }
+
+func (r retryable) Error() string { return r.err.Error() }
+
+func (r retryable) Unwrap() error { return r.err }
+
+// Retryable marks err as transient: the runtime may retry the attempt when
+// the operation allows runtime retries (SPEC §7).
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return retryable{err}
+}
+
+// IsRetryable reports whether err was marked with Retryable.
+func IsRetryable(err error) bool {
+	var r retryable
+	return errors.As(err, &r)
+}
+
+// maxListedErrors bounds details.errors, so that a body with an error in
+// each of its many items answers a bounded problem object, not one larger
+// than the body.
+const maxListedErrors = 100
+
+// InvalidInput is the INVALID_INPUT error of problems, each {path,
+// message}: the first in its message, at most maxListedErrors in
+// details.errors.
+func InvalidInput(problems []map[string]string) *Error {
+	msg := problems[0]["message"]
+	if p := problems[0]["path"]; p != "" {
+		msg = p + ": " + msg
+	}
+	switch n := len(problems); {
+	case n > maxListedErrors:
+		msg += fmt.Sprintf(" (and %d more; details.errors lists the first %d)", n-1, maxListedErrors)
+		problems = problems[:maxListedErrors]
+	case n > 1:
+		msg += fmt.Sprintf(" (and %d more in details.errors)", n-1)
+	}
+	return Errorf(CodeInvalidInput, "invalid input: %s", msg).WithDetail("errors", problems)
+}

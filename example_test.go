@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -40,12 +41,12 @@ func exampleStore() (idem.Store, func()) {
 }
 
 // exampleRunner builds the registry of ops and a quiet Runner on store.
-func exampleRunner(store idem.Store, ops ...idem.Operation) *idem.Runner {
+func exampleRunner(store idem.Store, ops ...idem.Operation) *pipeline.Runner {
 	reg, err := idem.NewRegistry(ops...)
 	if err != nil {
 		log.Fatal(err)
 	}
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func ExampleDefine() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,7 +27,7 @@ type Invocation struct {
 	DryRun bool
 	// Wait is how long the caller waits on an in-flight record before it
 	// is answered (Prefer: wait=N); the runner caps it
-	// (RunnerConfig.MaxWait).
+	// (pipeline.Config.MaxWait).
 	Wait time.Duration
 	// Connection, when set, ends when the caller's connection drops (an
 	// HTTP client hanging up, an MCP stream closing). It cancels the call,

@@ -63,9 +63,9 @@ func PolicyFor[In any](name string, evaluate func(ctx context.Context, p Princip
 	}}
 }
 
-// evaluatePolicies runs every policy and combines them by precedence; the
+// EvaluatePolicies runs every policy and combines them by precedence; the
 // returned reason is the strongest policy's. A failure is POLICY_FAILED.
-func evaluatePolicies(ctx context.Context, policies []Policy, in PolicyInput) (PolicyDecision, []string, error) {
+func EvaluatePolicies(ctx context.Context, policies []Policy, in PolicyInput) (PolicyDecision, []string, error) {
 	final := PolicyDecision{Effect: Allow}
 	var record []string
 	for _, p := range policies {

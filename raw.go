@@ -99,7 +99,7 @@ type rawOp struct {
 
 func (o *rawOp) Metadata() Metadata { return o.meta }
 
-func (o *rawOp) compile() (*compiled, error) {
+func (o *rawOp) compile() (*Compiled, error) {
 	meta := o.meta.WithDefaults()
 	if !rawName.MatchString(meta.Name) {
 		return nil, fmt.Errorf("operation %q: a raw operation's name is 1 to 128 letters, digits, '_', '.' or '-'", meta.Name)
@@ -134,7 +134,7 @@ func (o *rawOp) compile() (*compiled, error) {
 		params[i] = p
 	}
 	spec := o.spec
-	c := &compiled{
+	c := &Compiled{
 		meta: meta, params: params, input: input, output: output, raw: &spec,
 		invoke: func(ctx context.Context, call *Call, in any) (any, error) {
 			return spec.Handler(ctx, call, in.(RawRequest))
@@ -179,45 +179,15 @@ func IsNotDispatched(err error) bool {
 	return errors.As(err, &n)
 }
 
-// rawRequest is the RawRequest of the call, once validated.
-func (x *execution) rawRequest() RawRequest {
-	return RawRequest{
-		Method: x.op.meta.Method, Path: x.concretePath(), PathParams: x.inv.Intent.PathParams,
-		Query: x.inv.Intent.Query, Header: x.inv.Intent.Passthrough, Body: x.inv.Intent.Body,
-	}
-}
-
-// opaqueBody is the media type of a raw operation's body when it is not
-// JSON (its fingerprint then hashes the bytes, and stage 4 does not read
-// it), "" otherwise.
-func (x *execution) opaqueBody() string {
-	if x.op.raw == nil || len(x.inv.Intent.Body) == 0 {
-		return ""
-	}
-	mt, isJSON := mediaType(x.inv.Intent.ContentType)
-	if isJSON {
-		return ""
-	}
-	return mt
-}
-
-// mediaType returns the media type of a Content-Type value, lower case,
+// MediaType returns the media type of a Content-Type value, lower case,
 // and whether it is JSON (application/json, or a +json suffix; absent
 // counts as JSON, the default of a body the surface decodes).
-func mediaType(contentType string) (string, bool) {
+func MediaType(contentType string) (string, bool) {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		mt = strings.ToLower(strings.TrimSpace(contentType))
 	}
 	return mt, mt == "" || mt == "application/json" || strings.HasSuffix(mt, "+json")
-}
-
-// rawResult is the answer of a raw operation's handler: its status,
-// headers and body as they are, with the execution in Meta (the store
-// keeps the replayable headers only). Data is the body when it is JSON (for
-// surfaces that wrap it, MCP).
-func (x *execution) rawResult(status int, header http.Header, body []byte) Result {
-	return rawAnswer(status, header, body, x.meta())
 }
 
 // RawResultOf is the Result of a raw operation's answer received as bytes
@@ -231,13 +201,13 @@ func RawResultOf(status int, header http.Header, body []byte, meta *Meta) Result
 	if m.Idempotency != nil {
 		m.Idempotency = &IdempotencyMeta{Key: m.Idempotency.Key, Replayed: replayed}
 	}
-	res := rawAnswer(status, header, body, &m)
+	res := RawResult(status, header, body, &m)
 	res.Replayed = replayed
 	return res
 }
 
-// rawAnswer is a raw operation's answer, fresh or replayed.
-func rawAnswer(status int, header http.Header, body []byte, meta *Meta) Result {
+// RawResult is a raw operation's answer, fresh or replayed.
+func RawResult(status int, header http.Header, body []byte, meta *Meta) Result {
 	h := header.Clone()
 	if h == nil {
 		h = http.Header{}
@@ -246,7 +216,7 @@ func rawAnswer(status int, header http.Header, body []byte, meta *Meta) Result {
 		body = []byte{}
 	}
 	res := Result{Status: status, Header: h, Raw: true, Meta: meta, body: body}
-	if _, isJSON := mediaType(h.Get("Content-Type")); isJSON && json.Valid(body) {
+	if _, isJSON := MediaType(h.Get("Content-Type")); isJSON && json.Valid(body) {
 		res.Data = body
 	}
 	return res

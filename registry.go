@@ -12,7 +12,7 @@ import (
 // registration rule of SPEC §3. NewRegistry is the only way to make one, so
 // a Registry is always valid.
 type Registry struct {
-	ops    map[string]*compiled
+	ops    map[string]*Compiled
 	sorted []string
 }
 
@@ -41,7 +41,7 @@ var reservedArguments = []string{"idempotencyKey", "dryRun"}
 // operations with one name or one method and path; route parameters that
 // do not match the input's path fields; argument names that collide.
 func NewRegistry(ops ...Operation) (*Registry, error) {
-	r := &Registry{ops: map[string]*compiled{}}
+	r := &Registry{ops: map[string]*Compiled{}}
 	routes := map[string]string{}
 	var errs []error
 	for _, op := range ops {
@@ -92,7 +92,7 @@ func NewRegistry(ops ...Operation) (*Registry, error) {
 }
 
 // checkOperation checks the rules that need the compiled operation.
-func checkOperation(c *compiled) error {
+func checkOperation(c *Compiled) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("operation %q: %s", c.meta.Name, fmt.Sprintf(format, args...))
 	}
@@ -134,6 +134,12 @@ func checkOperation(c *compiled) error {
 func (r *Registry) Names() []string { return append([]string(nil), r.sorted...) }
 
 // Describe returns the descriptor of an operation.
+// Lookup returns a registered operation as the engine runs it.
+func (r *Registry) Lookup(name string) (*Compiled, bool) {
+	c, ok := r.ops[name]
+	return c, ok
+}
+
 func (r *Registry) Describe(name string) (Descriptor, bool) {
 	c, ok := r.ops[name]
 	if !ok {
@@ -142,7 +148,7 @@ func (r *Registry) Describe(name string) (Descriptor, bool) {
 	return c.descriptor(), true
 }
 
-func (c *compiled) descriptor() Descriptor {
+func (c *Compiled) descriptor() Descriptor {
 	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(),
 		Params: append([]Param(nil), c.params...), Raw: c.raw != nil}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -36,7 +37,7 @@ func TestCallSendsHeaderArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/internal/pgtest"
 	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -19,7 +20,7 @@ import (
 // testEnv is the demo on a real store, called through a real Runner.
 type testEnv struct {
 	app    *App
-	runner *idem.Runner
+	runner *pipeline.Runner
 	store  idem.Store
 }
 
@@ -65,7 +66,7 @@ func newTestEnv(t *testing.T, storeURL string, cfg Config) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Clock: cfg.Clock, Sealer: box, Policies: app.Policies(), Logger: slog.New(slog.DiscardHandler)})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Clock: cfg.Clock, Sealer: box, Policies: app.Policies(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // transactionalOperations are the operations whose effects are rows of
@@ -81,7 +82,7 @@ func TestInCallSharesTheStoreTransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: e.store, Logger: slog.New(slog.DiscardHandler)})
+		runner, err := pipeline.New(reg, pipeline.Config{Store: e.store, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

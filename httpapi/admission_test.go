@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // heldBody is a request body that blocks its first Read until released,
@@ -75,7 +76,7 @@ func problemCode(t *testing.T, rec *httptest.ResponseRecorder) (idem.Code, bool)
 func TestBodyBeyondDecodeBudgetRefusedUnread(t *testing.T) {
 	const held = 2
 	// Every small body counts 1 KiB: the budget admits exactly held bodies.
-	s := startServerWith(t, sqliteStore, idem.RunnerConfig{DecodeBudget: held << 10, AdmissionWait: -1})
+	s := startServerWith(t, sqliteStore, pipeline.Config{DecodeBudget: held << 10, AdmissionWait: -1})
 	const create = "/v1/shops/acme/widgets"
 	var bodies []*heldBody
 	done := make(chan *httptest.ResponseRecorder, held)
@@ -124,7 +125,7 @@ func TestBodyBeyondDecodeBudgetRefusedUnread(t *testing.T) {
 // a same-key request for the running one still answers 409 (it needs no
 // execution); the refused key runs once there is room.
 func TestExecutionBeyondBoundRefused(t *testing.T) {
-	s := startServerWith(t, sqliteStore, idem.RunnerConfig{MaxExecutions: 1, AdmissionWait: -1})
+	s := startServerWith(t, sqliteStore, pipeline.Config{MaxExecutions: 1, AdmissionWait: -1})
 	const create = "/v1/shops/acme/widgets"
 	release := sync.OnceFunc(func() { close(s.release) })
 	t.Cleanup(release)

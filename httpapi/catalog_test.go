@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -164,12 +165,12 @@ func catalogTestOperations() []idem.Operation {
 
 // catalogTestRunner is a runner over catalogTestOperations on a SQLite
 // store in t.TempDir(), with a 10-minute secret window.
-func catalogTestRunner(t *testing.T) *idem.Runner {
+func catalogTestRunner(t *testing.T) *pipeline.Runner {
 	t.Helper()
 	return catalogTestRunnerFor(t, catalogTestOperations()...)
 }
 
-func catalogTestRunnerFor(t *testing.T, ops ...idem.Operation) *idem.Runner {
+func catalogTestRunnerFor(t *testing.T, ops ...idem.Operation) *pipeline.Runner {
 	t.Helper()
 	reg, err := idem.NewRegistry(ops...)
 	if err != nil {
@@ -184,7 +185,7 @@ func catalogTestRunnerFor(t *testing.T, ops ...idem.Operation) *idem.Runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := idem.NewRunner(reg, idem.RunnerConfig{
+	r, err := pipeline.New(reg, pipeline.Config{
 		Store: store, Sealer: box, SecretWindow: catalogTestSecretWindow,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // dirty is an error message with a NUL, a newline, a bidirectional
@@ -53,7 +54,7 @@ func testFailureCause(t *testing.T, newStore func(*testing.T, idem.Clock) idem.S
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: newStore(t, nil), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: newStore(t, nil), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -61,7 +62,7 @@ func newFuzzTarget(dir string) (*fuzzTarget, error) {
 		return nil, err
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Sealer: box, Logger: quiet, Policies: app.Policies()})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Sealer: box, Logger: quiet, Policies: app.Policies()})
 	if err != nil {
 		return nil, err
 	}

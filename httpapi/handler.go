@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // DefaultMaxBodyBytes is the request body limit (1 MiB).
@@ -29,7 +30,7 @@ const DefaultMaxBodyBytes = 1 << 20
 
 // Config is what NewHandler needs.
 type Config struct {
-	Runner *idem.Runner
+	Runner *pipeline.Runner
 	// Store answers readiness probes (GET /readyz).
 	Store idem.Store
 	Auth  idem.Authenticator
@@ -379,7 +380,7 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, meta *idem.Me
 // preferWait reads the wait preference of the Prefer headers (RFC 7240
 // §4.3): wait=N with N delta-seconds (digits, also as a quoted-string,
 // which §2 makes equivalent), given once; 0 when absent. The runner caps
-// it (RunnerConfig.MaxWait). Other preferences are ignored, as RFC 7240
+// it (pipeline.Config.MaxWait). Other preferences are ignored, as RFC 7240
 // asks of preferences a server does not apply, and so are the parameters
 // after ";". A malformed wait, or two, is an error in wire terms: the
 // caller asked for something the server cannot tell it honours.

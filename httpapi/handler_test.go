@@ -20,6 +20,7 @@ import (
 	"github.com/idem-run/idem/internal/fakeclock"
 	"github.com/idem-run/idem/internal/pgtest"
 	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -112,11 +113,11 @@ func operations(s *server) []idem.Operation {
 
 func startServer(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.Store) *server {
 	t.Helper()
-	return startServerWith(t, store, idem.RunnerConfig{})
+	return startServerWith(t, store, pipeline.Config{})
 }
 
 // startServerWith is startServer with cfg's admission and tracing fields.
-func startServerWith(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.Store, cfg idem.RunnerConfig) *server {
+func startServerWith(t *testing.T, store func(t *testing.T, clock idem.Clock) idem.Store, cfg pipeline.Config) *server {
 	t.Helper()
 	s := &server{clock: fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), release: make(chan struct{})}
 	s.store = store(t, s.clock)
@@ -128,7 +129,7 @@ func startServerWith(t *testing.T, store func(t *testing.T, clock idem.Clock) id
 	_, _ = rand.Read(key)
 	box, _ := secretbox.New(key)
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: s.store, Clock: s.clock, Sealer: box, Logger: quiet,
+	runner, err := pipeline.New(reg, pipeline.Config{Store: s.store, Clock: s.clock, Sealer: box, Logger: quiet,
 		DecodeBudget: cfg.DecodeBudget, MaxExecutions: cfg.MaxExecutions, AdmissionWait: cfg.AdmissionWait, TracerProvider: cfg.TracerProvider})
 	if err != nil {
 		t.Fatal(err)

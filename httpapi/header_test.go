@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // A typed operation with header inputs, behind a real listener whose
@@ -52,7 +53,7 @@ func startNoteServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: sqliteStore(t, nil), Logger: slog.New(slog.DiscardHandler)})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: sqliteStore(t, nil), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

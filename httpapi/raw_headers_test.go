@@ -15,6 +15,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // A raw operation's answer (idem proxy's upstream) may carry headers of
@@ -50,7 +51,7 @@ func TestRawAnswerCannotForgeIdemHeaders(t *testing.T) {
 	}
 	store := sqliteStore(t, fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)))
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: quiet})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // TestTraceparentContinuesTheCallersTrace: a call's span is a child of the
@@ -17,7 +17,7 @@ func TestTraceparentContinuesTheCallersTrace(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	s := startServerWith(t, sqliteStore, idem.RunnerConfig{TracerProvider: tp})
+	s := startServerWith(t, sqliteStore, pipeline.Config{TracerProvider: tp})
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	s.send(t, "POST", "/v1/shops/s1/widgets", tokenAgent, hdr{
 		"Idempotency-Key": {"k1"}, "Traceparent": {"00-" + traceID + "-" + parentID + "-01"}, "Tracestate": {"vendor=1"},

@@ -15,6 +15,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -45,7 +46,7 @@ func TestHTTPAPI(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: quiet})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/internal/pgtest"
 	"github.com/idem-run/idem/pgstore"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -74,7 +75,7 @@ func startServer(t *testing.T, storeURL string, lin *linTable, up *upstream, wra
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Sealer: box, Logger: quiet, Policies: app.Policies()})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Sealer: box, Logger: quiet, Policies: app.Policies()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // principalKey is the context key of the calling principal.
@@ -38,7 +39,7 @@ func withConnection(ctx, conn context.Context) context.Context {
 // arguments are placed in path, query and body as HTTP would carry them,
 // so a call has the fingerprint of the equivalent HTTP request.
 type RunnerBackend struct {
-	Runner *idem.Runner
+	Runner *pipeline.Runner
 }
 
 var _ Backend = RunnerBackend{}

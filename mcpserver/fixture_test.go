@@ -25,6 +25,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -75,7 +76,7 @@ var approver = idem.Principal{Org: "acme", ID: "bob", Kind: idem.KindCLISession,
 // fixture is one running server.
 type fixture struct {
 	url     string
-	runner  *idem.Runner
+	runner  *pipeline.Runner
 	handler *mcpserver.HTTPHandler
 	// creates and ships count handler invocations.
 	creates atomic.Int64
@@ -85,7 +86,7 @@ type fixture struct {
 	started chan string
 	release chan struct{}
 	// finished receives a report per finished call.
-	finished chan idem.Report
+	finished chan pipeline.Report
 	// streamEnded is told when the server sees the end of a request sent
 	// with the header X-Test-Watch.
 	streamEnded chan struct{}
@@ -155,9 +156,9 @@ func operations(f *fixture) []idem.Operation {
 }
 
 // start starts the server; configure may change its runner's config.
-func start(t *testing.T, configure ...func(*idem.RunnerConfig)) *fixture {
+func start(t *testing.T, configure ...func(*pipeline.Config)) *fixture {
 	t.Helper()
-	f := &fixture{started: make(chan string, 8), release: make(chan struct{}), finished: make(chan idem.Report, 64), streamEnded: make(chan struct{}, 1)}
+	f := &fixture{started: make(chan string, 8), release: make(chan struct{}), finished: make(chan pipeline.Report, 64), streamEnded: make(chan struct{}, 1)}
 	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func start(t *testing.T, configure ...func(*idem.RunnerConfig)) *fixture {
 	_, _ = rand.Read(key)
 	box, _ := secretbox.New(key)
 	quiet := slog.New(slog.DiscardHandler)
-	cfg := idem.RunnerConfig{Store: store, Sealer: box, Logger: quiet, Observe: func(r idem.Report) {
+	cfg := pipeline.Config{Store: store, Sealer: box, Logger: quiet, Observe: func(r pipeline.Report) {
 		select {
 		case f.finished <- r:
 		default:
@@ -180,7 +181,7 @@ func start(t *testing.T, configure ...func(*idem.RunnerConfig)) *fixture {
 	for _, c := range configure {
 		c(&cfg)
 	}
-	f.runner, err = idem.NewRunner(reg, cfg)
+	f.runner, err = pipeline.New(reg, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,14 +216,14 @@ func start(t *testing.T, configure ...func(*idem.RunnerConfig)) *fixture {
 }
 
 // report waits for the next finished call.
-func (f *fixture) report(t *testing.T) idem.Report {
+func (f *fixture) report(t *testing.T) pipeline.Report {
 	t.Helper()
 	select {
 	case r := <-f.finished:
 		return r
 	case <-time.After(failAfter):
 		t.Fatal("no call finished")
-		return idem.Report{}
+		return pipeline.Report{}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -48,7 +49,7 @@ func TestHeaderInputIsAnArgumentOverMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: quiet})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

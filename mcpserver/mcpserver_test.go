@@ -20,6 +20,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/pipeline"
 )
 
 func TestToolsListMatchesGolden(t *testing.T) {
@@ -330,7 +331,7 @@ func TestUnknownToolIsAProtocolError(t *testing.T) {
 }
 
 // shipReport waits for the report of the next finished gadget.ship call.
-func (f *fixture) shipReport(t *testing.T) idem.Report {
+func (f *fixture) shipReport(t *testing.T) pipeline.Report {
 	t.Helper()
 	for {
 		if r := f.report(t); r.Operation == "gadget.ship" {

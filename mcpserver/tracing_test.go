@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/pipeline"
 )
 
 const (
@@ -24,7 +24,7 @@ func startTraced(t *testing.T) (*fixture, *tracetest.SpanRecorder) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return start(t, func(c *idem.RunnerConfig) { c.TracerProvider = tp }), rec
+	return start(t, func(c *pipeline.Config) { c.TracerProvider = tp }), rec
 }
 
 // callWithTraceparent calls gadget.create with the agent's trace context

@@ -5,7 +5,7 @@
 // Wire it in two places:
 //
 //	m := metrics.New(reg)
-//	runner, err := idem.NewRunner(registry, idem.RunnerConfig{
+//	runner, err := pipeline.New(registry, pipeline.Config{
 //		Store:   m.Store(store),
 //		Observe: m.Observe,
 //	})
@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // Metric names: part of the operator contract, they never change.
@@ -98,8 +99,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Observe records one finished call; pass it as RunnerConfig.Observe.
-func (m *Metrics) Observe(r idem.Report) {
+// Observe records one finished call; pass it as pipeline.Config.Observe.
+func (m *Metrics) Observe(r pipeline.Report) {
 	op := r.Operation
 	m.executions.WithLabelValues(op, outcome(r), string(r.Code)).Inc()
 	m.duration.WithLabelValues(op).Observe(r.Duration.Seconds())
@@ -126,7 +127,7 @@ func (m *Metrics) Observe(r idem.Report) {
 }
 
 // outcome is the outcome label of r.
-func outcome(r idem.Report) string {
+func outcome(r pipeline.Report) string {
 	switch {
 	case r.Replayed:
 		return OutcomeReplayed
@@ -148,7 +149,7 @@ func outcome(r idem.Report) string {
 // started has run none, yet its record is indeterminate (the rarer
 // cancellation noticed at the first lookup, before any reservation, is
 // counted too: a Report cannot tell the two apart).
-func isIndeterminate(r idem.Report) bool {
+func isIndeterminate(r pipeline.Report) bool {
 	switch {
 	case r.Code == idem.CodeIdempotencyResultIndeterminate:
 		return true

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // counts is what one Report must move: the executions series it lands in
@@ -31,107 +32,107 @@ func TestObserve(t *testing.T) {
 	const op = "order.refund"
 	tests := []struct {
 		name   string
-		report idem.Report
+		report pipeline.Report
 		want   counts
 	}{
 		{
 			name:   "unkeyed success",
-			report: idem.Report{Status: 200, Attempts: 1},
+			report: pipeline.Report{Status: 200, Attempts: 1},
 			want:   counts{outcome: OutcomeSucceeded},
 		},
 		{
 			name:   "keyed success after runtime retries",
-			report: idem.Report{Status: 201, Keyed: true, Attempts: 3},
+			report: pipeline.Report{Status: 201, Keyed: true, Attempts: 3},
 			want:   counts{outcome: OutcomeSucceeded, retries: 2},
 		},
 		{
 			name:   "dry run",
-			report: idem.Report{Status: 200, DryRun: true, Attempts: 1},
+			report: pipeline.Report{Status: 200, DryRun: true, Attempts: 1},
 			want:   counts{outcome: OutcomeSucceeded},
 		},
 		{
 			name:   "status 399 is a success",
-			report: idem.Report{Status: 399, Attempts: 1},
+			report: pipeline.Report{Status: 399, Attempts: 1},
 			want:   counts{outcome: OutcomeSucceeded},
 		},
 		{
 			name:   "invalid input ran nothing",
-			report: idem.Report{Status: 400, Code: idem.CodeInvalidInput, Keyed: true},
+			report: pipeline.Report{Status: 400, Code: idem.CodeInvalidInput, Keyed: true},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeInvalidInput},
 		},
 		{
 			name:   "declared business error",
-			report: idem.Report{Status: 409, Code: codeBusinessExists, Keyed: true, Attempts: 1},
+			report: pipeline.Report{Status: 409, Code: codeBusinessExists, Keyed: true, Attempts: 1},
 			want:   counts{outcome: OutcomeFailed, code: codeBusinessExists},
 		},
 		{
 			name:   "replay of a success",
-			report: idem.Report{Status: 201, Keyed: true, Replayed: true},
+			report: pipeline.Report{Status: 201, Keyed: true, Replayed: true},
 			want:   counts{outcome: OutcomeReplayed, replays: 1},
 		},
 		{
 			name:   "replay of a stored business error",
-			report: idem.Report{Status: 409, Code: codeBusinessExists, Keyed: true, Replayed: true},
+			report: pipeline.Report{Status: 409, Code: codeBusinessExists, Keyed: true, Replayed: true},
 			want:   counts{outcome: OutcomeReplayed, code: codeBusinessExists, replays: 1},
 		},
 		{
 			name:   "in-flight conflict",
-			report: idem.Report{Status: 409, Code: idem.CodeIdempotencyKeyInFlight, Keyed: true},
+			report: pipeline.Report{Status: 409, Code: idem.CodeIdempotencyKeyInFlight, Keyed: true},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeIdempotencyKeyInFlight, inFlight: 1},
 		},
 		{
 			name:   "indeterminate answer",
-			report: idem.Report{Status: 409, Code: idem.CodeIdempotencyResultIndeterminate, Keyed: true},
+			report: pipeline.Report{Status: 409, Code: idem.CodeIdempotencyResultIndeterminate, Keyed: true},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeIdempotencyResultIndeterminate, indeterminate: 1},
 		},
 		{
 			name:   "keyed execution failed",
-			report: idem.Report{Status: 500, Code: idem.CodeExecutionFailed, Keyed: true, Attempts: 1},
+			report: pipeline.Report{Status: 500, Code: idem.CodeExecutionFailed, Keyed: true, Attempts: 1},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeExecutionFailed, indeterminate: 1},
 		},
 		{
 			name:   "keyed timeout after runtime retries",
-			report: idem.Report{Status: 504, Code: idem.CodeTimeout, Keyed: true, Attempts: 3},
+			report: pipeline.Report{Status: 504, Code: idem.CodeTimeout, Keyed: true, Attempts: 3},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeTimeout, indeterminate: 1, retries: 2},
 		},
 		{
 			name:   "keyed store failure after the handler ran",
-			report: idem.Report{Status: 503, Code: idem.CodeStoreUnavailable, Keyed: true, Attempts: 1},
+			report: pipeline.Report{Status: 503, Code: idem.CodeStoreUnavailable, Keyed: true, Attempts: 1},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeStoreUnavailable, indeterminate: 1},
 		},
 		{
 			name:   "keyed cancelled while running",
-			report: idem.Report{Status: 499, Code: idem.CodeCancelled, Keyed: true, Attempts: 1},
+			report: pipeline.Report{Status: 499, Code: idem.CodeCancelled, Keyed: true, Attempts: 1},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeCancelled, indeterminate: 1},
 		},
 		{
 			name:   "keyed cancelled after reservation before the handler",
-			report: idem.Report{Status: 499, Code: idem.CodeCancelled, Keyed: true},
+			report: pipeline.Report{Status: 499, Code: idem.CodeCancelled, Keyed: true},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeCancelled, indeterminate: 1},
 		},
 		{
 			name:   "keyed store unavailable before reservation",
-			report: idem.Report{Status: 503, Code: idem.CodeStoreUnavailable, Keyed: true},
+			report: pipeline.Report{Status: 503, Code: idem.CodeStoreUnavailable, Keyed: true},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeStoreUnavailable},
 		},
 		{
 			name:   "keyed stored result unreadable",
-			report: idem.Report{Status: 500, Code: idem.CodeInternal, Keyed: true},
+			report: pipeline.Report{Status: 500, Code: idem.CodeInternal, Keyed: true},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeInternal},
 		},
 		{
 			name:   "unkeyed execution failed after a retry",
-			report: idem.Report{Status: 500, Code: idem.CodeExecutionFailed, Attempts: 2},
+			report: pipeline.Report{Status: 500, Code: idem.CodeExecutionFailed, Attempts: 2},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeExecutionFailed, retries: 1},
 		},
 		{
 			name:   "unkeyed cancelled",
-			report: idem.Report{Status: 499, Code: idem.CodeCancelled, Attempts: 1},
+			report: pipeline.Report{Status: 499, Code: idem.CodeCancelled, Attempts: 1},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodeCancelled},
 		},
 		{
 			name:   "policy denied",
-			report: idem.Report{Status: 403, Code: idem.CodePolicyDenied, Keyed: true},
+			report: pipeline.Report{Status: 403, Code: idem.CodePolicyDenied, Keyed: true},
 			want:   counts{outcome: OutcomeFailed, code: idem.CodePolicyDenied},
 		},
 	}
@@ -183,7 +184,7 @@ func TestObserve(t *testing.T) {
 func TestExposition(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
-	for _, r := range []idem.Report{
+	for _, r := range []pipeline.Report{
 		{Operation: "business.create", Status: 201, Keyed: true, Attempts: 2},
 		{Operation: "business.create", Status: 201, Keyed: true, Replayed: true},
 		{Operation: "business.create", Status: 409, Code: idem.CodeIdempotencyKeyInFlight, Keyed: true},
@@ -229,7 +230,7 @@ idem_runtime_retries_total{operation="business.show"} 0
 func TestHistogramBuckets(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
-	m.Observe(idem.Report{Operation: "business.show", Status: 200, Attempts: 1, Duration: 7 * time.Millisecond})
+	m.Observe(pipeline.Report{Operation: "business.show", Status: 200, Attempts: 1, Duration: 7 * time.Millisecond})
 	m.storeDuration.WithLabelValues("ping", ResultOK).Observe(0.0002)
 
 	want := `
@@ -275,11 +276,11 @@ idem_store_duration_seconds_count{method="ping",result="ok"} 1
 func TestObserveAccumulates(t *testing.T) {
 	m := New(prometheus.NewRegistry())
 	const op = "order.refund"
-	m.Observe(idem.Report{Operation: op, Status: 201, Keyed: true, Attempts: 2})
-	m.Observe(idem.Report{Operation: op, Status: 201, Keyed: true, Attempts: 4})
-	m.Observe(idem.Report{Operation: op, Status: 201, Keyed: true, Replayed: true})
-	m.Observe(idem.Report{Operation: op, Status: 201, Keyed: true, Replayed: true})
-	m.Observe(idem.Report{Operation: "order.show", Status: 200, Attempts: 1})
+	m.Observe(pipeline.Report{Operation: op, Status: 201, Keyed: true, Attempts: 2})
+	m.Observe(pipeline.Report{Operation: op, Status: 201, Keyed: true, Attempts: 4})
+	m.Observe(pipeline.Report{Operation: op, Status: 201, Keyed: true, Replayed: true})
+	m.Observe(pipeline.Report{Operation: op, Status: 201, Keyed: true, Replayed: true})
+	m.Observe(pipeline.Report{Operation: "order.show", Status: 200, Attempts: 1})
 
 	if got := testutil.ToFloat64(m.retries.WithLabelValues(op)); got != 4 {
 		t.Errorf("retries = %v, want 4 (1 + 3)", got)
@@ -306,7 +307,7 @@ func TestObserveConcurrent(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range calls {
-				m.Observe(idem.Report{Operation: "order.refund", Status: 201, Keyed: true, Replayed: true})
+				m.Observe(pipeline.Report{Operation: "order.refund", Status: 201, Keyed: true, Replayed: true})
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -65,7 +66,7 @@ func TestRunner(t *testing.T) {
 	m := New(reg)
 	store := m.Store(inner)
 	t.Cleanup(func() { store.Close() })
-	runner, err := idem.NewRunner(ops, idem.RunnerConfig{Store: store, Observe: m.Observe, Logger: slog.New(slog.DiscardHandler)})
+	runner, err := pipeline.New(ops, pipeline.Config{Store: store, Observe: m.Observe, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/proxy"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/sqlitestore"
@@ -75,7 +76,7 @@ func noForward(proxy.Operation) idem.RawHandler {
 }
 
 // newRunner registers ops and runs them on a fresh SQLite store.
-func newRunner(t *testing.T, ops []idem.Operation) *idem.Runner {
+func newRunner(t *testing.T, ops []idem.Operation) *pipeline.Runner {
 	t.Helper()
 	reg, err := idem.NewRegistry(ops...)
 	if err != nil {
@@ -93,7 +94,7 @@ func newRunner(t *testing.T, ops []idem.Operation) *idem.Runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Clock: clock, Sealer: box,
+	r, err := pipeline.New(reg, pipeline.Config{Store: store, Clock: clock, Sealer: box,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func newRunner(t *testing.T, ops []idem.Operation) *idem.Runner {
 
 // buildRunner builds doc with the recorder as upstream and returns a
 // runner on the operations.
-func buildRunner(t *testing.T, doc *proxy.Document, overlay proxy.Overlay) (*idem.Runner, *proxy.Built, *recorder) {
+func buildRunner(t *testing.T, doc *proxy.Document, overlay proxy.Overlay) (*pipeline.Runner, *proxy.Built, *recorder) {
 	t.Helper()
 	rec := &recorder{}
 	built, err := proxy.Build(doc, overlay, proxy.Options{Forward: rec.forward})

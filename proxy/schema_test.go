@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/proxy"
 )
 
@@ -31,7 +32,7 @@ type validationCase struct {
 
 // runValidation calls op with each row, with a fresh key for writing
 // operations, and checks what reached the upstream.
-func runValidation(t *testing.T, r *idem.Runner, rec *recorder, op string, keyed bool, cases []validationCase) {
+func runValidation(t *testing.T, r *pipeline.Runner, rec *recorder, op string, keyed bool, cases []validationCase) {
 	t.Helper()
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/proxy"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -35,7 +36,7 @@ func TestForwardTraceparent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner := func(tp trace.TracerProvider) *idem.Runner {
+	runner := func(tp trace.TracerProvider) *pipeline.Runner {
 		reg, err := idem.NewRegistry(built.Operations...)
 		if err != nil {
 			t.Fatal(err)
@@ -45,7 +46,7 @@ func TestForwardTraceparent(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		r, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, TracerProvider: tp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		r, err := pipeline.New(reg, pipeline.Config{Store: store, TracerProvider: tp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

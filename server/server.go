@@ -36,6 +36,7 @@ import (
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
 	"github.com/idem-run/idem/metrics"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/webui"
 )
 
@@ -50,7 +51,7 @@ type Config struct {
 	Auth idem.Authenticator
 	// Runner configures the pipeline. Its Store, Logger and Observe are
 	// the server's (a given Observe is called too).
-	Runner idem.RunnerConfig
+	Runner pipeline.Config
 	// Logger gets the server's lines and the Runner's; nil is silent.
 	Logger *slog.Logger
 	// Metrics is the Prometheus registry idem registers its metrics in and
@@ -85,7 +86,7 @@ type Config struct {
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
-	runner *idem.Runner
+	runner *pipeline.Runner
 	// http is the HTTP API's configuration, kept to rebuild the handler
 	// on Reload.
 	http     httpapi.Config
@@ -135,11 +136,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	rc := cfg.Runner
 	rc.Store, rc.Logger = mx.Store(cfg.Store), log
 	if observe := rc.Observe; observe != nil {
-		rc.Observe = func(r idem.Report) { mx.Observe(r); observe(r) }
+		rc.Observe = func(r pipeline.Report) { mx.Observe(r); observe(r) }
 	} else {
 		rc.Observe = mx.Observe
 	}
-	runner, err := idem.NewRunner(registry, rc)
+	runner, err := pipeline.New(registry, rc)
 	if err != nil {
 		return nil, err
 	}
@@ -178,9 +179,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Runner is the pipeline the surfaces call (for Go callers in the same
 // process: Runner().Call).
-func (s *Server) Runner() *idem.Runner { return s.runner }
+func (s *Server) Runner() *pipeline.Runner { return s.runner }
 
-// Start begins the Runner's background work (idem.Runner.Start): the
+// Start begins the Runner's background work (pipeline.Runner.Start): the
 // sweeper, which also keeps PostgreSQL's partitions, and the completion
 // feed. Call Stop when done.
 func (s *Server) Start(ctx context.Context) error { return s.runner.Start(ctx) }

@@ -1,6 +1,6 @@
 // Package telemetry builds the OpenTelemetry tracer provider of idem serve
 // and idem proxy from the standard OTEL_* environment variables, for
-// idem.RunnerConfig.TracerProvider. Tracing is off unless the environment
+// pipeline.Config.TracerProvider. Tracing is off unless the environment
 // asks for it.
 package telemetry
 

@@ -19,6 +19,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/internal/fakeclock"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -64,7 +65,7 @@ func init() {
 // clock for sessions.
 type fixture struct {
 	t       *testing.T
-	runner  *idem.Runner
+	runner  *pipeline.Runner
 	clock   *fakeclock.Clock
 	handler http.Handler
 	// store and storeClock are the runner's store and its own clock.
@@ -109,7 +110,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: logger})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

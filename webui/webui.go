@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 )
 
 // Prefix is where the console is mounted.
@@ -29,7 +30,7 @@ const (
 
 // Config is what New needs.
 type Config struct {
-	Runner *idem.Runner
+	Runner *pipeline.Runner
 	// Auth resolves the token typed at sign-in; the API's authenticator.
 	Auth idem.Authenticator
 	// Clock tells the time for session expiry; idem.SystemClock when nil.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -51,7 +52,7 @@ func mcpTestServer(t *testing.T) (url string, runs *atomic.Int64) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	runner, err := idem.NewRunner(reg, idem.RunnerConfig{Store: store, Logger: quiet})
+	runner, err := pipeline.New(reg, pipeline.Config{Store: store, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
@@ -79,11 +80,11 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.DurationVar(&o.secretWindow, "secret-window", 15*time.Minute, "how long a one-time secret result can be replayed")
 	f.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "grace added to an execution's bound before an in-flight record reads as indeterminate")
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
-	f.IntVar(&o.replayCacheMB, "replay-cache-mb", idem.DefaultReplayCacheBytes>>20, "MiB of memory for completed records that answer replays without a store read (0 turns the cache off)")
+	f.IntVar(&o.replayCacheMB, "replay-cache-mb", pipeline.DefaultReplayCacheBytes>>20, "MiB of memory for completed records that answer replays without a store read (0 turns the cache off)")
 	f.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated origins (https://app.example.com) besides the server's own whose browser pages may call /mcp; any other Origin is refused (env IDEM_ALLOWED_ORIGINS)")
-	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", idem.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once (a body counts its Content-Length, at least 1 KiB); beyond it a request answers 429 RATE_LIMITED before its body is read (0: no bound)")
-	f.IntVar(&o.maxExecutions, "max-executions", idem.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
-	f.DurationVar(&o.admissionWait, "admission-wait", idem.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
+	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", pipeline.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once (a body counts its Content-Length, at least 1 KiB); beyond it a request answers 429 RATE_LIMITED before its body is read (0: no bound)")
+	f.IntVar(&o.maxExecutions, "max-executions", pipeline.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
+	f.DurationVar(&o.admissionWait, "admission-wait", pipeline.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
 	f.StringVar(&o.logLevel, "log-level", "info", "least level logged: debug, info, warn or error (one JSON line per execution at info, failures at warn)")
 	f.Float64Var(&o.logReplays, "log-replays", 1, "share of successful replays that get a log line, 0 to 1 (under a retry storm the line is most of a replay's cost)")
 	o.jwt.flags(f)
@@ -184,10 +185,10 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
-	if idem.CheckRetention(registry, o.retention, o.leaseGrace, idem.DefaultLeaseMargin) != nil {
+	if pipeline.CheckRetention(registry, o.retention, o.leaseGrace, pipeline.DefaultLeaseMargin) != nil {
 		name, lease := registry.LongestLease(o.leaseGrace)
 		return usagef("--retention %s must exceed the longest lease of any operation plus the lease margin of %s: operation %s holds its lease for %s with --lease-grace %s; raise --retention above %s (or lower --lease-grace)",
-			o.retention, idem.DefaultLeaseMargin, name, lease, o.leaseGrace, lease+idem.DefaultLeaseMargin)
+			o.retention, pipeline.DefaultLeaseMargin, name, lease, o.leaseGrace, lease+pipeline.DefaultLeaseMargin)
 	}
 	tracerProvider, stopTracing, err := telemetry.FromEnv(ctx, buildVersion())
 	if err != nil {
@@ -206,7 +207,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	}
 	srv, err := server.New(ctx, server.Config{
 		Operations: app.operations, Store: opened, Auth: auth, Logger: logger,
-		Runner: idem.RunnerConfig{
+		Runner: pipeline.Config{
 			Sealer: box, Policies: app.policies,
 			Retention: o.retention, SecretWindow: o.secretWindow, LeaseGrace: o.leaseGrace, ApprovalExpiry: o.approvalExpiry,
 			ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
@@ -241,7 +242,7 @@ func (o serveOptions) logger(w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), nil
 }
 
-// replayLogRate maps --log-replays to RunnerConfig.ReplayLogRate (0: none,
+// replayLogRate maps --log-replays to pipeline.Config.ReplayLogRate (0: none,
 // which the config spells negative).
 func replayLogRate(share float64) float64 {
 	if share == 0 {
@@ -266,7 +267,7 @@ func allowedOrigins(list string) ([]string, error) {
 	return out, nil
 }
 
-// replayCacheBytes maps --replay-cache-mb to RunnerConfig.ReplayCacheBytes
+// replayCacheBytes maps --replay-cache-mb to pipeline.Config.ReplayCacheBytes
 // (0 MiB: off, which the config spells negative).
 func replayCacheBytes(mb int) int {
 	if mb == 0 {
@@ -275,7 +276,7 @@ func replayCacheBytes(mb int) int {
 	return mb << 20
 }
 
-// unbounded maps a flag's 0 (no bound) to the RunnerConfig's spelling,
+// unbounded maps a flag's 0 (no bound) to the pipeline.Config's spelling,
 // negative.
 func unbounded(n int) int {
 	if n == 0 {
@@ -284,7 +285,7 @@ func unbounded(n int) int {
 	return n
 }
 
-// admissionWait maps --admission-wait to RunnerConfig.AdmissionWait (0:
+// admissionWait maps --admission-wait to pipeline.Config.AdmissionWait (0:
 // answer at once, which the config spells negative).
 func admissionWait(d time.Duration) time.Duration {
 	if d == 0 {

@@ -31,6 +31,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/jwtauth"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -83,7 +84,7 @@ func run() error {
 	notes := &notebook{byID: map[string]note{}}
 	srv, err := server.New(ctx, server.Config{
 		Operations: notes.operations(), Store: store, Auth: auth, Logger: logger, BasePath: "/idem",
-		Runner: idem.RunnerConfig{TracerProvider: tracing.provider},
+		Runner: pipeline.Config{TracerProvider: tracing.provider},
 	})
 	if err != nil {
 		return err

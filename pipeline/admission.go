@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"github.com/idem-run/idem"
+
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Admission control (SPEC §6.8). Two budgets bound the memory of
+// concurrent calls; a call that does not fit waits for room up to
+// Config.AdmissionWait, first come first served, and is then
+// answered 429 RATE_LIMITED with Retry-After, before anything is stored:
+//
+//   - the decode budget, in bytes, covers the bodies being read and
+//     decoded (through stage 4). Decoding is where memory grows with the
+//     input: the fingerprint, the argument object, the schema validator's
+//     tree and the Go value cost tens of times the body
+//     (docs/PERFORMANCE.md). A surface that reads the body itself takes its
+//     share before reading it (AdmitBody), so that a refused body is never
+//     read; otherwise Call takes len(Body).
+//   - the execution budget counts executions (live handlers and previews)
+//     running at once; it is taken just before stage 8, so replays, 409s
+//     and waits on an in-flight key never need it, and a refusal stores
+//     nothing and consumes no key.
+const (
+	// DefaultDecodeBudget is Config.DecodeBudget's default: four
+	// bodies of the 1 MiB limit decoding at once, two per core of a
+	// 2-core machine.
+	DefaultDecodeBudget = 4 << 20
+	// DefaultMaxExecutions is Config.MaxExecutions's default.
+	DefaultMaxExecutions = 64
+	// DefaultAdmissionWait is Config.AdmissionWait's default.
+	DefaultAdmissionWait = 5 * time.Second
+	// minBodyCost is the least a call counts against the decode budget, so
+	// that the budget also bounds how many small bodies decode at once.
+	minBodyCost = 1 << 10
+)
+
+// budget is a counting bound with a FIFO wait; nil sem means unbounded.
+type budget struct {
+	sem     *semaphore.Weighted
+	max     int64
+	waiting *atomic.Int64 // calls waiting for room (tests watch it)
+}
+
+func newBudget(max int64) budget {
+	if max <= 0 {
+		return budget{}
+	}
+	return budget{sem: semaphore.NewWeighted(max), max: max, waiting: new(atomic.Int64)}
+}
+
+// take waits up to wait (not at all when wait <= 0) for n (capped at max,
+// so that one large request fits an empty budget) and returns a release
+// that gives it back once, however often it is called; nil when n did not
+// fit in time or ctx ended.
+func (b *budget) take(ctx context.Context, n int64, wait time.Duration) func() {
+	if b.sem == nil {
+		return func() {}
+	}
+	n = min(n, b.max)
+	if !b.sem.TryAcquire(n) {
+		if wait <= 0 {
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		b.waiting.Add(1)
+		err := b.sem.Acquire(wctx, n)
+		b.waiting.Add(-1)
+		cancel()
+		if err != nil {
+			return nil
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { b.sem.Release(n) }) }
+}
+
+// AdmitBody takes size bytes of the decode budget for a request body the
+// surface is about to read (pass the body limit when the size is not
+// declared). It returns the release, safe to call more than once, or a
+// RATE_LIMITED error when the budget is spent; the caller then answers
+// without reading the body. Pass the release as Invocation.ReleaseBody.
+func (r *Runner) AdmitBody(ctx context.Context, size int64) (release func(), err error) {
+	if release = r.decoding.take(ctx, max(size, minBodyCost), r.cfg.AdmissionWait); release == nil {
+		return nil, idem.Errorf(idem.CodeRateLimited, "the server is decoding as many request bodies as it admits at once; send the same request again after Retry-After seconds (nothing was stored and no key was consumed)")
+	}
+	return release, nil
+}
+
+// admitInput returns the release of the call's share of the decode
+// budget: the surface's (Invocation.ReleaseBody) or one taken now.
+func (x *execution) admitInput(ctx context.Context) (func(), *idem.Error) {
+	if x.inv.ReleaseBody != nil {
+		return x.inv.ReleaseBody, nil
+	}
+	release, err := x.r.AdmitBody(ctx, int64(len(x.inv.Intent.Body)))
+	if err != nil {
+		return nil, idem.AsError(err)
+	}
+	return release, nil
+}
+
+// admitExecution takes a place among the executions running at once.
+func (x *execution) admitExecution(ctx context.Context) (func(), *idem.Error) {
+	release := x.r.executions.take(ctx, 1, x.r.cfg.AdmissionWait)
+	if release == nil {
+		return nil, idem.Errorf(idem.CodeRateLimited, "the server runs as many executions as it admits at once; send the same request again after Retry-After seconds (nothing was stored and no key was consumed)")
+	}
+	return release, nil
+}

@@ -1,0 +1,119 @@
+package pipeline_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
+)
+
+// writeCounter counts the store writes that start an execution.
+type writeCounter struct {
+	idem.Store
+	writes atomic.Int64
+}
+
+func (s *writeCounter) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
+	s.writes.Add(1)
+	return s.Store.Reserve(ctx, p)
+}
+
+func (s *writeCounter) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
+	s.writes.Add(1)
+	return s.Store.StartExecution(ctx, p)
+}
+
+// TestCallBeyondDecodeBudget: a surface that does not admit the body
+// itself (MCP, the Go API) shares the decode budget: beyond it, Call
+// answers 429 RATE_LIMITED with Retry-After, stores nothing and leaves the
+// key unconsumed (SPEC §6.8).
+func TestCallBeyondDecodeBudget(t *testing.T) {
+	var runs atomic.Int64
+	f := newFixture(t, nil)
+	store := &writeCounter{Store: f.store}
+	reg, err := idem.NewRegistry(createOp(&runs), showOp())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := pipeline.New(reg, pipeline.Config{Store: store, Clock: f.clock, DecodeBudget: 1 << 10, AdmissionWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := r.AdmitBody(t.Context(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AdmitBody(t.Context(), 10); idem.ErrorCode(err) != idem.CodeRateLimited {
+		t.Fatalf("AdmitBody beyond the budget = %v, want RATE_LIMITED", err)
+	}
+	req := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k1", Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}}
+	resp := r.Call(t.Context(), req)
+	if resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || !resp.Problem.Retryable || resp.Problem.Code.RetryAfter() == 0 {
+		t.Fatalf("Call beyond the budget = %d %s %v", resp.Status, resp.Body(), resp.Header)
+	}
+	if store.writes.Load() != 0 || runs.Load() != 0 {
+		t.Fatalf("the refused call wrote %d times and ran %d", store.writes.Load(), runs.Load())
+	}
+	if _, err := r.GetAttempt(t.Context(), agent, "k1"); idem.ErrorCode(err) != idem.CodeNotFound {
+		t.Fatalf("attempt of the refused key = %v, want not found", err)
+	}
+	held()
+	if resp := r.Call(t.Context(), req); resp.Status != 201 || resp.Replayed || runs.Load() != 1 {
+		t.Fatalf("the same key after release = %d %s", resp.Status, resp.Body())
+	}
+}
+
+// TestExecutionBoundLeavesReplays: with every execution place taken, a
+// new execution is refused before anything is stored, but a replay needs
+// no place.
+func TestExecutionBoundLeavesReplays(t *testing.T) {
+	var runs atomic.Int64
+	f := newFixture(t, nil)
+	store := &writeCounter{Store: f.store}
+	// A handler that holds the only place until released.
+	started, release := make(chan struct{}), make(chan struct{})
+	holder := idem.Define(idem.Metadata{Name: "thing.hold", Method: "POST", Path: "/v1/hold", Summary: "Hold", SideEffect: idem.SideEffectWrite,
+		Retry: idem.RetryContract{Kind: idem.RetryConvergent, Reconcile: "thing.show"}},
+		func(ctx context.Context, call *idem.Call, in struct{}) (struct{}, error) {
+			close(started)
+			<-release
+			return struct{}{}, nil
+		})
+	reg, err := idem.NewRegistry(createOp(&runs), showOp(), holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := pipeline.New(reg, pipeline.Config{Store: store, Clock: f.clock, MaxExecutions: 1, AdmissionWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k-done", Intent: idem.Intent{Body: []byte(`{"name":"done"}`)}}
+	if resp := r.Call(t.Context(), done); resp.Status != 201 {
+		t.Fatalf("first = %d %s", resp.Status, resp.Body())
+	}
+	held := make(chan idem.Result, 1)
+	go func() {
+		held <- r.Call(context.Background(), idem.Invocation{Operation: "thing.hold", Principal: agent})
+	}()
+	<-started
+	writes := store.writes.Load()
+	fresh := idem.Invocation{Operation: "thing.create", Principal: agent, Key: "k-new", Intent: idem.Intent{Body: []byte(`{"name":"b"}`)}}
+	if resp := r.Call(t.Context(), fresh); resp.Status != 429 || resp.Problem.Code != idem.CodeRateLimited || resp.Problem.Code.RetryAfter() == 0 {
+		t.Fatalf("execution beyond the bound = %d %s", resp.Status, resp.Body())
+	}
+	if store.writes.Load() != writes {
+		t.Fatal("the refused execution wrote to the store")
+	}
+	if resp := r.Call(t.Context(), done); resp.Status != 201 || !resp.Replayed {
+		t.Fatalf("replay with every place taken = %d %s", resp.Status, resp.Body())
+	}
+	close(release)
+	if resp := <-held; resp.Status != 200 {
+		t.Fatalf("holder = %d %s", resp.Status, resp.Body())
+	}
+	if resp := r.Call(t.Context(), fresh); resp.Status != 201 {
+		t.Fatalf("the refused key once there is room = %d %s", resp.Status, resp.Body())
+	}
+}

@@ -1,0 +1,89 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-run/idem"
+)
+
+// failingOp is a keyed create whose handler fails as its name says:
+// "store" (its own database call: STORE_UNAVAILABLE), "error" (a plain
+// error: EXECUTION_FAILED), "internal" (an INTERNAL it builds), "slow" (it
+// outlives its timeout: TIMEOUT).
+func failingOp() idem.Operation {
+	m := createMeta()
+	m.Timeout = 50 * time.Millisecond
+	return idem.Define(m, func(ctx context.Context, call *idem.Call, in createIn) (thing, error) {
+		switch in.Name {
+		case "store":
+			return thing{}, idem.Unavailable("things", errors.New("connection reset by peer"))
+		case "error":
+			return thing{}, errors.New("exploded")
+		case "internal":
+			return thing{}, idem.Errorf(idem.CodeInternal, "the ledger disagrees with itself")
+		case "slow":
+			<-ctx.Done()
+			return thing{}, ctx.Err()
+		}
+		return thing{ID: "t_" + in.Name, Name: in.Name}, nil
+	})
+}
+
+func problemOf(t *testing.T, r idem.Result) idem.Problem {
+	t.Helper()
+	var p idem.Problem
+	if err := json.Unmarshal(r.Body(), &p); err != nil {
+		t.Fatalf("body %s: %v", r.Body(), err)
+	}
+	return p
+}
+
+// A keyed 5xx produced after the handler started says that the call may
+// have executed and names the reconcile read: never "nothing was
+// executed", whatever the handler's own error said.
+func TestKeyed5xxAfterStartSaysTheCallMayHaveExecuted(t *testing.T) {
+	f := newFixture(t, []idem.Operation{failingOp(), showOp()})
+	for name, want := range map[string]idem.Code{
+		"store": idem.CodeStoreUnavailable, "error": idem.CodeExecutionFailed, "internal": idem.CodeInternal, "slow": idem.CodeTimeout,
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp := f.do(t.Context(), call{op: "thing.create", body: map[string]string{"name": name}, key: "k-" + name})
+			p := problemOf(t, resp)
+			if p.Code != want || p.Status < 500 || p.Retryable || p.Details["reconcile"] != "thing.show" {
+				t.Fatalf("keyed %s: %s", name, resp.Body())
+			}
+			if strings.Contains(p.Detail, "nothing was executed") || !strings.Contains(p.Detail, "may have executed") ||
+				!strings.Contains(p.Detail, "run thing.show") || strings.Contains(p.Detail, "retry later") {
+				t.Fatalf("keyed %s after start: detail %q must say the call may have executed and to run thing.show", name, p.Detail)
+			}
+		})
+	}
+	// Unkeyed, the handler's own store failure still claims nothing.
+	resp := f.do(t.Context(), call{op: "thing.create", principal: browser, body: map[string]string{"name": "store"}})
+	if p := problemOf(t, resp); p.Code != idem.CodeStoreUnavailable || strings.Contains(p.Detail, "nothing was executed") {
+		t.Fatalf("unkeyed store failure after start: %s", resp.Body())
+	}
+}
+
+// unreachableGets fails every attempt read, as a store that is down.
+type unreachableGets struct{ idem.Store }
+
+func (unreachableGets) GetAttempt(context.Context, idem.GetAttemptParams) (idem.Attempt, error) {
+	return idem.Attempt{}, idem.Unavailable("get attempt", errors.New("connection refused"))
+}
+
+// Before the handler starts, a store failure says that nothing ran.
+func TestStoreUnavailableBeforeStartSaysNothingRan(t *testing.T) {
+	f := newFixture(t, []idem.Operation{failingOp(), showOp()})
+	f = newFixtureOn(t, f.clock, unreachableGets{f.store}, []idem.Operation{failingOp(), showOp()})
+	resp := f.do(t.Context(), call{op: "thing.create", body: map[string]string{"name": "a"}, key: "k"})
+	p := problemOf(t, resp)
+	if p.Code != idem.CodeStoreUnavailable || !p.Retryable || !strings.Contains(p.Detail, "nothing was executed") {
+		t.Fatalf("store failure before start: %s", resp.Body())
+	}
+}

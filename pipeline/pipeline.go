@@ -1,0 +1,355 @@
+package pipeline
+
+// The entry of a call and stages 2 to 9 in order (doc.go names the file
+// of each stage). Admission control (admission.go) wraps stages 4 and 8.
+
+import (
+	"github.com/idem-run/idem"
+
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idem-run/idem/canonical"
+)
+
+// newID returns prefix + a time-ordered, random, URL-safe id (ULID-like:
+// 48 bits of milliseconds, 80 random bits, base32).
+func newID(prefix string, now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
+	_, _ = rand.Read(b[6:])
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// Call runs one call through the pipeline and returns its one final
+// answer, typed (Result). It never returns an error: a failure is a Result
+// with a Problem.
+func (r *Runner) Call(ctx context.Context, inv idem.Invocation) idem.Result {
+	start := r.cfg.Clock.Now()
+	x := &execution{r: r, inv: inv, start: start}
+	var span trace.Span // nil when tracing is off
+	if r.tracer != nil {
+		ctx, span = x.startCall(ctx)
+	}
+	x.explicit = ctx
+	if inv.Connection != nil {
+		// The connection's end cancels the call too, until a keyed call
+		// detaches from it (execute, transact).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(inv.Connection, cancel)()
+	}
+	resp := x.run(ctx)
+	took := r.cfg.Clock.Now().Sub(start)
+	if r.logs(resp) {
+		x.log(resp, took)
+	}
+	if r.cfg.Observe != nil {
+		rep := Report{Operation: inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
+		if !resp.Replayed {
+			rep.Attempts = x.attempts
+		}
+		if resp.Problem != nil {
+			rep.Code = resp.Problem.Code
+		}
+		r.cfg.Observe(rep)
+	}
+	if span != nil {
+		x.endCall(span, resp)
+	}
+	return resp
+}
+
+// execution is the state of one pass through the pipeline.
+type execution struct {
+	r   *Runner
+	inv idem.Invocation
+	// explicit is the call's context without its connection: what a keyed
+	// call runs under once reserved (SPEC §7).
+	explicit    context.Context
+	op          *operation
+	start       time.Time
+	key         string // the valid idempotency key, "" when unkeyed
+	opaque      string // a raw operation's body media type when not JSON (opaqueBody)
+	dryRun      bool   // the request asks for a preview
+	fingerprint string
+	executionID string
+	attempts    int
+	// handlerErr is the error the last attempt's handler returned (a
+	// *handlerPanic if it panicked); nil when it succeeded, did not run,
+	// or its result was discarded (timeout, cancellation).
+	handlerErr error
+	// leaseDeadline bounds the reservation's lease by the monotonic clock
+	// (zero when unkeyed); runAttempts tightens it from the store.
+	leaseDeadline time.Time
+	replayed      bool
+	policyLog     []string
+	// uncommitted: the key is held by a transactional execution whose
+	// record is not committed yet, so a wait must not give up when it
+	// finds no record.
+	uncommitted bool
+}
+
+func (x *execution) meta() *idem.Meta {
+	m := &idem.Meta{ExecutionID: x.executionID, Attempts: x.attempts}
+	if x.op != nil {
+		m.Operation = x.op.meta.Name
+	}
+	if x.key != "" {
+		m.Idempotency = &idem.IdempotencyMeta{Key: x.key}
+	}
+	return m
+}
+
+// fail answers with e and the meta known so far.
+func (x *execution) fail(e *idem.Error) idem.Result {
+	return idem.ProblemResult(idem.NewProblem(e, x.meta()))
+}
+
+func (x *execution) run(ctx context.Context) idem.Result {
+	r, inv := x.r, x.inv
+	// Stage 2: resolve.
+	op, ok := r.decl.Load().ops[inv.Operation]
+	if !ok || !exposedOn(op.meta, inv.Surface) {
+		return x.fail(idem.Errorf(idem.CodeOperationNotFound, "no operation named %q on this surface", inv.Operation))
+	}
+	x.op, x.dryRun = op, inv.DryRun
+	// Stage 3: the contract checks, in the order of SPEC §6.4.
+	if err := x.checkContract(); err != nil {
+		return x.fail(err)
+	}
+	// Stages 4 and 5 from memory hold a share of the decode budget.
+	releaseInput, aerr := x.admitInput(ctx)
+	if aerr != nil {
+		return x.fail(aerr)
+	}
+	defer releaseInput()
+	x.opaque = x.opaqueBody()
+	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: inv.Intent.Query, Body: inv.Intent.Body, Opaque: x.opaque, Header: x.headerInputs()})
+	if x.key != "" && ferr == nil {
+		// Stage 5 from memory first: a completed record of this exact
+		// request passed stage 4 when it ran, so its replay needs no
+		// decoding.
+		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp {
+			x.fingerprint = fp
+			return x.answerExisting(ctx, a)
+		}
+	}
+	// Stage 4: input.
+	raw, in, err := x.decodeInput()
+	releaseInput()
+	if err != nil {
+		return x.fail(err)
+	}
+	if ferr != nil {
+		return x.fail(idem.Errorf(idem.CodeInvalidInput, "the body is not canonical JSON: %v", ferr).WithDetail("errors", []map[string]string{{"path": "", "message": ferr.Error()}}))
+	}
+	x.fingerprint = fp
+	// Stage 5: an existing attempt answers before any policy or approval.
+	if x.key != "" {
+		a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key)
+		switch {
+		case err == nil:
+			return x.answerExisting(ctx, a)
+		case !errors.Is(err, idem.ErrNotFound):
+			return x.fail(storeFailure(ctx, err))
+		}
+	}
+	// Stage 6: policies.
+	approvalNeeded, reason, perr := x.evaluatePolicies(ctx, in, raw)
+	if perr != nil {
+		return x.fail(perr)
+	}
+	// Admission of the execution, before anything is stored.
+	releaseExecution, aerr := x.admitExecution(ctx)
+	if aerr != nil {
+		return x.fail(aerr)
+	}
+	defer releaseExecution()
+	if x.dryRun {
+		return x.preview(ctx, in)
+	}
+	// Stage 7: approval gate.
+	approvalID := ""
+	if approvalNeeded {
+		id, existing, err := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case err != nil:
+			return x.fail(err)
+		}
+		approvalID = id
+	}
+	// Stages 8 and 9: reservation (or an unkeyed start), with the approval
+	// consumed in the same transaction and execution.started written.
+	x.executionID = newID("exe_", r.cfg.Clock.Now())
+	start := idem.StartParams{ExecutionID: x.executionID, Scope: inv.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	if op.meta.Retry.Transactional {
+		return x.transact(ctx, in, start, raw, reason, releaseExecution)
+	}
+	// The write runs detached from the caller's cancellation, so that its
+	// outcome is known: a commit cut off by a cancellation could otherwise
+	// leave a reservation nobody finishes. A cancellation that arrived
+	// meanwhile is honoured before the handler starts (execute).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	defer cancel()
+	var fence int64
+	if x.key != "" {
+		// The store starts the lease after t0, so t0 + lease is a
+		// deadline the lease cannot outlast, by the monotonic clock.
+		lease := op.meta.Lease(r.cfg.LeaseGrace)
+		t0 := time.Now()
+		rctx, end := r.storeSpan(sctx, spanReserve)
+		res, err := r.cfg.Store.Reserve(rctx, idem.ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
+		end(err)
+		if err != nil {
+			x.executionID = ""
+			return x.startFailure(ctx, err, raw, reason)
+		}
+		if !res.Reserved {
+			x.executionID = ""
+			releaseExecution() // answering the existing record (or waiting on it) is no execution
+			r.cache.put(res.Attempt, r.cfg.Clock.Now())
+			return x.answerExisting(ctx, res.Attempt)
+		}
+		fence = res.Attempt.FencingToken
+		x.leaseDeadline = t0.Add(lease)
+		r.done.started(inv.Principal.Scope(), x.key)
+	} else {
+		rctx, end := r.storeSpan(sctx, spanStartExecution)
+		_, err := r.cfg.Store.StartExecution(rctx, start)
+		if end(err); err != nil {
+			x.executionID = ""
+			return x.startFailure(ctx, err, raw, reason)
+		}
+	}
+	// Stages 10 to 13.
+	return x.execute(ctx, in, fence)
+}
+
+// getAttempt reads the record of (scope, key), from the replay cache when
+// it holds it.
+func (r *Runner) getAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
+	now := r.cfg.Clock.Now()
+	if a, ok := r.cache.get(scope, key, now); ok {
+		return a, nil
+	}
+	sctx, end := r.storeSpan(ctx, spanGetAttempt)
+	a, err := r.cfg.Store.GetAttempt(sctx, idem.GetAttemptParams{Scope: scope, Key: key})
+	end(err)
+	if err == nil {
+		r.cache.put(a, now)
+	}
+	return a, err
+}
+
+// startFailure answers a failed reservation or start: an approval consumed
+// or expired since the gate means the gate answers again, and it reads the
+// key's record first: an execution of this key that consumed the approval
+// answers as stage 5 would.
+func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) idem.Result {
+	if errors.Is(err, idem.ErrApprovalNotConsumable) {
+		_, existing, gerr := x.approvalGate(ctx, raw, reason)
+		switch {
+		case existing != nil:
+			return x.answerExisting(ctx, *existing)
+		case gerr != nil:
+			return x.fail(gerr)
+		}
+		return x.fail(idem.Errorf(idem.CodeApprovalRequired, "the approval for this request was used or expired meanwhile; ask again"))
+	}
+	return x.fail(storeFailure(ctx, err))
+}
+
+func exposedOn(m idem.Metadata, s idem.Surface) bool {
+	if s == "" {
+		return true // the Go API reaches every operation
+	}
+	for _, have := range m.Surfaces {
+		if have == s {
+			return true
+		}
+	}
+	return false
+}
+
+// concretePath substitutes the route's parameters.
+func (x *execution) concretePath() string {
+	return idem.FillPath(x.op.meta.Path, x.inv.Intent.PathParams)
+}
+
+// storeFailure maps a store error of the stages before the handler starts
+// to the answer: a done context is the caller's cancellation, anything else
+// fails closed, saying that nothing was executed.
+func storeFailure(ctx context.Context, err error) *idem.Error {
+	if ctx.Err() != nil {
+		return idem.Errorf(idem.CodeCancelled, "the caller cancelled the request before it ran")
+	}
+	var e *idem.Error
+	if !errors.As(err, &e) {
+		e = idem.Unavailable("store", err)
+	}
+	if e.Code == idem.CodeStoreUnavailable {
+		c := *e
+		c.Message += "; nothing was executed, retry later"
+		return &c
+	}
+	return e
+}
+
+func (x *execution) log(resp idem.Result, took time.Duration) {
+	attrs := []any{
+		slog.String("executionId", x.executionID), slog.String("operation", x.inv.Operation),
+		slog.String("org", x.inv.Principal.Org), slog.String("principal", x.inv.Principal.ID),
+		slog.Int("status", resp.Status), slog.Int("attempts", x.attempts),
+		slog.Bool("keyed", x.key != ""), slog.Bool("replayed", resp.Replayed),
+		slog.Int64("durationMs", took.Milliseconds()),
+	}
+	if resp.Problem != nil {
+		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
+	}
+	attrs = append(attrs, x.causeLog()...)
+	if len(x.policyLog) > 0 {
+		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
+	}
+	level := slog.LevelInfo
+	if resp.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	x.r.cfg.Logger.Log(context.Background(), level, "execution", attrs...)
+}
+
+// logs reports whether resp gets its log line: not when the logger drops
+// the line's level (nothing is built then), and for a successful replay
+// only at Config.ReplayLogRate.
+func (r *Runner) logs(resp idem.Result) bool {
+	level := slog.LevelInfo
+	if resp.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	if !r.cfg.Logger.Enabled(context.Background(), level) {
+		return false
+	}
+	if rate := r.cfg.ReplayLogRate; resp.Replayed && resp.Problem == nil && rate != 0 {
+		return rate > 0 && (rate >= 1 || mrand.Float64() < rate)
+	}
+	return true
+}
+
+// jsonValue marshals v, for building inputs and outputs.
+func jsonValue(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}

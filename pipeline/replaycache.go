@@ -1,0 +1,156 @@
+package pipeline
+
+import (
+	"github.com/idem-run/idem"
+
+	"container/list"
+	"sync"
+	"time"
+)
+
+// DefaultReplayCacheBytes is the replay cache's bound when
+// Config.ReplayCacheBytes is 0.
+const DefaultReplayCacheBytes = 16 << 20
+
+// replayCacheMargin is how long before its retention ends a record stops
+// being served from memory: other instances, whose clocks may run a little
+// ahead, could forget the key and reserve it anew at that moment.
+const replayCacheMargin = time.Minute
+
+// replayCache answers replays without a store round trip. It holds only
+// completed records without a secret: such a record never changes until its
+// retention passes (SPEC §6.3), so a copy is exact on every instance for as
+// long as it is retained. Secret results are left to the store, whose sweeper
+// destroys them when their window passes. A record is dropped from memory
+// replayCacheMargin before its retention ends, and when the cache is over
+// its byte bound, least recently used first.
+type replayCache struct {
+	mu       sync.Mutex
+	maxBytes int
+	bytes    int
+	order    *list.List // of *cached, most recent first
+	byKey    map[cacheKey]*list.Element
+}
+
+type cacheKey struct{ org, principal, key string }
+
+type cached struct {
+	k    cacheKey
+	a    idem.Attempt
+	size int
+	// replay is the record's success answer marked as a replay (its
+	// rendering, data and meta), made by the first replay served from this
+	// copy; Status and Header are the record's.
+	replay *idem.Result
+}
+
+// newReplayCache returns a cache bounded to maxBytes; nil (no caching) when
+// maxBytes is negative.
+func newReplayCache(maxBytes int) *replayCache {
+	if maxBytes < 0 {
+		return nil
+	}
+	if maxBytes == 0 {
+		maxBytes = DefaultReplayCacheBytes
+	}
+	return &replayCache{maxBytes: maxBytes, order: list.New(), byKey: map[cacheKey]*list.Element{}}
+}
+
+func keyOf(scope idem.Scope, key string) cacheKey { return cacheKey{scope.Org, scope.Principal, key} }
+
+// cacheable reports whether a may be served from memory at now.
+func cacheable(a idem.Attempt, now time.Time) bool {
+	return a.State == idem.AttemptCompleted && a.SealedKeyID == "" && now.Before(a.ExpiresAt.Add(-replayCacheMargin))
+}
+
+// get returns the cached record of (scope, key), if it may still be served.
+func (c *replayCache) get(scope idem.Scope, key string, now time.Time) (idem.Attempt, bool) {
+	if c == nil {
+		return idem.Attempt{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byKey[keyOf(scope, key)]
+	if !ok {
+		return idem.Attempt{}, false
+	}
+	v := e.Value.(*cached)
+	if !cacheable(v.a, now) {
+		c.remove(e)
+		return idem.Attempt{}, false
+	}
+	c.order.MoveToFront(e)
+	return v.a, true
+}
+
+// replayOf returns the marked replay kept for (scope, key) if the cached
+// copy is still the record of executionID.
+func (c *replayCache) replayOf(scope idem.Scope, key, executionID string) (idem.Result, bool) {
+	if c == nil {
+		return idem.Result{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[keyOf(scope, key)]; ok {
+		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replay != nil {
+			return *v.replay, true
+		}
+	}
+	return idem.Result{}, false
+}
+
+// keepReplay keeps res as the marked replay of the cached copy of (scope,
+// key), if that copy is the record of executionID.
+func (c *replayCache) keepReplay(scope idem.Scope, key, executionID string, res idem.Result) {
+	if c == nil {
+		return
+	}
+	size := res.Footprint()
+	res.Status, res.Header = 0, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[keyOf(scope, key)]; ok {
+		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replay == nil {
+			v.replay = &res
+			v.size += size
+			c.bytes += size
+		}
+	}
+}
+
+// put keeps a if it may be served from memory.
+func (c *replayCache) put(a idem.Attempt, now time.Time) {
+	if c == nil || !cacheable(a, now) {
+		return
+	}
+	k := keyOf(a.Scope, a.Key)
+	// The fixed part is what a record costs in memory besides its strings
+	// (the Attempt, the header map, the list and map entries), measured
+	// with runtime.MemStats: the bound is on real heap, not on bodies.
+	size := len(a.Body) + len(k.org) + len(k.principal) + len(k.key) + len(a.Operation) + len(a.Fingerprint) + len(a.ExecutionID) + 1024
+	for name, vs := range a.Headers {
+		size += len(name)
+		for _, v := range vs {
+			size += len(v)
+		}
+	}
+	if size > c.maxBytes/16 {
+		return // one record must not flush the cache
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[k]; ok {
+		c.remove(e)
+	}
+	c.byKey[k] = c.order.PushFront(&cached{k: k, a: a, size: size})
+	c.bytes += size
+	for c.bytes > c.maxBytes {
+		c.remove(c.order.Back())
+	}
+}
+
+func (c *replayCache) remove(e *list.Element) {
+	v := c.order.Remove(e).(*cached)
+	delete(c.byKey, v.k)
+	c.bytes -= v.size
+}

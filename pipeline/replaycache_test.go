@@ -1,0 +1,122 @@
+package pipeline
+
+import (
+	"github.com/idem-run/idem"
+
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func completedAttempt(key string, body int, now time.Time) idem.Attempt {
+	return idem.Attempt{
+		Scope: idem.Scope{Org: "acme", Principal: "agent-1"}, Key: key, State: idem.AttemptCompleted,
+		Status: 201, Body: make([]byte, body), CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(24 * time.Hour),
+	}
+}
+
+func TestReplayCacheKeepsOnlyWhatCannotChange(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	c := newReplayCache(0)
+	inFlight := completedAttempt("in-flight", 10, now)
+	inFlight.State = idem.AttemptInFlight
+	secret := completedAttempt("secret", 10, now)
+	secret.SealedKeyID = "k1"
+	indeterminate := completedAttempt("indeterminate", 10, now)
+	indeterminate.State = idem.AttemptIndeterminate
+	for _, a := range []idem.Attempt{inFlight, secret, indeterminate, completedAttempt("done", 10, now)} {
+		c.put(a, now)
+	}
+	for _, key := range []string{"in-flight", "secret", "indeterminate"} {
+		if _, ok := c.get(scope, key, now); ok {
+			t.Errorf("%s record served from memory", key)
+		}
+	}
+	if _, ok := c.get(scope, "done", now); !ok {
+		t.Fatal("completed record not served from memory")
+	}
+	if _, ok := c.get(idem.Scope{Org: "acme", Principal: "agent-2"}, "done", now); ok {
+		t.Error("another principal's record served")
+	}
+	// Retention: served until the margin before it ends, never after.
+	if _, ok := c.get(scope, "done", now.Add(24*time.Hour-replayCacheMargin-time.Second)); !ok {
+		t.Error("record dropped before its retention margin")
+	}
+	if _, ok := c.get(scope, "done", now.Add(24*time.Hour-replayCacheMargin)); ok {
+		t.Error("record served within the margin before its retention ends")
+	}
+	if len(c.byKey) != 0 || c.bytes != 0 {
+		t.Errorf("cache holds %d records, %d bytes after its only record expired", len(c.byKey), c.bytes)
+	}
+}
+
+func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	c := newReplayCache(64 << 10)
+	for i := range 100 {
+		c.put(completedAttempt(fmt.Sprint("k", i), 1000, now), now)
+		if i >= 1 {
+			c.get(scope, "k0", now) // k0 stays in use
+		}
+	}
+	if c.bytes > c.maxBytes {
+		t.Fatalf("cache holds %d bytes, bound %d", c.bytes, c.maxBytes)
+	}
+	if _, ok := c.get(scope, "k0", now); !ok {
+		t.Error("the most used record was evicted")
+	}
+	if _, ok := c.get(scope, "k1", now); ok {
+		t.Error("the least recently used record was kept over the bound")
+	}
+	if _, ok := c.get(scope, "k99", now); !ok {
+		t.Error("the newest record was evicted")
+	}
+	if newReplayCache(-1) != nil {
+		t.Error("a negative bound did not turn the cache off")
+	}
+}
+
+// A cached replay's data is a part of its body, not a copy, when the
+// record is stored compact (as the runner stores it), and the cache counts
+// its bytes once; otherwise it keeps and counts both.
+func TestReplayCacheKeepsReplayDataOnce(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	for _, tc := range []struct {
+		stored string
+		shared bool
+	}{
+		{`{"data":{"id":"t_1","n":[1,2]},"meta":{"executionId":"exe_1"}}`, true},
+		{`{"data": {"id": "t_1"}, "meta": {"executionId": "exe_1"}}`, false},
+	} {
+		c := newReplayCache(0)
+		a := completedAttempt("k", 0, now)
+		a.Body, a.ExecutionID = []byte(tc.stored), "exe_1"
+		c.put(a, now)
+		before := c.bytes
+		res, err := idem.ReplayResult(a.Status, nil, a.Body, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.keepReplay(scope, "k", "exe_1", res)
+		got, ok := c.replayOf(scope, "k", "exe_1")
+		if !ok || !bytes.Equal(got.Body(), res.Body()) || !bytes.Equal(got.Data, res.Data) {
+			t.Fatalf("%s: cached %+v", tc.stored, got)
+		}
+		body := got.Body()
+		shared := &got.Data[0] == &body[len(`{"data":`)]
+		want := len(body)
+		if !shared {
+			want += len(res.Data)
+		}
+		if shared != tc.shared || c.bytes-before != want {
+			t.Fatalf("%s: shared %v, counted %d bytes, want %d", tc.stored, shared, c.bytes-before, want)
+		}
+		if _, ok := c.replayOf(scope, "k", "exe_2"); ok {
+			t.Fatalf("%s: the replay of another execution was served", tc.stored)
+		}
+	}
+}
