@@ -93,7 +93,6 @@ type execution struct {
 	// leaseDeadline bounds the reservation's lease by the monotonic clock
 	// (zero when unkeyed); runAttempts tightens it from the store.
 	leaseDeadline time.Time
-	replayed      bool
 	policyLog     []string
 	// uncommitted: the key is held by a transactional execution whose
 	// record is not committed yet, so a wait must not give up when it
@@ -211,32 +210,36 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		// deadline the lease cannot outlast, by the monotonic clock.
 		lease := op.meta.Lease(r.cfg.LeaseGrace)
 		t0 := time.Now()
-		rctx, end := r.storeSpan(sctx, spanReserve)
-		res, err := r.cfg.Store.Reserve(rctx, idem.ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
-		end(err)
+		res, err := r.cfg.Store.Reserve(sctx, idem.ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
 		if err != nil {
 			x.executionID = ""
 			return x.startFailure(ctx, err, raw, reason)
 		}
 		if !res.Reserved {
-			x.executionID = ""
-			releaseExecution() // answering the existing record (or waiting on it) is no execution
-			r.cache.put(res.Attempt, r.cfg.Clock.Now())
-			return x.answerExisting(ctx, res.Attempt)
+			return x.notReserved(ctx, res.Attempt, releaseExecution)
 		}
 		fence = res.Attempt.FencingToken
 		x.leaseDeadline = t0.Add(lease)
 		r.done.started(inv.Principal.Scope(), x.key)
 	} else {
-		rctx, end := r.storeSpan(sctx, spanStartExecution)
-		_, err := r.cfg.Store.StartExecution(rctx, start)
-		if end(err); err != nil {
+		_, err := r.cfg.Store.StartExecution(sctx, start)
+		if err != nil {
 			x.executionID = ""
 			return x.startFailure(ctx, err, raw, reason)
 		}
 	}
 	// Stages 10 to 13.
 	return x.execute(ctx, in, fence)
+}
+
+// notReserved answers a call whose reservation found the key's record,
+// created since stage 5, as stage 5 would. Answering it (or waiting on
+// it) is no execution: the call's admission place is given back first.
+func (x *execution) notReserved(ctx context.Context, a idem.Attempt, releaseExecution func()) idem.Result {
+	x.executionID = ""
+	releaseExecution()
+	x.r.cache.put(a, x.r.cfg.Clock.Now())
+	return x.answerExisting(ctx, a)
 }
 
 // getAttempt reads the record of (scope, key), from the replay cache when
@@ -246,9 +249,7 @@ func (r *Runner) getAttempt(ctx context.Context, scope idem.Scope, key string) (
 	if a, ok := r.cache.get(scope, key, now); ok {
 		return a, nil
 	}
-	sctx, end := r.storeSpan(ctx, spanGetAttempt)
-	a, err := r.cfg.Store.GetAttempt(sctx, idem.GetAttemptParams{Scope: scope, Key: key})
-	end(err)
+	a, err := r.cfg.Store.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: key})
 	if err == nil {
 		r.cache.put(a, now)
 	}

@@ -91,7 +91,6 @@ func (x *execution) replay(ctx context.Context, a idem.Attempt) idem.Result {
 // answer names, and its execution.replayed event (written off the
 // request's path).
 func (x *execution) noteReplay(a idem.Attempt) {
-	x.replayed = true
 	x.executionID = a.ExecutionID
 	x.r.audit.add(a.Scope.Org, idem.AuditEvent{ExecutionID: a.ExecutionID, Type: idem.EventReplayed, At: x.r.cfg.Clock.Now(), Data: map[string]string{"status": strconv.Itoa(a.Status)}})
 }

@@ -98,9 +98,7 @@ func (x *execution) holdLease(ctx context.Context, attempt int, fence int64, pre
 		lctx, cancel := context.WithDeadline(ctx, x.leaseDeadline.Add(-margin))
 		defer cancel()
 		sent := time.Now()
-		sctx, end := x.r.storeSpan(lctx, spanLeaseLeft)
-		left, err := x.r.cfg.Store.LeaseLeft(sctx, idem.Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence})
-		end(err)
+		left, err := x.r.cfg.Store.LeaseLeft(lctx, idem.Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence})
 		switch {
 		case ctx.Err() != nil:
 			return cancelled()

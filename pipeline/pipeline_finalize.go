@@ -55,9 +55,8 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 	defer cancel()
 	store := x.r.cfg.Store
 	if x.key == "" {
-		fctx, end := x.r.storeSpan(sctx, spanFinishExecution)
-		err := store.FinishExecution(fctx, fin)
-		if end(err); err != nil {
+		err := store.FinishExecution(sctx, fin)
+		if err != nil {
 			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
 		}
 		return resp
@@ -68,12 +67,10 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 		// gets the secret.
 		status = http.StatusInternalServerError
 	}
-	cctx, end := x.r.storeSpan(sctx, spanComplete)
-	done, err := store.Complete(cctx, idem.CompleteParams{
+	done, err := store.Complete(sctx, idem.CompleteParams{
 		Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence, Status: status, Headers: resp.Header,
 		Body: stored, SealedKeyID: keyID, SecretWindow: x.r.cfg.SecretWindow, Finish: fin,
 	})
-	end(err)
 	if err == nil {
 		x.r.cache.put(done, x.r.cfg.Clock.Now())
 	}
@@ -83,9 +80,8 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 		// The lease passed first: the record already reads indeterminate and
 		// stays so. The execution is still finished.
 		x.r.cfg.Logger.Warn("completion fenced: the lease passed before the result", "executionId", x.executionID)
-		fctx, end := x.r.storeSpan(sctx, spanFinishExecution)
-		err := store.FinishExecution(fctx, fin)
-		if end(err); err != nil {
+		err := store.FinishExecution(sctx, fin)
+		if err != nil {
 			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
 		}
 	case err != nil:
@@ -107,9 +103,7 @@ func (x *execution) release(ctx context.Context, o outcome, fence int64) idem.Re
 	resp, fin := x.answer(o)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
 	defer cancel()
-	rctx, end := x.r.storeSpan(sctx, spanRelease)
-	err := x.r.cfg.Store.Release(rctx, idem.ReleaseParams{Fence: idem.Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
-	end(err)
+	err := x.r.cfg.Store.Release(sctx, idem.ReleaseParams{Fence: idem.Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
 	x.r.done.finished(x.inv.Principal.Scope(), x.key)
 	if err != nil {
 		x.r.cfg.Logger.Error("release reservation", "executionId", x.executionID, "error", err)
@@ -190,10 +184,7 @@ func reconcileName(m idem.Metadata) any {
 // mayHaveExecuted is the message of a keyed 5xx after the handler started:
 // the failure, then what it means for the caller.
 func mayHaveExecuted(m idem.Metadata, failure string) string {
-	reconcile := "a read of the current state"
-	if m.Retry.Reconcile != "" {
-		reconcile = m.Retry.Reconcile
-	}
+	reconcile := reconcileOrRead(m)
 	return fmt.Sprintf("%s; the handler of %s had started, so the call may have executed: run %s to see whether it took effect "+
 		"before deciding, and use a new key only if a new mutation is still needed (the same key never runs it again)", failure, m.Name, reconcile)
 }

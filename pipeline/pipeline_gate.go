@@ -46,12 +46,10 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 // would.
 func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *idem.Attempt, stop *idem.Error) {
 	p := x.inv.Principal
-	sctx, end := x.r.storeSpan(ctx, spanRequestApproval)
-	res, err := x.r.cfg.Store.RequestApproval(sctx, idem.RequestApprovalParams{
+	res, err := x.r.cfg.Store.RequestApproval(ctx, idem.RequestApprovalParams{
 		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Key: x.key, Operation: x.op.meta.Name,
 		Fingerprint: x.fingerprint, Input: raw, Reason: reason, Expiry: x.r.cfg.ApprovalExpiry,
 	})
-	end(err)
 	var ae *idem.AttemptExistsError
 	if errors.As(err, &ae) {
 		a := ae.Attempt
@@ -59,9 +57,8 @@ func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reaso
 			// Read it again through GetAttempt, which writes a passed lease
 			// down before answering it (docs/store.md): the approval's
 			// transaction only read it.
-			gctx, end := x.r.storeSpan(ctx, spanGetAttempt)
-			again, gerr := x.r.cfg.Store.GetAttempt(gctx, idem.GetAttemptParams{Scope: p.Scope(), Key: x.key})
-			if end(gerr); gerr == nil {
+			again, gerr := x.r.cfg.Store.GetAttempt(ctx, idem.GetAttemptParams{Scope: p.Scope(), Key: x.key})
+			if gerr == nil {
 				a = again
 			}
 		}

@@ -40,7 +40,6 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 		fin   idem.FinishParams // the execution's end, for the audit of an aborted one
 	)
 	t0 := time.Now()
-	tctx, end := r.storeSpan(tctx, spanTransact)
 	res, err := r.cfg.Store.(idem.Transactor).Transact(tctx, p, func(sctx context.Context, tx any) idem.TxOutcome {
 		ran = true
 		if x.key != "" {
@@ -50,16 +49,15 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 		resp, asked, fin = x.runInTx(sctx, cancelling, in, tx)
 		return asked
 	})
-	end(err)
 	if ran && x.key != "" {
 		defer r.done.finished(scope, x.key)
 	}
 	switch {
 	case errors.Is(err, idem.ErrKeyBusy):
-		x.executionID = ""
-		releaseExecution()
+		// Held by a transaction not committed yet: in flight, and a wait
+		// must not give up when it finds no record.
 		x.uncommitted = true
-		return x.answerExisting(ctx, idem.Attempt{Scope: scope, Key: x.key, Fingerprint: x.fingerprint, State: idem.AttemptInFlight})
+		return x.notReserved(ctx, idem.Attempt{Scope: scope, Key: x.key, Fingerprint: x.fingerprint, State: idem.AttemptInFlight}, releaseExecution)
 	case err != nil && !ran:
 		x.executionID = ""
 		return x.startFailure(ctx, err, raw, reason)
@@ -76,10 +74,7 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 		}
 		return x.fail(e) // any other code (INTERNAL: a statement refused for its data) as the store said
 	case !res.Reserved:
-		x.executionID = ""
-		releaseExecution() // answering the existing record (or waiting on it) is no execution
-		r.cache.put(res.Attempt, r.cfg.Clock.Now())
-		return x.answerExisting(ctx, res.Attempt)
+		return x.notReserved(ctx, res.Attempt, releaseExecution)
 	case res.Committed:
 		if x.key != "" {
 			r.cache.put(res.Attempt, r.cfg.Clock.Now())
@@ -171,13 +166,9 @@ func (x *execution) auditAborted(ctx context.Context, start idem.StartParams, fi
 	defer cancel()
 	start.ApprovalID = "" // not consumed: it rolled back with the rest
 	store := x.r.cfg.Store
-	actx, end := x.r.storeSpan(sctx, spanStartExecution)
-	_, err := store.StartExecution(actx, start)
-	end(err)
+	_, err := store.StartExecution(sctx, start)
 	if err == nil {
-		actx, end = x.r.storeSpan(sctx, spanFinishExecution)
-		err = store.FinishExecution(actx, fin)
-		end(err)
+		err = store.FinishExecution(sctx, fin)
 	}
 	if err != nil {
 		x.r.cfg.Logger.Error("audit of a rolled-back execution", "executionId", x.executionID, "error", err)

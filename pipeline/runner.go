@@ -73,6 +73,10 @@ type Config struct {
 	DecodeBudget  int64
 	MaxExecutions int
 	AdmissionWait time.Duration
+	// StoreHook, when set, is called around every store call the runner
+	// makes (metrics.Metrics.StoreHook times them); the runner wraps its
+	// store once (idem.ObserveStore) for it and for its own spans.
+	StoreHook idem.StoreHook
 	// TracerProvider, when set, traces every call (tracing.go): a span per
 	// call, with children for the store phases and each handler attempt,
 	// whose span the handler's ctx carries. nil turns tracing off, at no
@@ -250,11 +254,15 @@ func New(reg *idem.Registry, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, cache: newReplayCache(cfg.ReplayCacheBytes), audit: newAuditQueue(cfg.Store, cfg.Logger)}
+	r := &Runner{cfg: cfg, cache: newReplayCache(cfg.ReplayCacheBytes)}
 	r.decl.Store(d)
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
+	if hook := idem.ChainStoreHooks(r.storeSpans(), cfg.StoreHook); hook != nil {
+		r.cfg.Store = idem.ObserveStore(cfg.Store, hook)
+	}
+	r.audit = newAuditQueue(r.cfg.Store, cfg.Logger)
 	r.decoding, r.executions = newBudget(cfg.DecodeBudget), newBudget(int64(cfg.MaxExecutions))
 	return r, nil
 }

@@ -29,16 +29,7 @@ const tracerName = "github.com/idem-run/idem"
 const (
 	spanCall    = "idem.call" // + " " + the operation's name, once resolved
 	spanAttempt = "idem.attempt"
-
-	spanGetAttempt      = "idem.store.get_attempt"
-	spanRequestApproval = "idem.store.request_approval"
-	spanReserve         = "idem.store.reserve"
-	spanStartExecution  = "idem.store.start_execution"
-	spanLeaseLeft       = "idem.store.lease_left"
-	spanComplete        = "idem.store.complete"
-	spanRelease         = "idem.store.release"
-	spanFinishExecution = "idem.store.finish_execution"
-	spanTransact        = "idem.store.transact"
+	spanStore   = "idem.store." // + the store method (idem.StoreHook): idem.store.reserve, …
 )
 
 // The attributes, all in the idem. namespace.
@@ -202,16 +193,22 @@ func recordError(span trace.Span, code idem.Code, retryable bool) {
 	))
 }
 
-// storeSpan starts the span of one store call, a child of the span ctx
-// carries; the store gets the returned context, so that an instrumented
-// driver's spans nest under it. end ends it with the call's error. When
-// tracing is off, ctx comes back as it is and end does nothing.
-func (r *Runner) storeSpan(ctx context.Context, name string) (_ context.Context, end func(error)) {
+// storeSpans is the StoreHook of the runner's spans: one per store call
+// made inside a call's span, its child; the store gets the span's context,
+// so that an instrumented driver's spans nest under it. A store call
+// outside any span (the sweeper, the audit queue, the surfaces' reads)
+// makes none. nil when tracing is off.
+func (r *Runner) storeSpans() idem.StoreHook {
 	if r.tracer == nil {
-		return ctx, endNothing
+		return nil
 	}
-	ctx, span := r.tracer.Start(ctx, name)
-	return ctx, func(err error) { endStore(span, err) }
+	return func(ctx context.Context, method string) (context.Context, func(error)) {
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			return ctx, endNothing
+		}
+		ctx, span := r.tracer.Start(ctx, spanStore+method)
+		return ctx, func(err error) { endStore(span, err) }
+	}
 }
 
 func endNothing(error) {}

@@ -134,7 +134,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	rc := cfg.Runner
-	rc.Store, rc.Logger = mx.Store(cfg.Store), log
+	// The runner wraps the store once, for its spans and these latencies.
+	rc.Store, rc.Logger = cfg.Store, log
+	rc.StoreHook = idem.ChainStoreHooks(mx.StoreHook(), rc.StoreHook)
 	if observe := rc.Observe; observe != nil {
 		rc.Observe = func(r pipeline.Report) { mx.Observe(r); observe(r) }
 	} else {
@@ -149,7 +151,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, runner: runner}
 	s.http = httpapi.Config{
-		Runner: runner, Store: rc.Store, Auth: cfg.Auth, Logger: log, Version: cfg.Version,
+		Runner: runner, Store: mx.Store(cfg.Store), Auth: cfg.Auth, Logger: log, Version: cfg.Version,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: cfg.Routes,
 		OpenAPI: cfg.OpenAPI, NoDirectCLIOperations: cfg.NoDirectCLIOperations, BasePath: cfg.BasePath,
 	}
