@@ -6,9 +6,20 @@
 // request either replays the original result, is refused with a clear code,
 // or is answered as indeterminate — never silently executed twice.
 //
-// The root package holds the domain: operation metadata, retry contracts,
-// principals, the error model and the Store interface. Subpackages wrap one
-// dependency each: canonical (RFC 8785 JSON and request fingerprints),
-// sqlitestore and pgstore (the two stores), storetest (their shared
-// conformance suite).
+// The root package is the vocabulary the other packages share: operation
+// metadata and retry contracts, Define and DefineRaw, the Registry,
+// principals, the error model and its codes, attempt records, approvals and
+// executions, the Store interface, the call a surface hands the engine
+// (Invocation) and the answer it gets back (Result).
+//
+// The entry path is Define → NewRegistry → server.New (package server:
+// the HTTP API, MCP and the console over one store), or pipeline.New for a
+// runner called from Go alone. The other packages: pipeline (the engine),
+// httpapi, mcpserver and webui (the surfaces), client (the Go client),
+// sqlitestore and pgstore (the two stores) with storetest (their
+// conformance suite), canonical (RFC 8785 JSON and request fingerprints),
+// secretbox (sealed secret results), jwtauth (JWT bearer tokens), metrics
+// (Prometheus), telemetry (OpenTelemetry from the environment), proxy (idem
+// in front of an OpenAPI service), catalogdiff (catalog drift), webhooksig
+// (webhook signatures) and demo (the reference application).
 package idem
