@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,8 +10,22 @@ import (
 	"github.com/idem-run/idem"
 )
 
-const approvalColumns = `org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
-	decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id`
+// The statements of approvals; their files in sql/ say what they take and
+// return.
+var (
+	lockIntentSQL      = statement("lock_intent")
+	getLiveApprovalSQL = statement("get_live_approval")
+	insertApprovalSQL  = statement("insert_approval")
+	// getApprovalSQL reads an approval; lockApprovalSQL also locks it.
+	getApprovalSQL    = section("get_approval", "read")
+	lockApprovalSQL   = section("get_approval", "for_update")
+	decideApprovalSQL = statement("decide_approval")
+	// The forms of ListApprovals, by the status it filters by.
+	listApprovalsSQL         = section("list_approvals", "all")
+	listLiveApprovalsSQL     = section("list_approvals", "live")
+	listExpiredApprovalsSQL  = section("list_approvals", "expired")
+	listApprovalsByStatusSQL = section("list_approvals", "status")
+)
 
 // RequestApproval returns the intent's live approval or creates a pending
 // one. A transaction-scoped advisory lock on the intent makes concurrent
@@ -48,15 +61,11 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 			}
 		}
 		intent := p.Org + "/" + p.RequestedBy + "/" + p.Operation + "/" + p.Fingerprint
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", intent); err != nil {
+		if _, err := tx.Exec(ctx, lockIntentSQL, intent); err != nil {
 			return err
 		}
 		var err error
-		a, err = scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
-			WHERE org = $1 AND requested_by = $2 AND operation = $3 AND fingerprint = $4
-				AND status IN ('pending', 'approved', 'rejected') AND expires_at > $5
-			ORDER BY created_at DESC, seq DESC LIMIT 1`,
-			p.Org, p.RequestedBy, p.Operation, p.Fingerprint, now))
+		a, err = scanApproval(tx.QueryRow(ctx, getLiveApprovalSQL, p.Org, p.RequestedBy, p.Operation, p.Fingerprint, now))
 		if err == nil && a.Observe(now).Live(now) {
 			return nil
 		}
@@ -64,11 +73,8 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 			return err
 		}
 		created = true
-		a, err = scanApproval(tx.QueryRow(ctx, `INSERT INTO idem_approvals (org, id, requested_by, operation,
-				fingerprint, input, reason, status, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9)
-			RETURNING `+approvalColumns,
-			p.Org, p.ID, p.RequestedBy, p.Operation, p.Fingerprint, []byte(p.Input), p.Reason, now, now.Add(expiry)))
+		a, err = scanApproval(tx.QueryRow(ctx, insertApprovalSQL, p.Org, p.ID, p.RequestedBy, p.Operation, p.Fingerprint,
+			[]byte(p.Input), p.Reason, now, now.Add(expiry)))
 		return err
 	})
 	if err != nil {
@@ -86,7 +92,7 @@ func (s *Store) GetApproval(ctx context.Context, p idem.GetApprovalParams) (idem
 	var a idem.Approval
 	err := s.inTx(ctx, "get approval", func(tx pgx.Tx) error {
 		var err error
-		a, err = getApproval(ctx, tx, p.Org, p.ID, "")
+		a, err = getApproval(ctx, tx, getApprovalSQL, p.Org, p.ID)
 		return err
 	})
 	if err != nil {
@@ -103,21 +109,17 @@ func (s *Store) ListApprovals(ctx context.Context, p idem.ListApprovalsParams) (
 	if limit <= 0 {
 		limit = 100
 	}
-	args := []any{p.Org, p.RequestedBy}
-	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
-	var filter string
+	query, args := listApprovalsSQL, []any{p.Org, p.RequestedBy}
 	switch p.Status {
 	case "":
 	case idem.ApprovalPending, idem.ApprovalApproved:
-		filter = " AND status = " + arg(string(p.Status)) + " AND expires_at > " + arg(now)
+		query, args = listLiveApprovalsSQL, append(args, string(p.Status), now)
 	case idem.ApprovalExpired:
-		filter = " AND (status = 'expired' OR status IN ('pending', 'approved') AND expires_at <= " + arg(now) + ")"
+		query, args = listExpiredApprovalsSQL, append(args, now)
 	default:
-		filter = " AND status = " + arg(string(p.Status))
+		query, args = listApprovalsByStatusSQL, append(args, string(p.Status))
 	}
-	query := `SELECT ` + approvalColumns + ` FROM idem_approvals
-		WHERE org = $1 AND ($2 = '' OR requested_by = $2)` + filter + `
-		ORDER BY created_at DESC, seq DESC LIMIT ` + arg(limit)
+	args = append(args, limit)
 	var list []idem.Approval
 	err := s.inTx(ctx, "list approvals", func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, query, args...)
@@ -143,7 +145,7 @@ func (s *Store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams)
 	var a idem.Approval
 	err := s.inTx(ctx, "decide approval", func(tx pgx.Tx) error {
 		var err error
-		if a, err = getApproval(ctx, tx, p.Org, p.ID, " FOR UPDATE"); err != nil {
+		if a, err = getApproval(ctx, tx, lockApprovalSQL, p.Org, p.ID); err != nil {
 			return err
 		}
 		a = a.Observe(now)
@@ -151,10 +153,7 @@ func (s *Store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams)
 		if err != nil || !changed {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE idem_approvals SET status = $3, decided_by = $4, decision_reason = $5,
-				decided_at = $6
-			WHERE org = $1 AND id = $2`,
-			p.Org, p.ID, string(a.Status), a.DecidedBy, a.DecisionReason, a.DecidedAt)
+		_, err = tx.Exec(ctx, decideApprovalSQL, p.Org, p.ID, string(a.Status), a.DecidedBy, a.DecisionReason, a.DecidedAt)
 		return err
 	})
 	if err != nil {
@@ -163,18 +162,19 @@ func (s *Store) DecideApproval(ctx context.Context, p idem.DecideApprovalParams)
 	return a.Observe(now), nil
 }
 
-// getApproval reads one approval (with an optional locking clause);
-// APPROVAL_NOT_FOUND when org has none with that id.
-func getApproval(ctx context.Context, tx pgx.Tx, org, id, lock string) (idem.Approval, error) {
-	a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM idem_approvals
-		WHERE org = $1 AND id = $2`+lock, org, id))
+// getApproval reads one approval with query (getApprovalSQL or
+// lockApprovalSQL); APPROVAL_NOT_FOUND when org has none with that id.
+func getApproval(ctx context.Context, tx pgx.Tx, query, org, id string) (idem.Approval, error) {
+	a, err := scanApproval(tx.QueryRow(ctx, query, org, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Approval{}, idem.Errorf(idem.CodeApprovalNotFound, "no approval %q", id).WithDetail("approvalId", id)
 	}
 	return a, err
 }
 
-// scanApproval reads one row of approvalColumns.
+// scanApproval reads one approval: org, id, requested_by, operation,
+// fingerprint, input, reason, status, decided_by, decision_reason,
+// created_at, expires_at, decided_at, consumed_at, execution_id.
 func scanApproval(row scanner) (idem.Approval, error) {
 	var (
 		a                                   idem.Approval

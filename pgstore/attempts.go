@@ -13,8 +13,26 @@ import (
 	"github.com/idem-run/idem"
 )
 
-const attemptColumns = `org, principal, key, operation, fingerprint, state, execution_id, fencing_token,
-	lease_expires_at, status, headers, body, sealed_key_id, created_at, completed_at, expires_at, secret_expires_at`
+// The statements of attempt records; their files in sql/ say what they
+// take and return.
+var (
+	// keyLockSQL takes the key's advisory lock, tryKeyLockSQL only tries it.
+	keyLockSQL    = section("key_lock", "lock")
+	tryKeyLockSQL = section("key_lock", "try")
+	// getAttemptSQL reads the newest record of a key, forgotten or not.
+	getAttemptSQL = statement("get_attempt")
+	// reserveSQL and reserveApprovedSQL reserve a key and start its
+	// execution, the second consuming an approval first.
+	reserveSQL         = statement("reserve")
+	reserveApprovedSQL = statement("reserve_with_approval")
+	// completeSQL completes a record and finishes its execution.
+	completeSQL = eventStatements{statement("complete_attempt"), statement("complete_attempt_many_events")}
+	// markIndeterminateSQL and getAttemptByTokenSQL settle a passed lease.
+	markIndeterminateSQL = statement("mark_indeterminate")
+	getAttemptByTokenSQL = statement("get_attempt_by_token")
+	lockTimeoutSQL       = statement("lock_timeout")
+	leaseLeftSQL         = statement("lease_left")
+)
 
 // keyLockSeed is the seed of the hash that turns (org, principal, key) into
 // the advisory lock Reserve takes ("idem_key" in ASCII).
@@ -24,22 +42,14 @@ const keyLockSeed int64 = 0x6964656d5f6b6579
 // in b. Reserve and a keyed RequestApproval take it, so that they queue
 // from any instance and each reads what the previous holder committed.
 func queueKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
-	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $4))`,
-		scope.Org, scope.Principal, key, keyLockSeed)
+	b.Queue(keyLockSQL, scope.Org, scope.Principal, key, keyLockSeed)
 }
 
 // queueTryKeyLock queues a try of the same lock, which reads true when it
 // is taken and false, at once, when another transaction holds it.
 func queueTryKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
-	b.Queue(`SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $4))`,
-		scope.Org, scope.Principal, key, keyLockSeed)
+	b.Queue(tryKeyLockSQL, scope.Org, scope.Principal, key, keyLockSeed)
 }
-
-// newestAttemptSQL reads the newest record of a key ($1 org, $2 principal,
-// $3 key), forgotten or not: the caller checks retention.
-const newestAttemptSQL = `SELECT ` + attemptColumns + ` FROM idem_attempts
-		WHERE org = $1 AND principal = $2 AND key = $3
-		ORDER BY created_at DESC LIMIT 1`
 
 // lockKeyAndRead takes the key's lock in tx and reads its newest record, in
 // one round trip; found is false when there is none.
@@ -59,7 +69,7 @@ func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key stri
 	} else {
 		queueKeyLock(&b, scope, key)
 	}
-	b.Queue(newestAttemptSQL, scope.Org, scope.Principal, key)
+	b.Queue(getAttemptSQL, scope.Org, scope.Principal, key)
 	br := tx.SendBatch(ctx, &b)
 	held = true
 	if try {
@@ -78,65 +88,6 @@ func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key stri
 		err = cerr
 	}
 	return a, found && err == nil, held, err
-}
-
-// reserveSQL runs under the key's advisory lock. It returns the newest
-// record of the key if it is within retention, or in flight within its
-// lease (reserved = false); otherwise it deletes the key's forgotten rows,
-// inserts the new record (reserved = true) and starts its execution
-// (startCTEs: consumes the approval, inserts the execution and its
-// events). made reads gone so that the delete runs first: a new row may
-// then reuse the primary key of the one it replaces. Parameters: $1 org,
-// $2 principal, $3 key, $4 operation, $5 fingerprint, $6 execution id, $7
-// lease expiry, $8 now, $9 retention expiry, then the approval id (with an
-// approval) and keyLockSeed (try). Indexed by reserveSQLVariant.
-var reserveSQL = [4]string{
-	reserveStatement(false, false), reserveStatement(false, true),
-	reserveStatement(true, false), reserveStatement(true, true),
-}
-
-// reserveSQLVariant is the index in reserveSQL of the statement for a
-// transaction that took (or, with try, only tried) the lock.
-func reserveSQLVariant(try, approval bool) int { return 2*b2i(try) + b2i(approval) }
-
-// reserveStatement is the reservation statement. With try, the
-// transaction only tried the lock: the statement writes only if the lock
-// is held, so that without it it never waits for the holder's rows.
-func reserveStatement(try, approval bool) string {
-	guard := "true"
-	if try {
-		seed := "$10"
-		if approval {
-			seed = "$11"
-		}
-		guard = `pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, ` + seed + `::int8))`
-	}
-	ph := startPlaceholders{org: "$1::text", principal: "$2::text", key: "$3::text", operation: "$4::text",
-		fingerprint: "$5::text", id: "$6::text", now: "$8::timestamptz", approval: "$10::text"}
-	return `WITH locked AS MATERIALIZED (SELECT ` + guard + ` AS held),
-	live AS (
-		SELECT ` + attemptColumns + ` FROM (
-			SELECT ` + attemptColumns + ` FROM idem_attempts
-			WHERE org = $1 AND principal = $2 AND key = $3
-			ORDER BY created_at DESC LIMIT 1) newest
-		WHERE expires_at > $8 OR (state = 'in_flight' AND lease_expires_at > $8)),
-	gone AS (
-		DELETE FROM idem_attempts
-		WHERE org = $1 AND principal = $2 AND key = $3 AND expires_at <= $8
-			AND NOT (state = 'in_flight' AND lease_expires_at > $8)
-			AND NOT EXISTS (SELECT FROM live) AND (SELECT held FROM locked)
-		RETURNING 1),
-	made AS (
-		INSERT INTO idem_attempts (org, principal, key, operation, fingerprint, state,
-			execution_id, fencing_token, lease_expires_at, created_at, expires_at)
-		SELECT $1, $2, $3, $4::text, $5::text, 'in_flight', $6::text, nextval('idem_fencing_tokens'),
-			$7::timestamptz, $8, $9::timestamptz
-		WHERE NOT EXISTS (SELECT FROM live) AND (SELECT held FROM locked) AND (SELECT count(*) FROM gone) >= 0
-		RETURNING ` + attemptColumns + `),
-	` + startCTEs(ph, approval, "EXISTS (SELECT FROM made)") + `
-	SELECT true, ` + consumedColumn(approval) + `, (SELECT reinvocation_of FROM exe), ` + attemptColumns + ` FROM made
-	UNION ALL
-	SELECT false, true, NULL, ` + attemptColumns + ` FROM live`
 }
 
 // Reserve inserts the attempt record, or replaces one past its retention
@@ -178,19 +129,17 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 // caller rolls tx back.
 func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time, try bool) (res idem.ReserveResult, busy bool, err error) {
 	var b pgx.Batch
-	approval := p.ApprovalID != ""
-	args := []any{p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
-		now.Add(p.Lease), now, now.Add(p.Retention)}
-	if approval {
-		args = append(args, p.ApprovalID)
+	q, args := reserveSQL, []any{p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
+		now.Add(p.Lease), now, now.Add(p.Retention), try, keyLockSeed}
+	if p.ApprovalID != "" {
+		q, args = reserveApprovedSQL, append(args, p.ApprovalID)
 	}
 	if try {
 		queueTryKeyLock(&b, p.Scope, p.Key)
-		args = append(args, keyLockSeed)
 	} else {
 		queueKeyLock(&b, p.Scope, p.Key)
 	}
-	b.Queue(reserveSQL[reserveSQLVariant(try, approval)], args...)
+	b.Queue(q, args...)
 	br := tx.SendBatch(ctx, &b)
 	got := true
 	if try {
@@ -290,31 +239,6 @@ func (s *Store) completeOne(ctx context.Context, p idem.CompleteParams, headers 
 	return a.Observe(now), nil
 }
 
-// completeSQL completes a record and finishes its execution in one
-// statement: the fenced update of the record ($1 org, $2 principal, $3
-// key, $4 fencing token, $5 state, $6 status, $7 headers, $8 body, $9
-// sealed key id, $10 now, $11 secret expiry), then, only if it matched,
-// the execution's finish ($12 outcome, $13 code, $14 attempts, events
-// from $16; finishCTEs) and, when the record is watched, the NOTIFY of
-// $15 on idem_completed at commit. By eventSQLVariant.
-var completeSQL = func() (qs [manyEvents + 2]string) {
-	ph := finishPlaceholders{org: "$1::text", id: "(SELECT execution_id FROM done)", outcome: "$12::text",
-		code: "$13::text", attempts: "$14::int", now: "$10::timestamptz", events: 16}
-	for n := range qs {
-		qs[n] = `WITH done AS (
-		UPDATE idem_attempts SET
-			state = $5, status = $6, headers = $7, body = $8, sealed_key_id = $9,
-			completed_at = $10, secret_expires_at = $11
-		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
-			AND state = 'in_flight' AND lease_expires_at > $10
-		RETURNING watched, ` + attemptColumns + `),
-	` + finishCTEs(ph, n) + `,
-	notified AS (SELECT pg_notify('` + completedChannel + `', $15::text) FROM done WHERE watched)
-	SELECT ` + finishColumns + `, (SELECT count(*) FROM notified), ` + attemptColumns + ` FROM done`
-	}
-	return qs
-}()
-
 // completeTx completes the record in tx as Complete does, in one
 // statement; headers are p.Headers filtered and encoded. When the fence
 // or the lease fails, it is ErrFenced and nothing is written.
@@ -335,7 +259,7 @@ func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers [
 	}
 	var r finishResult
 	var notified int
-	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, completeSQL[eventSQLVariant(len(fin.Events))], args...),
+	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, completeSQL.forEvents(len(fin.Events)), args...),
 		append(r.dest(), &notified)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Attempt{}, idem.ErrFenced
@@ -352,7 +276,7 @@ func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers [
 // one round trip.
 func (s *Store) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
 	now := s.now()
-	a, err := scanAttempt(s.pool.QueryRow(ctx, newestAttemptSQL, p.Scope.Org, p.Scope.Principal, p.Key))
+	a, err := scanAttempt(s.pool.QueryRow(ctx, getAttemptSQL, p.Scope.Org, p.Scope.Principal, p.Key))
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && a.Forgotten(now) {
 		return idem.Attempt{}, idem.Errorf(idem.CodeNotFound, "no attempt record for key %q", p.Key)
 	}
@@ -386,23 +310,18 @@ func (s *Store) settleLease(ctx context.Context, a idem.Attempt) (idem.Attempt, 
 	err := s.inTx(ctx, "mark indeterminate", func(tx pgx.Tx) error {
 		busy = false
 		now := s.now()
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, s.settleWait.Milliseconds())); err != nil {
+		if _, err := tx.Exec(ctx, lockTimeoutSQL, fmt.Sprintf("%dms", s.settleWait.Milliseconds())); err != nil {
 			return err
 		}
 		var err error
-		out, err = scanAttempt(tx.QueryRow(ctx, `UPDATE idem_attempts SET state = 'indeterminate'
-			WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4
-				AND state = 'in_flight' AND lease_expires_at <= $5
-			RETURNING `+attemptColumns, a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken, now))
+		out, err = scanAttempt(tx.QueryRow(ctx, markIndeterminateSQL, a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken, now))
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
 			busy = true
 			return err
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
-			out, err = scanAttempt(tx.QueryRow(ctx, `SELECT `+attemptColumns+` FROM idem_attempts
-				WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4`,
-				a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken))
+			out, err = scanAttempt(tx.QueryRow(ctx, getAttemptByTokenSQL, a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken))
 			if errors.Is(err, pgx.ErrNoRows) {
 				return idem.Errorf(idem.CodeNotFound, "no attempt record for key %q", a.Key)
 			}
@@ -421,7 +340,10 @@ func (s *Store) settleLease(ctx context.Context, a idem.Attempt) (idem.Attempt, 
 	return out, nil
 }
 
-// scanAttempt reads one row of attemptColumns.
+// scanAttempt reads one record: org, principal, key, operation,
+// fingerprint, state, execution_id, fencing_token, lease_expires_at,
+// status, headers, body, sealed_key_id, created_at, completed_at,
+// expires_at, secret_expires_at.
 func scanAttempt(row scanner) (idem.Attempt, error) {
 	var (
 		a                                          idem.Attempt
@@ -458,9 +380,7 @@ func scanAttempt(row scanner) (idem.Attempt, error) {
 // clock.
 func (s *Store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, error) {
 	var lease time.Time
-	err := s.pool.QueryRow(ctx, `SELECT lease_expires_at FROM idem_attempts
-		WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'`,
-		f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken).Scan(&lease)
+	err := s.pool.QueryRow(ctx, leaseLeftSQL, f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken).Scan(&lease)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, idem.ErrFenced
 	}

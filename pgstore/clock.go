@@ -35,6 +35,9 @@ type dbClock struct {
 	done chan struct{}
 }
 
+// readClockSQL reads the database's clock.
+var readClockSQL = statement("read_clock")
+
 // startDBClock measures the database's clock once (an error if it cannot)
 // and re-measures it every clockResample until close.
 func startDBClock(ctx context.Context, pool *pgxpool.Pool, local func() time.Time) (*dbClock, error) {
@@ -67,7 +70,7 @@ func (c *dbClock) sample(ctx context.Context) error {
 	for range 3 {
 		sent := c.local()
 		var db time.Time
-		if err := c.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+		if err := c.pool.QueryRow(ctx, readClockSQL).Scan(&db); err != nil {
 			return interpretError(ctx, "read the database's clock", err)
 		}
 		rtt := c.local().Sub(sent)

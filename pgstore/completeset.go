@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,82 +47,15 @@ func ownEvents(p idem.CompleteParams) bool {
 	return true
 }
 
-// completeSetSQL completes a set of records, each under its own fence, and
-// finishes their executions, in one statement. u holds the calls, one row
-// each, numbered n from parallel arrays ($1 org, $2 principal, $3 key, $4
-// fencing token, $5 state, $6 status, $7 headers as JSON text, $8 body, $9
-// sealed key id, $10 secret expiry, $11 outcome, $12 code, $13 attempts,
-// $14 NOTIFY payload, $15 the execution its events name, if any); r holds
-// all their events, flattened, each with the number of its call ($17) and
-// then the arrays of eventArrays but the execution ids; $16 is now.
-//
-// done is the fenced UPDATE of every record: a call whose record is no
-// longer in flight under its token and lease matches nothing and writes
-// nothing, and neither does one whose events name another execution than
-// the record's, so that a call's failure is never its neighbours'. It
-// carries each call's finish along, so that fin, ev and notified (which
-// finish the completed calls' executions, append their events in order
-// and NOTIFY their watched records) read done alone, never u again: each
-// join costs in proportion to the batch, not its square. The statement
-// returns the completed records, by call number, and the counts of
-// executions finished and events appended (an execution not found is a
-// count short: the batch fails). The tables are as few as completeSQL's:
-// each one more (a read telling the calls not completed apart, say) would
-// cost every batch its partitions' planning and start-up.
-var completeSetSQL = `WITH u AS (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::int[], $7::text[],
-			$8::bytea[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::int[], $14::text[], $15::text[])
-			WITH ORDINALITY AS u(org, principal, key, token, state, status, headers, body, sealed_key_id,
-				secret_expires_at, outcome, code, attempts, payload, named, n)),
-	done AS (
-		UPDATE idem_attempts a SET
-			state = u.state, status = u.status, headers = u.headers::jsonb, body = u.body,
-			sealed_key_id = u.sealed_key_id, completed_at = $16, secret_expires_at = u.secret_expires_at
-		FROM u
-		WHERE a.org = u.org AND a.principal = u.principal AND a.key = u.key AND a.fencing_token = u.token
-			AND a.state = 'in_flight' AND a.lease_expires_at > $16::timestamptz
-			AND (u.named IS NULL OR u.named = a.execution_id)
-		RETURNING u.n, u.outcome, u.code, u.attempts AS finish_attempts, u.payload, a.watched,
-			` + qualified("a", attemptColumns) + `),
-	fin AS (
-		UPDATE idem_executions x SET outcome = done.outcome, code = done.code, attempts = done.finish_attempts,
-			finished_at = $16
-		FROM done
-		WHERE x.org = done.org AND x.id = done.execution_id
-		RETURNING 1),
-	ev AS (
-		INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code, previous_error_code,
-			attempts, duration_ms, data)
-		SELECT done.org, done.execution_id, r.type, r.at, r.attempt, r.code, r.previous_error_code, r.attempts,
-			r.duration_ms, r.data::jsonb
-		FROM unnest($17::int8[], $18::text[], $19::timestamptz[], $20::int[], $21::text[], $22::text[], $23::int[],
-				$24::int8[], $25::text[])
-			WITH ORDINALITY AS r(call, type, at, attempt, code, previous_error_code, attempts, duration_ms, data, m)
-		JOIN done ON done.n = r.call
-		ORDER BY r.m
-		RETURNING 1),
-	notified AS (SELECT pg_notify('` + completedChannel + `', payload) FROM done WHERE watched)
-	SELECT n, (SELECT count(*) FROM fin), (SELECT count(*) FROM ev), (SELECT count(*) FROM notified),
-		` + attemptColumns + `
-	FROM done`
-
-// genericPlanSQL makes completeSetSQL run on its generic plan, made once
-// per connection (pgx prepares the statement). Left to choose, PostgreSQL
-// would plan it afresh on every call, since a custom plan, which sees the
-// arrays' lengths, always looks cheaper than the generic one (which
-// guesses 100 rows), and planning the partitions of three tables costs
-// more than running the statement. SET LOCAL ends with the transaction.
-const genericPlanSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
-
-// qualified is the comma-separated columns cols, each prefixed with the
-// table t.
-func qualified(t, cols string) string {
-	var out []string
-	for c := range strings.SplitSeq(cols, ",") {
-		out = append(out, t+"."+strings.TrimSpace(c))
-	}
-	return strings.Join(out, ", ")
-}
+// completeSetSQL completes a set of records, each under its own fence,
+// and finishes their executions, in one statement; genericPlanSQL, sent
+// before it, makes it run on its generic plan. A call whose record is
+// fenced, or whose events name another execution than the record's,
+// writes nothing, and its failure is never its neighbours'.
+var (
+	completeSetSQL = statement("complete_set")
+	genericPlanSQL = statement("generic_plan")
+)
 
 // completeSet completes cs in tx as Complete does each, in one round trip
 // and one statement (completeSetSQL, after genericPlanSQL) when there are

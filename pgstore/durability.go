@@ -49,6 +49,13 @@ const (
 	ModeStandby = "standby"
 )
 
+// The statements of DurabilityReport (sql/durability.sql).
+var (
+	showSynchronousCommitSQL   = section("durability", "synchronous_commit")
+	showSynchronousStandbysSQL = section("durability", "synchronous_standby_names")
+	replicationSQL             = section("durability", "replication")
+)
+
 // DurabilityReport reads the durability settings and the replication
 // state, all on one connection of pool (so that SHOW reports what the
 // pool's sessions run under).
@@ -59,20 +66,13 @@ func DurabilityReport(ctx context.Context, pool *pgxpool.Pool) (Durability, erro
 		return Durability{}, err
 	}
 	defer conn.Release()
-	if err := conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&d.SynchronousCommit); err != nil {
+	if err := conn.QueryRow(ctx, showSynchronousCommitSQL).Scan(&d.SynchronousCommit); err != nil {
 		return Durability{}, fmt.Errorf("show synchronous_commit: %w", err)
 	}
-	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&d.SynchronousStandbyNames); err != nil {
+	if err := conn.QueryRow(ctx, showSynchronousStandbysSQL).Scan(&d.SynchronousStandbyNames); err != nil {
 		return Durability{}, fmt.Errorf("show synchronous_standby_names: %w", err)
 	}
-	// state and sync_state are NULL for a role without pg_read_all_stats.
-	// A walsender in 'backup' state (pg_basebackup) or still catching up
-	// is not a standby a commit can rely on.
-	err = conn.QueryRow(ctx, `SELECT pg_is_in_recovery(),
-			count(*) FILTER (WHERE state = 'streaming'),
-			count(*) FILTER (WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')),
-			count(*) FILTER (WHERE state IS NULL)
-		FROM pg_stat_replication`).Scan(&d.InRecovery, &d.Standbys, &d.SynchronousStandbys, &d.Unreadable)
+	err = conn.QueryRow(ctx, replicationSQL).Scan(&d.InRecovery, &d.Standbys, &d.SynchronousStandbys, &d.Unreadable)
 	if err != nil {
 		return Durability{}, fmt.Errorf("read pg_stat_replication: %w", err)
 	}

@@ -5,12 +5,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-run/idem"
+)
+
+// The statements of executions and their events; their files in sql/
+// say what they take and return.
+var (
+	getExecutionSQL   = statement("get_execution")
+	listEventsSQL     = statement("list_events")
+	listExecutionsSQL = statement("list_executions")
+	// startExecutionSQL and startApprovedExecutionSQL start an unkeyed
+	// execution, the second consuming an approval first.
+	startExecutionSQL         = statement("start_execution")
+	startApprovedExecutionSQL = statement("start_execution_with_approval")
+	// finishExecutionSQL records an execution's outcome and appends its
+	// events.
+	finishExecutionSQL = eventStatements{statement("finish_execution"), statement("finish_execution_many_events")}
+	// appendEventSQL appends one event, insertEventsSQL any number (AppendEvents).
+	appendEventSQL  = section("append_events", "one")
+	insertEventsSQL = section("append_events", "many")
 )
 
 // StartExecution consumes p.ApprovalID if set and starts an unkeyed
@@ -49,8 +66,7 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 	var x idem.Execution
 	err := s.inTx(ctx, "get execution", func(tx pgx.Tx) error {
 		var err error
-		x, err = scanExecution(tx.QueryRow(ctx, `SELECT `+executionColumns+`
-			FROM idem_executions WHERE org = $1 AND id = $2`, p.Org, p.ID))
+		x, err = scanExecution(tx.QueryRow(ctx, getExecutionSQL, p.Org, p.ID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idem.Errorf(idem.CodeNotFound, "no execution %q", p.ID)
 		}
@@ -58,9 +74,7 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 			return err
 		}
 
-		rows, err := tx.Query(ctx, `SELECT execution_id, type, at, COALESCE(attempt, 0), COALESCE(code, ''),
-				COALESCE(previous_error_code, ''), COALESCE(attempts, 0), COALESCE(duration_ms, 0), data
-			FROM idem_audit_events WHERE org = $1 AND execution_id = $2 ORDER BY id`, p.Org, p.ID)
+		rows, err := tx.Query(ctx, listEventsSQL, p.Org, p.ID)
 		if err != nil {
 			return err
 		}
@@ -73,90 +87,17 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 	return x, nil
 }
 
-// startPlaceholders names the parameters (or SQL expressions) of an
-// execution's start in the statement that embeds it.
-type startPlaceholders struct {
-	org, principal, key, operation, fingerprint, id, now, approval string
-}
-
-// startCTEs are the CTEs "consumed" (only when approval), "exe" and
-// "started" that start an execution: consume the approval (approved,
-// unexpired and bound to this intent; the row lock makes concurrent
-// consumers queue, and all but the first find it consumed), insert the
-// execution, linked to the most recent earlier execution of the same
-// intent, and its execution.started (and approval.consumed) events. Each
-// writes only when gate (an SQL condition) holds and the approval, if
-// any, was consumed; the statement reads whether it was from "consumed".
-func startCTEs(ph startPlaceholders, approval bool, gate string) string {
-	consume, startGate := "", gate
-	events := fmt.Sprintf(`(1, '%s'::text, 1::int, NULL::jsonb)`, idem.EventStarted)
-	if approval {
-		consume = fmt.Sprintf(`consumed AS (
-		UPDATE idem_approvals SET status = 'consumed', consumed_at = %[1]s, execution_id = %[2]s
-		WHERE org = %[3]s AND id = %[4]s AND requested_by = %[5]s AND operation = %[6]s AND fingerprint = %[7]s
-			AND status = 'approved' AND expires_at > %[1]s AND %[8]s
-		RETURNING 1),
-	`, ph.now, ph.id, ph.org, ph.approval, ph.principal, ph.operation, ph.fingerprint, gate)
-		startGate += ` AND EXISTS (SELECT FROM consumed)`
-		events += fmt.Sprintf(`, (2, '%s', NULL, jsonb_build_object('approvalId', %s::text))`, idem.EventApprovalConsumed, ph.approval)
-	}
-	return consume + fmt.Sprintf(`exe AS (
-		INSERT INTO idem_executions (org, id, principal, operation, fingerprint, key,
-			attempts, outcome, reinvocation_of, started_at)
-		SELECT %[1]s, %[2]s, %[3]s, %[4]s, %[5]s, %[6]s, 1, 'running', `+previousExecution(ph.org, ph.principal, ph.operation, ph.fingerprint)+`, %[7]s
-		WHERE %[8]s
-		RETURNING reinvocation_of),
-	started AS (
-		INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, data)
-		SELECT %[1]s, %[2]s, e.type, %[7]s, e.attempt, e.data
-		FROM exe, (VALUES %[9]s) AS e(n, type, attempt, data)
-		ORDER BY e.n
-		RETURNING 1)`, ph.org, ph.id, ph.principal, ph.operation, ph.fingerprint, ph.key, ph.now, startGate, events)
-}
-
-// previousExecution is the subquery of the most recent execution of an
-// intent (org, principal, operation, fingerprint): what a new execution of
-// it is a reinvocation of (SPEC §13).
-func previousExecution(org, principal, operation, fingerprint string) string {
-	return `(SELECT id FROM idem_executions
-			WHERE org = ` + org + ` AND principal = ` + principal + ` AND operation = ` + operation + ` AND fingerprint = ` + fingerprint + `
-			ORDER BY started_at DESC, seq DESC LIMIT 1)`
-}
-
-// consumedColumn reads, in a statement with startCTEs, whether the
-// approval (if any) was consumed.
-func consumedColumn(approval bool) string {
-	if approval {
-		return `EXISTS (SELECT FROM consumed)`
-	}
-	return `true`
-}
-
-// startExecutionSQL starts an unkeyed execution in one statement ($1 org,
-// $2 principal, $3 operation, $4 fingerprint, $5 execution id, $6 now, $7
-// approval id, only with an approval); it returns whether the approval was
-// consumed and the execution's reinvocation_of.
-var startExecutionSQL = [2]string{startExecutionStatement(false), startExecutionStatement(true)}
-
-func startExecutionStatement(approval bool) string {
-	ph := startPlaceholders{org: "$1::text", principal: "$2::text", key: "NULL::text", operation: "$3::text",
-		fingerprint: "$4::text", id: "$5::text", now: "$6::timestamptz", approval: "$7::text"}
-	return `WITH ` + startCTEs(ph, approval, "true") + `
-	SELECT ` + consumedColumn(approval) + `, (SELECT reinvocation_of FROM exe)`
-}
-
 // startExecution starts an unkeyed execution in tx as StartExecution does:
 // one statement. An approval that is not consumable is
 // ErrApprovalNotConsumable, and nothing is written.
 func startExecution(ctx context.Context, tx pgx.Tx, p idem.StartParams, now time.Time) (idem.Execution, error) {
-	args := []any{p.Scope.Org, p.Scope.Principal, p.Operation, p.Fingerprint, p.ExecutionID, now}
-	approval := p.ApprovalID != ""
-	if approval {
-		args = append(args, p.ApprovalID)
+	q, args := startExecutionSQL, []any{p.Scope.Org, p.Scope.Principal, p.Operation, p.Fingerprint, p.ExecutionID, now}
+	if p.ApprovalID != "" {
+		q, args = startApprovedExecutionSQL, append(args, p.ApprovalID)
 	}
 	x := newExecution(p, "", now)
 	var consumed bool
-	if err := tx.QueryRow(ctx, startExecutionSQL[b2i(approval)], args...).Scan(&consumed, &x.ReinvocationOf); err != nil {
+	if err := tx.QueryRow(ctx, q, args...).Scan(&consumed, &x.ReinvocationOf); err != nil {
 		return idem.Execution{}, err
 	}
 	if !consumed {
@@ -165,8 +106,9 @@ func startExecution(ctx context.Context, tx pgx.Tx, p idem.StartParams, now time
 	return x, nil
 }
 
-// newExecution is the execution startCTEs insert, as read back, without
-// its reinvocation_of.
+// newExecution is the execution that starting one inserts
+// (start_execution.sql, reserve.sql and their approval forms), as read
+// back, without its reinvocation_of.
 func newExecution(p idem.StartParams, key string, now time.Time) idem.Execution {
 	x := idem.Execution{
 		ID: p.ExecutionID, Org: p.Scope.Org, Operation: p.Operation, Principal: p.Scope.Principal,
@@ -187,63 +129,10 @@ func b2i(b bool) int {
 	return 0
 }
 
-// finishPlaceholders names the parameters of an execution's finish in
-// the statement that embeds it; events is the first of its events'.
-type finishPlaceholders struct {
-	org, id, outcome, code, attempts, now string
-	events                                int
-}
-
-// finishCTEs are the CTEs "fin", "e" and "ev" that finish an execution:
-// record its outcome, then append n events (their parameters from
-// ph.events, as eventArgs lays them out), all or none: each names its
-// execution or, when NULL, the finished one, which must exist in org;
-// "e" marks the events whose execution does not (not known).
-func finishCTEs(ph finishPlaceholders, n int) string {
-	var rows string
-	switch {
-	case n == 0:
-		rows = `(SELECT NULL::bigint, NULL::text, NULL::text, NULL::timestamptz, NULL::int, NULL::text, NULL::text,
-			NULL::int, NULL::bigint, NULL::jsonb WHERE false)`
-	case n <= manyEvents:
-		var vs []string
-		for i := range n {
-			k := ph.events + i*eventParams
-			vs = append(vs, fmt.Sprintf(`(%d, $%d::text, $%d::text, $%d::timestamptz, $%d::int, $%d::text, $%d::text, $%d::int, $%d::bigint, $%d::jsonb)`,
-				i+1, k, k+1, k+2, k+3, k+4, k+5, k+6, k+7, k+8))
-		}
-		rows = `(VALUES ` + strings.Join(vs, ", ") + `)`
-	default:
-		k := ph.events
-		rows = fmt.Sprintf(`(SELECT n, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data::jsonb
-			FROM unnest($%d::text[], $%d::text[], $%d::timestamptz[], $%d::int[], $%d::text[], $%d::text[], $%d::int[], $%d::bigint[], $%d::text[])
-			WITH ORDINALITY AS u(execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data, n))`,
-			k, k+1, k+2, k+3, k+4, k+5, k+6, k+7, k+8)
-	}
-	return fmt.Sprintf(`fin AS (
-		UPDATE idem_executions x SET outcome = %[3]s, code = %[4]s, attempts = %[5]s, finished_at = %[6]s
-		WHERE x.org = %[1]s AND x.id = %[2]s
-		RETURNING x.id),
-	e AS (
-		SELECT r.*, COALESCE(r.execution_id, fin.id) AS xid,
-			r.execution_id IS NULL OR r.execution_id = fin.id
-				OR EXISTS (SELECT FROM idem_executions k WHERE k.org = %[1]s AND k.id = r.execution_id) AS known
-		FROM fin, %[7]s AS r(n, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data)),
-	ev AS (
-		INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code, previous_error_code,
-			attempts, duration_ms, data)
-		SELECT %[1]s, xid, type, at, attempt, code, previous_error_code, attempts, duration_ms, data
-		FROM e WHERE NOT EXISTS (SELECT FROM e WHERE NOT known) ORDER BY n
-		RETURNING 1)`, ph.org, ph.id, ph.outcome, ph.code, ph.attempts, ph.now, rows)
-}
-
-// finishColumns read, in a statement with finishCTEs, whether the
+// finishResult is what a statement that finishes an execution
+// (finish_execution.sql and the others) returns first: whether the
 // execution was found, how many events were appended, and the first
 // unknown execution an event named.
-const finishColumns = `(SELECT count(*) FROM fin), (SELECT count(*) FROM ev),
-	(SELECT xid FROM e WHERE NOT known ORDER BY n LIMIT 1)`
-
-// finishResult is what finishColumns read.
 type finishResult struct {
 	finished, appended int
 	unknown            *string
@@ -265,25 +154,22 @@ func (r *finishResult) check(id string, n int) error {
 	return nil
 }
 
-// eventParams is how many parameters an event takes in finishCTEs.
+// eventParams is how many parameters an event takes in a statement's
+// slots (finish_execution.sql).
 const eventParams = 9
 
-// eventSQLVariant is the index, among statements built for 0 to
-// manyEvents events and one for more, of the statement for n events.
-func eventSQLVariant(n int) int { return min(n, manyEvents+1) }
+// eventStatements are the two forms of a statement that writes events:
+// few takes up to manyEvents of them in slots, many any number as arrays
+// (appendEventArgs lays them out for either).
+type eventStatements struct{ few, many string }
 
-// finishExecutionSQL finishes an execution in one statement ($1 org, $2
-// id, $3 outcome, $4 code, $5 attempts, $6 now, then the events), by
-// eventSQLVariant.
-var finishExecutionSQL = func() (qs [manyEvents + 2]string) {
-	ph := finishPlaceholders{org: "$1::text", id: "$2::text", outcome: "$3::text", code: "$4::text",
-		attempts: "$5::int", now: "$6::timestamptz", events: 7}
-	for n := range qs {
-		qs[n] = `WITH ` + finishCTEs(ph, n) + `
-	SELECT ` + finishColumns
+// forEvents is the form for n events.
+func (q eventStatements) forEvents(n int) string {
+	if n <= manyEvents {
+		return q.few
 	}
-	return qs
-}()
+	return q.many
+}
 
 // finishExecution records an unkeyed (or fenced) execution's outcome and
 // appends its events, in one statement; events without an execution id
@@ -295,19 +181,21 @@ func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now ti
 		return err
 	}
 	var r finishResult
-	if err := tx.QueryRow(ctx, finishExecutionSQL[eventSQLVariant(len(p.Events))], args...).Scan(r.dest()...); err != nil {
+	if err := tx.QueryRow(ctx, finishExecutionSQL.forEvents(len(p.Events)), args...).Scan(r.dest()...); err != nil {
 		return err
 	}
 	return r.check(p.ExecutionID, len(p.Events))
 }
 
-// appendEventArgs appends the parameters of events as finishCTEs reads
-// them: eventParams per event, or arrays beyond manyEvents. An event
+// appendEventArgs appends the parameters of events as an eventStatements
+// form takes them: up to manyEvents, their count, then manyEvents slots
+// of eventParams, the unused ones NULL; beyond, eventArrays. An event
 // without an execution id names the finished one (NULL); one without a
 // time happens now.
 func appendEventArgs(args []any, events []idem.AuditEvent, now time.Time) ([]any, error) {
 	n := len(events)
 	if n <= manyEvents {
+		args = append(args, n)
 		for _, ev := range events {
 			at := ev.At
 			if at.IsZero() {
@@ -320,14 +208,15 @@ func appendEventArgs(args []any, events []idem.AuditEvent, now time.Time) ([]any
 			args = append(args, nullable(ev.ExecutionID), ev.Type, at, nullable(ev.Attempt), nullable(string(ev.Code)),
 				nullable(string(ev.PreviousErrorCode)), nullable(ev.Attempts), nullable(ev.DurationMs), data)
 		}
-		return args, nil
+		return append(args, make([]any, (manyEvents-n)*eventParams)...), nil
 	}
 	arrays, err := eventArrays(events, now)
 	return append(args, arrays...), err
 }
 
 // eventArrays are the parameters of events as eventParams parallel arrays,
-// the form finishCTEs reads beyond manyEvents: execution ids first.
+// the form an eventStatements takes beyond manyEvents: execution ids
+// first.
 func eventArrays(events []idem.AuditEvent, now time.Time) ([]any, error) {
 	n := len(events)
 	var (
@@ -371,30 +260,11 @@ func insertEvents(ctx context.Context, tx pgx.Tx, org string, events []idem.Audi
 	return results.Close()
 }
 
-// insertEventsSQL appends events from parallel arrays in one statement, in
-// their order, but only if every event's execution exists in org ($1); it
-// returns the first execution id that does not (NULL when all do) and how
-// many rows it inserted.
-const insertEventsSQL = `WITH e AS (
-		SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::int8[], $6::text[], $7::text[],
-			$8::int8[], $9::int8[], $10::text[])
-			WITH ORDINALITY AS e(execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data, n)),
-	missing AS (
-		SELECT execution_id FROM e
-		WHERE NOT EXISTS (SELECT 1 FROM idem_executions x WHERE x.org = $1 AND x.id = e.execution_id)
-		ORDER BY n LIMIT 1),
-	ins AS (
-		INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code, previous_error_code,
-			attempts, duration_ms, data)
-		SELECT $1, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data::jsonb
-		FROM e WHERE NOT EXISTS (SELECT FROM missing) ORDER BY n
-		RETURNING 1)
-	SELECT (SELECT execution_id FROM missing), (SELECT count(*) FROM ins)`
-
 // manyEvents is where appending events switches from a statement per
 // event to one statement for all: measured, the single statement (arrays,
 // a CTE) costs more than two plain inserts, and far less than hundreds
-// (the replay events the runner drains in batches).
+// (the replay events the runner drains in batches). It is also how many
+// event slots the few form of an eventStatements has (four in its file).
 const manyEvents = 4
 
 // queueEvents queues the statements that append events.
@@ -409,11 +279,7 @@ func queueEvents(batch *pgx.Batch, org string, events []idem.AuditEvent, now tim
 			if err != nil {
 				return err
 			}
-			batch.Queue(`INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code,
-					previous_error_code, attempts, duration_ms, data)
-				SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb
-				WHERE EXISTS (SELECT 1 FROM idem_executions WHERE org = $1 AND id = $2)`,
-				org, ev.ExecutionID, ev.Type, at, nullable(ev.Attempt), nullable(string(ev.Code)),
+			batch.Queue(appendEventSQL, org, ev.ExecutionID, ev.Type, at, nullable(ev.Attempt), nullable(string(ev.Code)),
 				nullable(string(ev.PreviousErrorCode)), nullable(ev.Attempts), nullable(ev.DurationMs), data)
 		}
 		return nil
@@ -513,11 +379,7 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 	}
 	out := []idem.Execution{}
 	err := s.inTx(ctx, "list executions", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+executionColumns+`
-			FROM idem_executions
-			WHERE org = $1 AND ($2 = '' OR principal = $2) AND ($3 = '' OR operation = $3) AND ($4 = '' OR outcome = $4)
-			ORDER BY started_at DESC, seq DESC LIMIT $5`,
-			p.Org, p.Principal, p.Operation, string(p.Outcome), limit)
+		rows, err := tx.Query(ctx, listExecutionsSQL, p.Org, p.Principal, p.Operation, string(p.Outcome), limit)
 		if err != nil {
 			return err
 		}
@@ -530,10 +392,9 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 	return out, nil
 }
 
-const executionColumns = `org, id, principal, operation, fingerprint, key, attempts, outcome, code,
-	reinvocation_of, started_at, finished_at`
-
-// scanExecution reads one row of executionColumns (without events).
+// scanExecution reads one execution (without events): org, id,
+// principal, operation, fingerprint, key, attempts, outcome, code,
+// reinvocation_of, started_at, finished_at.
 func scanExecution(row scanner) (idem.Execution, error) {
 	var (
 		x                         idem.Execution

@@ -16,6 +16,12 @@ import (
 // cap the completion rate.
 const completedChannel = "idem_completed"
 
+// listenSQL listens on completedChannel, watchSQL marks a record watched.
+var (
+	listenSQL = statement("listen")
+	watchSQL  = statement("watch")
+)
+
 // feed is the store's one LISTEN connection, fanned out to the
 // subscribers of Completions. It starts with the first subscriber and ends
 // when the store closes.
@@ -100,7 +106,7 @@ func (s *Store) listenOnce(ctx context.Context) bool {
 	}
 	conn := pc.Hijack() // a LISTENing connection must not go back to the pool
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+completedChannel); err != nil {
+	if _, err := conn.Exec(ctx, listenSQL); err != nil {
 		return false
 	}
 	for {
@@ -146,9 +152,7 @@ func (f *feed) close() {
 // NOTIFY idem_completed. One statement; nothing when the record is no
 // longer in flight (the caller polls it anyway).
 func (s *Store) Watch(ctx context.Context, scope idem.Scope, key string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE idem_attempts SET watched = true
-		WHERE org = $1 AND principal = $2 AND key = $3 AND state = 'in_flight' AND NOT watched`,
-		scope.Org, scope.Principal, key)
+	_, err := s.pool.Exec(ctx, watchSQL, scope.Org, scope.Principal, key)
 	return interpretError(ctx, "watch attempt", err)
 }
 

@@ -42,7 +42,7 @@ func CheckFence(ctx context.Context, tx *sql.Tx, f idem.Fence, margin time.Durat
 	if f.FencingToken == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, fenceIdleSQL()); err != nil {
+	if _, err := tx.ExecContext(ctx, idleTimeoutSQL, fenceIdle()); err != nil {
 		return fmt.Errorf("pgstore: bound the idle time of the fenced transaction of key %q: %w", f.Key, err)
 	}
 	var one int
@@ -62,7 +62,7 @@ func CheckFencePgx(ctx context.Context, tx pgx.Tx, f idem.Fence, margin time.Dur
 	if f.FencingToken == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, fenceIdleSQL()); err != nil {
+	if _, err := tx.Exec(ctx, idleTimeoutSQL, fenceIdle()); err != nil {
 		return fmt.Errorf("pgstore: bound the idle time of the fenced transaction of key %q: %w", f.Key, err)
 	}
 	var one int
@@ -76,18 +76,15 @@ func CheckFencePgx(ctx context.Context, tx pgx.Tx, f idem.Fence, margin time.Dur
 	return nil
 }
 
-// fenceSQL holds the record of a fence ($1–$4) if more than $5 seconds of
-// its lease are left by the database's clock.
-const fenceSQL = `SELECT 1 FROM idem_attempts
-	WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'
-		AND lease_expires_at > clock_timestamp() + $5::float8 * interval '1 second'
-	FOR SHARE`
+// fenceSQL holds the record of a fence if more than a margin of its lease
+// is left by the database's clock.
+var fenceSQL = statement("check_fence")
 
 func fenceArgs(f idem.Fence, margin time.Duration) []any {
 	return []any{f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken, margin.Seconds()}
 }
 
-// fenceIdleSQL bounds the idle time of the fenced transaction.
-func fenceIdleSQL() string {
-	return fmt.Sprintf(`SET LOCAL idle_in_transaction_session_timeout = '%dms'`, fenceIdleTimeout.Milliseconds())
+// fenceIdle is idleTimeoutSQL's parameter for the fenced transaction.
+func fenceIdle() string {
+	return fmt.Sprintf("%dms", fenceIdleTimeout.Milliseconds())
 }

@@ -19,6 +19,15 @@ var migrationFiles embed.FS
 // processes ("idem_mig" in ASCII).
 const migrationLock int64 = 0x6964656d5f6d6967
 
+// The statements of Migrate's bookkeeping (sql/migrate.sql).
+var (
+	migrationLockSQL     = section("migrate", "lock")
+	migrationUnlockSQL   = section("migrate", "unlock")
+	createMigrationsSQL  = section("migrate", "create_table")
+	appliedMigrationsSQL = section("migrate", "applied")
+	recordMigrationSQL   = section("migrate", "record")
+)
+
 // Migrate applies the pending embedded migrations, each in its own
 // transaction recorded in idem_schema_migrations. Concurrent calls, from any
 // process, wait for one another on an advisory lock; running it again is
@@ -36,14 +45,14 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	// The lock belongs to the session, so a connection that may still hold
 	// it (the lock call failed mid-way, or the unlock failed) is closed
 	// rather than returned to the pool.
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
+	if _, err := conn.Exec(ctx, migrationLockSQL, migrationLock); err != nil {
 		conn.Conn().Close(context.Background())
 		return interpretError(ctx, "migrate", err)
 	}
 	defer func() {
 		unlockCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrationLock); err != nil {
+		if _, err := conn.Exec(unlockCtx, migrationUnlockSQL, migrationLock); err != nil {
 			conn.Conn().Close(unlockCtx)
 		}
 	}()
@@ -56,14 +65,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // applyMigrations runs, on a connection holding the migration lock, the
 // migrations not yet recorded.
 func applyMigrations(ctx context.Context, conn *pgx.Conn, all []migrate.Migration) error {
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
-		version    integer     PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL
-	)`); err != nil {
+	if _, err := conn.Exec(ctx, createMigrationsSQL); err != nil {
 		return err
 	}
-	rows, err := conn.Query(ctx, "SELECT version FROM idem_schema_migrations")
+	rows, err := conn.Query(ctx, appliedMigrationsSQL)
 	if err != nil {
 		return err
 	}
@@ -81,8 +86,7 @@ func applyMigrations(ctx context.Context, conn *pgx.Conn, all []migrate.Migratio
 				return err
 			}
 			// Bookkeeping, not domain time: the wall clock is right here.
-			_, err := tx.Exec(ctx, "INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-				m.Version, m.Name, time.Now())
+			_, err := tx.Exec(ctx, recordMigrationSQL, m.Version, m.Name, time.Now())
 			return err
 		})
 		if err != nil {

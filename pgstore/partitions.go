@@ -74,18 +74,65 @@ type partitioned struct {
 	span          time.Duration
 	// layout formats a partition's start in its name.
 	layout string
-	// live, if set, is the condition ($1: now) under which a row keeps its
-	// past partition; unset, a partition goes once its range ended before
-	// the window, which its rows cannot outlive.
+	// live, if set, is the statement (a template, see fill) that reads
+	// whether a past partition holds a row that keeps it ($1: now);
+	// unset, a partition goes once its range ended before the window,
+	// which its rows cannot outlive.
 	live string
 }
 
 var (
 	attemptPartitions = partitioned{table: "idem_attempts", column: "created_at", span: partitionSpan, layout: "2006010215",
-		live: `expires_at > $1 OR (state = 'in_flight' AND lease_expires_at > $1)`}
+		live: partitionTemplate("attempts_live")}
 	executionPartitions = partitioned{table: "idem_executions", column: "started_at", span: auditPartitionSpan, layout: "20060102"}
 	eventPartitions     = partitioned{table: "idem_audit_events", column: "at", span: auditPartitionSpan, layout: "20060102"}
 )
+
+// The statements of partition changes (sql/partitions.sql): all but the
+// first two are templates, which fill completes.
+var (
+	listPartitionsSQL  = section("partitions", "list")
+	partitionLockSQL   = section("partitions", "lock")
+	probePartitionSQL  = partitionTemplate("probe")
+	createPartitionSQL = partitionTemplate("create")
+	lockTableSQL       = partitionTemplate("lock_table")
+	createDetachedSQL  = partitionTemplate("create_detached")
+	moveRowsSQL        = partitionTemplate("move_rows")
+	attachPartitionSQL = partitionTemplate("attach")
+	dropPartitionSQL   = partitionTemplate("drop")
+)
+
+// partitionPlaceholders are the placeholders fill replaces.
+var partitionPlaceholders = []string{"{{table}}", "{{partition}}", "{{default}}", "{{column}}", "{{from}}", "{{to}}"}
+
+// partitionTemplate returns the template of a section of
+// sql/partitions.sql. It panics, at init, when the template names a
+// placeholder fill does not know.
+func partitionTemplate(name string) string {
+	q := section("partitions", name)
+	rest := q
+	for _, ph := range partitionPlaceholders {
+		rest = strings.ReplaceAll(rest, ph, "")
+	}
+	if strings.Contains(rest, "{{") || strings.Contains(rest, "}}") {
+		panic(fmt.Sprintf("pgstore: sql/partitions.sql, section %q: unknown placeholder", name))
+	}
+	return q
+}
+
+// fill completes a partition statement's template for the partition of p
+// that starts at start: names as quoted identifiers, the range's bounds in
+// RFC 3339 (sql/partitions.sql says why they are not parameters).
+func (p partitioned) fill(template string, start time.Time) string {
+	return strings.NewReplacer(
+		"{{table}}", pgx.Identifier{p.table}.Sanitize(),
+		"{{partition}}", pgx.Identifier{p.name(start)}.Sanitize(),
+		"{{default}}", pgx.Identifier{p.defaultPartition()}.Sanitize(),
+		"{{column}}", pgx.Identifier{p.column}.Sanitize(),
+		"{{from}}", start.UTC().Format(time.RFC3339),
+		"{{to}}", start.Add(p.span).UTC().Format(time.RFC3339),
+	).Replace(template)
+}
 
 // prefix is what every time partition's name starts with.
 func (p partitioned) prefix() string { return p.table + "_p" }
@@ -121,8 +168,7 @@ var errSkipped = errors.New("pgstore: partition change skipped")
 // now. A zero keepFrom with no p.live drops nothing. It counts what it
 // created and dropped.
 func (s *Store) maintainPartitions(ctx context.Context, p partitioned, now, keepFrom time.Time) (created, dropped int, err error) {
-	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = $1::regclass`, p.table)
+	rows, err := s.pool.Query(ctx, listPartitionsSQL, p.table)
 	if err != nil {
 		return 0, 0, interpretError(ctx, "list partitions", err)
 	}
@@ -176,39 +222,25 @@ func (s *Store) maintainPartitions(ctx context.Context, p partitioned, now, keep
 // made the partition.
 func (s *Store) createPartition(ctx context.Context, p partitioned, start time.Time) (bool, error) {
 	name := p.name(start)
-	table := pgx.Identifier{name}.Sanitize()
-	parent := pgx.Identifier{p.table}.Sanitize()
-	deflt := pgx.Identifier{p.defaultPartition()}.Sanitize()
-	column := pgx.Identifier{p.column}.Sanitize()
-	end := start.Add(p.span)
-	from, to := start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339)
-	bounds := fmt.Sprintf(`FOR VALUES FROM ('%s') TO ('%s')`, from, to)
 	return s.changePartition(ctx, "create partition "+name, func(tx pgx.Tx) error {
 		var exists bool
 		var inDefault int
-		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) FROM (
-				SELECT FROM `+deflt+` WHERE `+column+` >= $2 AND `+column+` < $3 LIMIT $4) r)`,
-			name, start, end, maxMovedRows+1).Scan(&exists, &inDefault)
+		err := tx.QueryRow(ctx, p.fill(probePartitionSQL, start), name, start, start.Add(p.span), maxMovedRows+1).
+			Scan(&exists, &inDefault)
 		switch {
 		case err != nil:
 			return err
 		case exists || inDefault > maxMovedRows:
 			return errSkipped
 		case inDefault == 0:
-			_, err = tx.Exec(ctx, `CREATE TABLE `+table+` PARTITION OF `+parent+` `+bounds)
+			_, err = tx.Exec(ctx, p.fill(createPartitionSQL, start))
 			return err
 		}
 		// Under the table lock nothing reads or writes the rows that move.
 		// ATTACH makes the partition's indexes and checks the DEFAULT
 		// partition, now without rows of the range.
-		for _, q := range []string{
-			`LOCK TABLE ONLY ` + parent + ` IN ACCESS EXCLUSIVE MODE`,
-			`CREATE TABLE ` + table + ` (LIKE ` + parent + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
-			fmt.Sprintf(`WITH moved AS (DELETE FROM %s WHERE %s >= '%s' AND %s < '%s' RETURNING *)
-				INSERT INTO %s SELECT * FROM moved`, deflt, column, from, column, to, table),
-			`ALTER TABLE ` + parent + ` ATTACH PARTITION ` + table + ` ` + bounds,
-		} {
-			if _, err := tx.Exec(ctx, q); err != nil {
+		for _, q := range []string{lockTableSQL, createDetachedSQL, moveRowsSQL, attachPartitionSQL} {
+			if _, err := tx.Exec(ctx, p.fill(q, start)); err != nil {
 				return err
 			}
 		}
@@ -221,16 +253,17 @@ func (s *Store) createPartition(ctx context.Context, p partitioned, start time.T
 // dropped it.
 func (s *Store) dropPartition(ctx context.Context, p partitioned, start, now time.Time) (bool, error) {
 	table := pgx.Identifier{p.name(start)}.Sanitize()
+	lock, drop := p.fill(lockTableSQL, start), p.fill(dropPartitionSQL, start)
 	if p.live == "" {
 		return s.changePartition(ctx, "drop partition "+table, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `LOCK TABLE ONLY `+pgx.Identifier{p.table}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+			if _, err := tx.Exec(ctx, lock); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `DROP TABLE `+table)
+			_, err := tx.Exec(ctx, drop)
 			return err
 		})
 	}
-	live := `SELECT EXISTS (SELECT FROM ` + table + ` WHERE ` + p.live + `)`
+	live := p.fill(p.live, start)
 	// A first look without the exclusive lock, so that the usual answer
 	// ("not yet") stalls nobody.
 	var busy bool
@@ -246,7 +279,7 @@ func (s *Store) dropPartition(ctx context.Context, p partitioned, start, now tim
 	return s.changePartition(ctx, "drop partition "+table, func(tx pgx.Tx) error {
 		// Under the lock no row can arrive (an instance whose clock lags
 		// may still write into a past range), so look again.
-		if _, err := tx.Exec(ctx, `LOCK TABLE ONLY `+pgx.Identifier{p.table}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, lock); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, live, now).Scan(&busy); err != nil {
@@ -255,7 +288,7 @@ func (s *Store) dropPartition(ctx context.Context, p partitioned, start, now tim
 		if busy {
 			return errSkipped
 		}
-		_, err := tx.Exec(ctx, `DROP TABLE `+table)
+		_, err := tx.Exec(ctx, drop)
 		return err
 	})
 }
@@ -270,11 +303,11 @@ func (s *Store) dropPartition(ctx context.Context, p partitioned, start, now tim
 // race is not an error.
 func (s *Store) changePartition(ctx context.Context, op string, fn func(pgx.Tx) error) (bool, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", ddlLockTimeout.Milliseconds()))
+		_, err := tx.Exec(ctx, lockTimeoutSQL, fmt.Sprintf("%dms", ddlLockTimeout.Milliseconds()))
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLock); err != nil {
+		if _, err := tx.Exec(ctx, partitionLockSQL, partitionLock); err != nil {
 			return err
 		}
 		return fn(tx)

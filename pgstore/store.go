@@ -14,6 +14,15 @@
 // clock (the database's, sampled, unless StoreConfig.Clock is set) and is
 // passed to SQL as parameters; CheckFence alone reads clock_timestamp()
 // in its statement.
+//
+// Every statement the store sends is in sql/, embedded at build time
+// (sql.go): one file per statement, or per group of related statements in
+// sections that each start with a "-- name:" line, named after what it
+// does. A statement's leading comment says what it takes and returns; the
+// text below it is sent as it stands. Only partition DDL is completed at
+// run time, since DDL takes no parameters: its table names and bounds
+// fill named placeholders (sql/partitions.sql). The schema is made by
+// migrations/, which Migrate runs as they are.
 package pgstore
 
 import (
@@ -226,10 +235,13 @@ func nullable[T comparable](v T) *T {
 // Ping implements idem.Store: one round trip on a pooled connection.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.inTx(ctx, "ping", func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `SELECT 1`)
+		_, err := tx.Exec(ctx, pingSQL)
 		return err
 	})
 }
+
+// pingSQL is Ping's statement.
+var pingSQL = statement("ping")
 
 // WriteStats returns how many write transactions ran and how many store
 // calls they carried (group commit, completions' batches included).

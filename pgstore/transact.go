@@ -14,6 +14,15 @@ import (
 
 var _ idem.Transactor = (*Store)(nil)
 
+// The savepoint around a transactional handler's writes, and the bound
+// on the transaction's idle time (sql/).
+var (
+	openSavepointSQL     = section("handler_savepoint", "open")
+	releaseSavepointSQL  = section("handler_savepoint", "release")
+	rollbackSavepointSQL = section("handler_savepoint", "rollback")
+	idleTimeoutSQL       = statement("idle_timeout")
+)
+
 // Tx returns the transaction of a transactional operation's call on a
 // pgstore (idem.Call.Transaction), for the handler to write through; nil
 // when the call has none.
@@ -60,15 +69,14 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	now := s.now()
 	// One round trip begins the transaction, bounds its idle time, reads
 	// (or reserves) the key and opens the handler's savepoint.
-	open := &pipelined{conn: conn.Conn(), after: []string{`SAVEPOINT idem_handler`}}
+	open := &pipelined{conn: conn.Conn(), after: []string{openSavepointSQL}}
 	defer func() {
 		if open.Tx != nil {
 			open.Tx.Rollback(context.WithoutCancel(ctx)) // a no-op once committed
 		}
 	}()
 	if p.Key != "" {
-		open.before = []queued{{`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
-			[]any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
+		open.before = []queued{{idleTimeoutSQL, []any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
 	}
 	var fence int64
 	start := now
@@ -103,9 +111,9 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		return idem.TransactResult{Reserved: true}, nil // rolled back by the deferred Rollback
 	}
 	// The savepoint's end goes in the completion's round trip.
-	end := &pipelined{Tx: tx, before: []queued{{`RELEASE SAVEPOINT idem_handler`, nil}}}
+	end := &pipelined{Tx: tx, before: []queued{{releaseSavepointSQL, nil}}}
 	if out.Undo {
-		end.before[0].sql = `ROLLBACK TO SAVEPOINT idem_handler`
+		end.before[0].sql = rollbackSavepointSQL
 	}
 	now = s.now() // the handler took time: the lease is checked against now
 	res := idem.TransactResult{Reserved: true, Committed: true}

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,53 +29,10 @@ func peekTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time)
 	return a.Observe(now), found, !held && !found, nil
 }
 
-// finalSQL inserts a transactional execution's final record, its finished
-// execution (linked to the most recent earlier one of the intent) and its
-// events: execution.started, then n more (by index, 1 to manyEvents).
-// Forgotten rows of the key go first, as in a reservation. Parameters: $1
-// org, $2 principal, $3 key, $4 operation, $5 fingerprint, $6 execution
-// id, $7 lease expiry, $8 start, $9 retention expiry, $10 state, $11
-// status, $12 headers, $13 body, $14 sealed key id, $15 now, $16 secret
-// expiry, $17 attempts, $18 outcome, $19 code, then the events
-// (eventParams each).
-var finalSQL = func() (qs [manyEvents + 1]string) {
-	for n := 1; n <= manyEvents; n++ {
-		rows := []string{fmt.Sprintf(`(0, NULL::text, '%s'::text, $8::timestamptz, 1::int, NULL::text, NULL::text, NULL::int, NULL::bigint, NULL::jsonb)`, idem.EventStarted)}
-		for i := range n {
-			k := 20 + i*eventParams
-			rows = append(rows, fmt.Sprintf(`(%d, $%d::text, $%d::text, $%d::timestamptz, $%d::int, $%d::text, $%d::text, $%d::int, $%d::bigint, $%d::jsonb)`,
-				i+1, k, k+1, k+2, k+3, k+4, k+5, k+6, k+7, k+8))
-		}
-		qs[n] = `WITH gone AS (
-		DELETE FROM idem_attempts
-		WHERE org = $1 AND principal = $2 AND key = $3 AND expires_at <= $8
-			AND NOT (state = 'in_flight' AND lease_expires_at > $8)
-		RETURNING 1),
-	made AS (
-		INSERT INTO idem_attempts (org, principal, key, operation, fingerprint, state, execution_id, fencing_token,
-			lease_expires_at, status, headers, body, sealed_key_id, created_at, completed_at, expires_at, secret_expires_at)
-		SELECT $1, $2, $3, $4::text, $5::text, $10::text, $6::text, nextval('idem_fencing_tokens'),
-			$7::timestamptz, $11::int, $12::jsonb, $13::bytea, $14::text, $8::timestamptz, $15::timestamptz, $9::timestamptz, $16::timestamptz
-		WHERE (SELECT count(*) FROM gone) >= 0
-		RETURNING ` + attemptColumns + `),
-	exe AS (
-		INSERT INTO idem_executions (org, id, principal, operation, fingerprint, key,
-			attempts, outcome, code, reinvocation_of, started_at, finished_at)
-		SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, $17::int, $18::text, $19::text,
-			` + previousExecution("$1::text", "$2::text", "$4::text", "$5::text") + `, $8::timestamptz, $15::timestamptz
-		FROM made
-		RETURNING id),
-	ev AS (
-		INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code, previous_error_code,
-			attempts, duration_ms, data)
-		SELECT $1::text, exe.id, r.type, r.at, r.attempt, r.code, r.previous_error_code, r.attempts, r.duration_ms, r.data
-		FROM exe, (VALUES ` + strings.Join(rows, ", ") + `) AS r(n, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data)
-		ORDER BY r.n
-		RETURNING 1)
-	SELECT (SELECT count(*) FROM ev), ` + attemptColumns + ` FROM made`
-	}
-	return qs
-}()
+// finalSQL inserts a transactional execution's final record, its
+// finished execution and its events (execution.started and one to
+// manyEvents more).
+var finalSQL = statement("insert_final")
 
 // canInsertFinal reports whether finalSQL can store c for execution id: 1
 // to manyEvents final events, each of the execution itself.
@@ -110,7 +66,7 @@ func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.
 		return idem.Attempt{}, err
 	}
 	var events int
-	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, finalSQL[len(fin.Events)], args...), []any{&events}})
+	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, finalSQL, args...), []any{&events}})
 	if err != nil {
 		return idem.Attempt{}, err
 	}

@@ -1,0 +1,2 @@
+-- Store.Ping: one round trip.
+SELECT 1

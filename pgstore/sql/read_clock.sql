@@ -1,0 +1,2 @@
+-- dbClock: one sample of the database's clock.
+SELECT clock_timestamp()
