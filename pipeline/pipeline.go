@@ -56,7 +56,7 @@ func (r *Runner) Call(ctx context.Context, inv idem.Invocation) idem.Result {
 		x.log(resp, took)
 	}
 	if r.cfg.Observe != nil {
-		rep := Report{Operation: inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.dryRun, Duration: took}
+		rep := Report{Operation: inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.op != nil && x.inv.DryRun, Duration: took}
 		if !resp.Replayed {
 			rep.Attempts = x.attempts
 		}
@@ -82,7 +82,6 @@ type execution struct {
 	start       time.Time
 	key         string // the valid idempotency key, "" when unkeyed
 	opaque      string // a raw operation's body media type when not JSON (opaqueBody)
-	dryRun      bool   // the request asks for a preview
 	fingerprint string
 	executionID string
 	attempts    int
@@ -123,7 +122,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	if !ok || !exposedOn(op.meta, inv.Surface) {
 		return x.fail(idem.Errorf(idem.CodeOperationNotFound, "no operation named %q on this surface", inv.Operation))
 	}
-	x.op, x.dryRun = op, inv.DryRun
+	x.op = op
 	// Stage 3: the contract checks, in the order of SPEC §6.4.
 	if err := x.checkContract(); err != nil {
 		return x.fail(err)
@@ -176,7 +175,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		return x.fail(aerr)
 	}
 	defer releaseExecution()
-	if x.dryRun {
+	if inv.DryRun {
 		return x.preview(ctx, in)
 	}
 	// Stage 7: approval gate.
@@ -193,8 +192,9 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	}
 	// Stages 8 and 9: reservation (or an unkeyed start), with the approval
 	// consumed in the same transaction and execution.started written.
-	x.executionID = newID("exe_", r.cfg.Clock.Now())
-	start := idem.StartParams{ExecutionID: x.executionID, Scope: inv.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	// The execution exists, and the answer names it, once the store has
+	// started it.
+	start := idem.StartParams{ExecutionID: newID("exe_", r.cfg.Clock.Now()), Scope: inv.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
 	if op.meta.Retry.Transactional {
 		return x.transact(ctx, in, start, raw, reason, releaseExecution)
 	}
@@ -202,7 +202,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	// outcome is known: a commit cut off by a cancellation could otherwise
 	// leave a reservation nobody finishes. A cancellation that arrived
 	// meanwhile is honoured before the handler starts (execute).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	sctx, cancel := detached(ctx, finalizeTimeout)
 	defer cancel()
 	var fence int64
 	if x.key != "" {
@@ -212,7 +212,6 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		t0 := time.Now()
 		res, err := r.cfg.Store.Reserve(sctx, idem.ReserveParams{StartParams: start, Key: x.key, Lease: lease, Retention: r.cfg.Retention})
 		if err != nil {
-			x.executionID = ""
 			return x.startFailure(ctx, err, raw, reason)
 		}
 		if !res.Reserved {
@@ -222,21 +221,25 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		x.leaseDeadline = t0.Add(lease)
 		r.done.started(inv.Principal.Scope(), x.key)
 	} else {
-		_, err := r.cfg.Store.StartExecution(sctx, start)
-		if err != nil {
-			x.executionID = ""
+		if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {
 			return x.startFailure(ctx, err, raw, reason)
 		}
 	}
+	x.executionID = start.ExecutionID
 	// Stages 10 to 13.
 	return x.execute(ctx, in, fence)
+}
+
+// detached is ctx without its cancellation, bounded by d: for the store
+// writes whose outcome must be known even when the caller has gone.
+func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 // notReserved answers a call whose reservation found the key's record,
 // created since stage 5, as stage 5 would. Answering it (or waiting on
 // it) is no execution: the call's admission place is given back first.
 func (x *execution) notReserved(ctx context.Context, a idem.Attempt, releaseExecution func()) idem.Result {
-	x.executionID = ""
 	releaseExecution()
 	x.r.cache.put(a, x.r.cfg.Clock.Now())
 	return x.answerExisting(ctx, a)

@@ -51,7 +51,7 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 		o.err = e
 	}
 	resp, fin := x.answer(o)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	sctx, cancel := detached(ctx, finalizeTimeout)
 	defer cancel()
 	store := x.r.cfg.Store
 	if x.key == "" {
@@ -101,7 +101,7 @@ func (x *execution) release(ctx context.Context, o outcome, fence int64) idem.Re
 	e.Details = nil
 	o.err = &e
 	resp, fin := x.answer(o)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	sctx, cancel := detached(ctx, finalizeTimeout)
 	defer cancel()
 	err := x.r.cfg.Store.Release(sctx, idem.ReleaseParams{Fence: idem.Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})
 	x.r.done.finished(x.inv.Principal.Scope(), x.key)

@@ -31,7 +31,7 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 	if x.key != "" {
 		cancelling = x.explicit
 	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease+finalizeTimeout)
+	tctx, cancel := detached(ctx, lease+finalizeTimeout)
 	defer cancel()
 	var (
 		resp  idem.Result
@@ -42,6 +42,7 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 	t0 := time.Now()
 	res, err := r.cfg.Store.(idem.Transactor).Transact(tctx, p, func(sctx context.Context, tx any) idem.TxOutcome {
 		ran = true
+		x.executionID = start.ExecutionID
 		if x.key != "" {
 			x.leaseDeadline = t0.Add(lease)
 			r.done.started(scope, x.key)
@@ -59,7 +60,6 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 		x.uncommitted = true
 		return x.notReserved(ctx, idem.Attempt{Scope: scope, Key: x.key, Fingerprint: x.fingerprint, State: idem.AttemptInFlight}, releaseExecution)
 	case err != nil && !ran:
-		x.executionID = ""
 		return x.startFailure(ctx, err, raw, reason)
 	case err != nil:
 		// The handler ran; the completion or the commit failed. Whether it
@@ -162,7 +162,7 @@ func (x *execution) resendAdvice() string {
 // audit trail shows the failure: an execution without key, record or
 // approval, and its final event.
 func (x *execution) auditAborted(ctx context.Context, start idem.StartParams, fin idem.FinishParams) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeTimeout)
+	sctx, cancel := detached(ctx, finalizeTimeout)
 	defer cancel()
 	start.ApprovalID = "" // not consumed: it rolled back with the rest
 	store := x.r.cfg.Store

@@ -105,7 +105,7 @@ func (x *execution) endCall(span trace.Span, resp idem.Result) {
 	}
 	attrs := []attribute.KeyValue{
 		attrOutcome.String(outcome), attrStatus.Int(resp.Status), attrReplayed.Bool(resp.Replayed),
-		attrState.String(x.idempotencyState(resp)), attrDryRun.Bool(x.dryRun), attrAttempts.Int(attempts),
+		attrState.String(x.idempotencyState(resp)), attrDryRun.Bool(x.inv.DryRun), attrAttempts.Int(attempts),
 	}
 	if x.executionID != "" {
 		attrs = append(attrs, attrExecutionID.String(x.executionID))
