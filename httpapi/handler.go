@@ -453,12 +453,11 @@ func write(w http.ResponseWriter, res idem.Result) { writeCall(w, res, false) }
 func Write(w http.ResponseWriter, res idem.Result) { write(w, res) }
 
 func writeCall(w http.ResponseWriter, res idem.Result, raw bool) {
-	h := make(http.Header, len(res.Header)+3)
+	h := w.Header()
 	for k, v := range res.Header {
-		h[k] = v
-	}
-	for _, name := range ownHeaders {
-		h.Del(name)
+		if !ownHeaders[k] {
+			h[k] = v
+		}
 	}
 	switch {
 	case res.Raw: // its own Content-Type
@@ -481,11 +480,12 @@ func writeCall(w http.ResponseWriter, res idem.Result, raw bool) {
 	if raw && res.Meta != nil && res.Meta.ExecutionID != "" {
 		h.Set(idem.HeaderExecutionID, res.Meta.ExecutionID)
 	}
-	writeBody(w, res.Status, h, res.Body())
+	writeBody(w, res.Status, nil, res.Body())
 }
 
-// ownHeaders are the response headers only idem sets.
-var ownHeaders = []string{idem.HeaderIdempotentReplayed, idem.HeaderPreferenceApplied, idem.HeaderExecutionID}
+// ownHeaders are the response headers only idem sets (canonical names, as
+// net/http and the stores keep them).
+var ownHeaders = map[string]bool{idem.HeaderIdempotentReplayed: true, idem.HeaderPreferenceApplied: true, idem.HeaderExecutionID: true}
 
 // writeBody sends an answer with its Content-Length, so that a HEAD answer
 // carries the same headers as its GET.

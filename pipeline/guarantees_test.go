@@ -212,6 +212,48 @@ func TestKeyedCallDetachedFromConnection(t *testing.T) {
 	}
 }
 
+// An unkeyed call ends with its connection, whether the caller's context
+// can be cancelled too (MCP: notifications/cancelled) or not (HTTP); and
+// the explicit cancellation ends it whatever the connection does.
+func TestUnkeyedCallEndsWithItsConnection(t *testing.T) {
+	var runs atomic.Int64
+	release := make(chan struct{})
+	defer close(release)
+	f := newFixture(t, []idem.Operation{slowOp(release, &runs, time.Minute), showOp()})
+	for _, tc := range []struct {
+		name     string
+		explicit bool // the caller's context can be cancelled
+		cancel   string
+	}{
+		{"uncancellable context, connection drops", false, "connection"},
+		{"cancellable context, connection drops", true, "connection"},
+		{"cancellable context, cancelled explicitly", true, "explicit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := runs.Load()
+			conn, drop := context.WithCancel(t.Context())
+			defer drop()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var callCtx context.Context = ctx
+			if !tc.explicit {
+				callCtx = context.WithoutCancel(ctx)
+			}
+			done := make(chan idem.Result, 1)
+			go func() {
+				done <- f.runner.Call(callCtx, idem.Invocation{Operation: "slow.create", Principal: browser, Connection: conn, Intent: idem.Intent{Body: []byte(`{"name":"a"}`)}})
+			}()
+			waitFor(t, func() bool { return runs.Load() == before+1 })
+			if tc.cancel == "connection" {
+				drop()
+			} else {
+				cancel()
+			}
+			expect(t, <-done, idem.StatusClientClosedRequest, idem.CodeCancelled)
+		})
+	}
+}
+
 // Guarantee: a stable idempotency key for handlers, per execution.
 func TestGuaranteeStableHandlerKey(t *testing.T) {
 	var mu sync.Mutex

@@ -42,7 +42,13 @@ func (r *Runner) Call(ctx context.Context, inv idem.Invocation) idem.Result {
 		ctx, span = x.startCall(ctx)
 	}
 	x.explicit = ctx
-	if inv.Connection != nil {
+	switch {
+	case inv.Connection == nil:
+	case ctx.Done() == nil:
+		// Nothing but the connection cancels the call (HTTP): ctx's
+		// values, the connection's end.
+		ctx = connected{ctx, inv.Connection}
+	default:
 		// The connection's end cancels the call too, until a keyed call
 		// detaches from it (execute, transact).
 		var cancel context.CancelFunc
@@ -229,6 +235,20 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	// Stages 10 to 13.
 	return x.execute(ctx, in, fence)
 }
+
+// connected is a context with the values of its Context and the
+// cancellation of conn: a call's context when only its connection can
+// cancel it. It is an afterFuncer, so that the contexts derived from it
+// follow conn without a goroutine of their own.
+type connected struct {
+	context.Context
+	conn context.Context
+}
+
+func (c connected) Deadline() (time.Time, bool)           { return c.conn.Deadline() }
+func (c connected) Done() <-chan struct{}                 { return c.conn.Done() }
+func (c connected) Err() error                            { return c.conn.Err() }
+func (c connected) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.conn, f) }
 
 // detached is ctx without its cancellation, bounded by d: for the store
 // writes whose outcome must be known even when the caller has gone.

@@ -5,7 +5,6 @@ import (
 
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -56,10 +55,7 @@ func (x *execution) replay(ctx context.Context, a idem.Attempt) idem.Result {
 		}
 		stored = plain
 	}
-	h := http.Header{}
-	for k, v := range a.Headers {
-		h[k] = v
-	}
+	h := a.Headers // shared, read-only: the surface renders its own headers
 	scope := x.inv.Principal.Scope()
 	if x.op.raw != nil {
 		x.noteReplay(a)
