@@ -48,6 +48,10 @@ func main() {
 		upstreamMain()
 		return
 	}
+	if store := os.Getenv(floorEnv); store != "" {
+		floorMain(store)
+		return
+	}
 	var o options
 	var stores string
 	flag.StringVar(&o.binary, "binary", "", "idem binary to benchmark (default: go build ./cmd/idem into a temp dir)")

@@ -11,10 +11,11 @@ var phaseTitles = map[string]string{
 	"first":    "first keyed executions (fresh keys; business.create, transactional: one commit)",
 	"first-2p": "first keyed executions, two-phase (fresh keys; order.refund)",
 	"replay":   "replays of completed keys",
+	"floor":    "the floor: a minimal durable keyed handler (parse, SHA-256, one transaction: key row + business row)",
 	"raw":      "raw store limit (INSERT + UPDATE pairs)",
 }
 
-var phaseOrder = []string{"ceiling", "first", "first-2p", "replay", "raw"}
+var phaseOrder = []string{"ceiling", "first", "first-2p", "replay", "floor", "raw"}
 
 // markdown renders the results: a side-by-side summary, then every
 // measurement per store, then the storms.
@@ -49,7 +50,7 @@ func (r Results) markdown() string {
 // storesMarkdown renders the stores' phases and storms.
 func (r Results) storesMarkdown(b *strings.Builder) {
 	// Side by side: requests per second (×ceiling, ×raw).
-	b.WriteString("### Side by side: requests/s (ratio to the ceiling · ratio to the raw limit)\n\n| |")
+	b.WriteString("### Side by side: requests/s (ratio to the ceiling · ratio to the raw limit · ratio to the floor)\n\n| |")
 	for _, s := range r.Stores {
 		fmt.Fprintf(b, " %s |", storeTitle(s))
 	}
@@ -66,7 +67,7 @@ func (r Results) storesMarkdown(b *strings.Builder) {
 				b.WriteString(" – |")
 				continue
 			}
-			fmt.Fprintf(b, " %.0f (%.2f× · %.2f×) |", row.PerSecond, row.VsCeiling, row.VsRaw)
+			fmt.Fprintf(b, " %.0f (%.2f× · %.2f× · %s) |", row.PerSecond, row.VsCeiling, row.VsRaw, blank(row.VsFloor, "%.2f×"))
 		}
 		b.WriteString("\n")
 	}
@@ -104,14 +105,14 @@ func (r Results) storesMarkdown(b *strings.Builder) {
 	}
 
 	b.WriteString("\n### Every measurement\n\n")
-	b.WriteString("| store | phase | req/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/req | server RSS MB | bytes/key | ×ceiling | ×raw | errors |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| store | phase | req/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/req | server RSS MB | bytes/key | ×ceiling | ×raw | ×floor | errors |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Stores {
 		for _, row := range s.Rows {
-			fmt.Fprintf(b, "| %s | %s | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f | %.2f | %d |\n",
+			fmt.Fprintf(b, "| %s | %s | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f | %.2f | %s | %d |\n",
 				storeTitle(s), row.Phase, row.PerSecond, row.P50Ms, row.P99Ms, row.P999Ms,
 				blank(row.CPUPerReqUs, "%.0f"), blank(row.RSSMB, "%.0f"), blank(row.BytesPerKey, "%.0f"),
-				row.VsCeiling, row.VsRaw, row.Errors)
+				row.VsCeiling, row.VsRaw, blank(row.VsFloor, "%.2f"), row.Errors)
 		}
 	}
 

@@ -36,6 +36,9 @@ type Row struct {
 	BytesPerKey float64 `json:"bytesPerRetainedKey,omitempty"`
 	VsCeiling   float64 `json:"ratioToCeiling,omitempty"`
 	VsRaw       float64 `json:"ratioToRawLimit,omitempty"`
+	// VsFloor is the row's rate over the floor's (floor.go): the minimal
+	// durable keyed handler on the same database.
+	VsFloor float64 `json:"ratioToFloor,omitempty"`
 	// AddedP99Ms is, on the first@half row, its p99 minus the p99 of the
 	// ceiling at the same paced rate: the latency the idempotency layer adds.
 	AddedP99Ms float64 `json:"addedP99Ms,omitempty"`
@@ -278,7 +281,37 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	for _, s := range servers {
 		s.stop()
 	}
+
+	// The floor on the same database, as many processes as idem instances;
+	// measure reads their CPU, and the deferred stop ends them on error.
+	progressf("%s: starting the floor", name)
 	servers = nil
+	for i := 0; i < sr.Instances; i++ {
+		f, err := startFloor(ctx, storeURL)
+		if err != nil {
+			return sr, err
+		}
+		servers = append(servers, f)
+	}
+	floorURLs := urls("/v1/businesses")
+	drive(ctx, name+" floor warm-up", o.clients, warm, func(ctx context.Context, w, i int) error {
+		k := fmt.Sprintf("flw-%d-%d", w, i)
+		_, err := post(ctx, client, floorURLs[(w+i)%len(floorURLs)], "bench-"+k, "", body(k), false)
+		return err
+	})
+	floor := measure("floor", "the floor", func(ctx context.Context, w, i int) error {
+		k := fmt.Sprintf("fl-%d-%d", w, i)
+		r, err := post(ctx, client, floorURLs[(w+i)%len(floorURLs)], "bench-"+k, "", body(k), false)
+		return expect(r, err, 201, false)
+	})
+	sr.Rows = append(sr.Rows, floor)
+	for _, s := range servers {
+		s.stop()
+	}
+	servers = nil
+	if err := dropFloorTables(ctx, storeURL); err != nil {
+		return sr, fmt.Errorf("floor: %w", err)
+	}
 
 	var raw phase
 	rawBefore := stat()
@@ -300,6 +333,9 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		}
 		if rawRow.PerSecond > 0 {
 			sr.Rows[i].VsRaw = sr.Rows[i].PerSecond / rawRow.PerSecond
+		}
+		if floor.PerSecond > 0 {
+			sr.Rows[i].VsFloor = sr.Rows[i].PerSecond / floor.PerSecond
 		}
 	}
 	return sr, nil
