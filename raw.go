@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/idem-run/idem/internal/schema"
@@ -110,7 +112,11 @@ func (o *rawOp) compile() (*Compiled, error) {
 	if meta.Retry.Transactional {
 		return nil, fmt.Errorf("operation %q: a raw operation's effects are not in the store's database: it cannot be transactional", meta.Name)
 	}
-	input, err := schema.Compile(o.spec.InputSchema)
+	located, err := locateParams(o.spec.InputSchema, o.spec.Params)
+	if err != nil {
+		return nil, fmt.Errorf("operation %q: input schema: %w", meta.Name, err)
+	}
+	input, err := schema.Compile(located)
 	if err != nil {
 		return nil, fmt.Errorf("operation %q: input schema: %w", meta.Name, err)
 	}
@@ -145,6 +151,39 @@ func (o *rawOp) compile() (*Compiled, error) {
 		c.preview = c.invoke
 	}
 	return c, nil
+}
+
+// locateParams returns the input schema with each path and query
+// parameter's property annotated with where it travels (x-idem-in, as a
+// typed operation's schema has it), so that the catalog tells a client
+// that places flat arguments (idem call, idem mcp, the Go client) to put it
+// in the path or the query rather than the body. Numbers keep their
+// spelling; a property that is not an object schema (true) becomes one.
+func locateParams(doc json.RawMessage, params []Param) (json.RawMessage, error) {
+	if len(doc) == 0 || !slices.ContainsFunc(params, func(p Param) bool { return p.In == "path" || p.In == "query" }) {
+		return doc, nil
+	}
+	var root map[string]any
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&root); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	props, _ := root["properties"].(map[string]any)
+	for _, p := range params {
+		if p.In != "path" && p.In != "query" {
+			continue
+		}
+		switch prop := props[p.Name].(type) {
+		case map[string]any:
+			prop[schema.LocationKeyword] = p.In
+		case bool:
+			if prop {
+				props[p.Name] = map[string]any{schema.LocationKeyword: p.In}
+			}
+		}
+	}
+	return json.Marshal(root)
 }
 
 // paramKinds maps a path or query parameter's JSON Schema type to the

@@ -206,6 +206,19 @@ func testProxy(t *testing.T, up *upstream, p *server) {
 		}
 	})
 
+	t.Run("idem call places a proxied path parameter in the path", func(t *testing.T) {
+		// The catalog says where each argument travels (x-idem-in); without
+		// it the CLI sent widgetId in the body of GET /widgets/.
+		c := &cli{server: p.url, token: proxyToken, journal: filepath.Join(t.TempDir(), "journal")}
+		r := c.run(t, "call", "getWidget", "--param", "widgetId=nope")
+		if strings.Contains(r.stdout+r.stderr, "no route") || strings.Contains(r.stdout+r.stderr, "needs its path parameters") {
+			t.Fatalf("idem call getWidget: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+		if paths := up.stats(t).Paths; paths[len(paths)-1] != "/widgets/nope" {
+			t.Fatalf("the upstream got %v, want /widgets/nope last", paths)
+		}
+	})
+
 	t.Run("same key replays the upstream answer, once", func(t *testing.T) {
 		first := post("/widgets", "w-1", `{"name":"anvil"}`).want(t, 201, "")
 		again := post("/widgets", "w-1", `{ "name" : "anvil" }`).want(t, 201, "")

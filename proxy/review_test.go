@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -58,5 +59,47 @@ func TestUndeclaredRouteParameterIsAString(t *testing.T) {
 	res := r.Call(t.Context(), idem.Invocation{Operation: "getThing", Principal: agent, Intent: idem.Intent{PathParams: map[string]string{"thingId": "t1"}}})
 	if res.Status != 200 || len(rec.calls("getThing")) != 1 {
 		t.Fatalf("getThing answered %d %s", res.Status, res.Body())
+	}
+}
+
+// The catalog's input schema of a proxied operation says where each
+// argument travels (x-idem-in), as a typed operation's does, so that the
+// clients that place flat arguments (idem call, idem mcp --server, the Go
+// client) send a path parameter in the path and a query parameter in the
+// query (issue 26, item 1): declared, undeclared, $ref'd and schemaless.
+func TestCatalogSaysWhereProxiedArgumentsTravel(t *testing.T) {
+	doc := loadDoc(t, doc30(`  /shops/{shop}/widgets/{id}:
+    parameters:
+      - {name: shop, in: path, required: true, schema: {$ref: '#/components/schemas/Slug'}}
+    get:
+      operationId: getWidget
+      parameters:
+        - {name: verbose, in: query, schema: {type: boolean}}
+        - {name: page, in: query}
+        - {name: X-Trace, in: header, schema: {type: string}}
+      responses: {'200': {description: ok}}
+    put:
+      operationId: putWidget
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object, properties: {name: {type: string}}}
+      responses: {'200': {description: ok}}
+components:
+  schemas:
+    Slug: {type: string, maxLength: 64}
+`))
+	r, _, _ := buildRunner(t, doc, nil)
+	for name, want := range map[string]map[string]string{
+		"getWidget": {"shop": "path", "id": "path", "verbose": "query", "page": "query"},
+		"putWidget": {"shop": "path", "id": "path"},
+	} {
+		d, ok := r.Describe(name)
+		if !ok {
+			t.Fatalf("%s not declared", name)
+		}
+		if got := idem.LocationsFromSchema(d.InputSchema); !maps.Equal(got, want) {
+			t.Errorf("%s: locations from the catalog %v, want %v (schema %s)", name, got, want, d.InputSchema)
+		}
 	}
 }
