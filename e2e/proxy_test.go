@@ -524,6 +524,24 @@ func TestProxyReload(t *testing.T) {
 		t.Fatalf("createNote starts as %v", kind("createNote"))
 	}
 
+	// A reload that changes nothing tells MCP clients nothing and logs its
+	// warnings no second time (issue 26, item 4).
+	reloads := strings.Count(p.logs(), `"msg":"reloaded"`)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	for wait := time.Now().Add(10 * time.Second); strings.Count(p.logs(), `"msg":"reloaded"`) == reloads; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("no reload after SIGHUP:\n%s", p.logs())
+		}
+	}
+	select {
+	case <-changed:
+		t.Fatal("an unchanged reload told the MCP client tools/list_changed")
+	case <-time.After(300 * time.Millisecond): // 30 times the SDK's notification debounce
+	}
+	if n := strings.Count(p.logs(), "no declared retry contract"); n != 1 {
+		t.Fatalf("the start-up warning was logged %d times after an unchanged reload:\n%s", n, p.logs())
+	}
+
 	// Declare createNote's contract in the document, and reload.
 	note := field(doc, "paths./notes.post").(map[string]any)
 	note["x-idem-agent-retry"] = map[string]any{"kind": "same_key_replay", "reconcile": "listWidgets", "rationale": "Notes replay by key."}

@@ -16,6 +16,8 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,35 +108,72 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 	return srv, nil
 }
 
-// Update makes srv's tools those of b's operations now: tools are added
-// or replaced, and the ones named in previous that are gone are removed;
-// the SDK tells connected clients with notifications/tools/list_changed.
-// It returns the tool names srv has now; on error srv is unchanged.
-func Update(ctx context.Context, srv *mcp.Server, b Backend, previous []string) ([]string, error) {
+// Published is what a server lists: each tool's name and a digest of its
+// declaration (the MCP tool and the operation behind it), so that Update
+// can tell what changed.
+type Published map[string]string
+
+// PublishedOf is the Published of b's tools, as New puts them on a server.
+func PublishedOf(ctx context.Context, b Backend) (Published, error) {
+	tools, err := toolsOf(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	p := make(Published, len(tools))
+	for _, t := range tools {
+		p[t.tool.Name] = t.digest
+	}
+	return p, nil
+}
+
+// Update makes srv's tools those of b's operations now: a tool that is new
+// or whose declaration changed since previous is added (replacing the old
+// one), and one that is gone is removed; the SDK tells connected clients
+// with notifications/tools/list_changed, so they hear of a change, and of
+// nothing when nothing changed. It returns what srv lists now; on error
+// srv is unchanged.
+func Update(ctx context.Context, srv *mcp.Server, b Backend, previous Published) (Published, error) {
 	tools, err := toolsOf(ctx, b)
 	if err != nil {
 		return previous, err
 	}
-	names := make([]string, 0, len(tools))
+	now := make(Published, len(tools))
 	for _, t := range tools {
-		srv.AddTool(t.tool, t.handler)
-		names = append(names, t.tool.Name)
+		now[t.tool.Name] = t.digest
+		if previous[t.tool.Name] != t.digest {
+			srv.AddTool(t.tool, t.handler)
+		}
 	}
 	var gone []string
-	for _, name := range previous {
-		if !slices.Contains(names, name) {
+	for name := range previous {
+		if _, ok := now[name]; !ok {
 			gone = append(gone, name)
 		}
 	}
 	if len(gone) > 0 {
+		slices.Sort(gone)
 		srv.RemoveTools(gone...)
 	}
-	return names, nil
+	return now, nil
 }
 
 type boundTool struct {
 	tool    *mcp.Tool
 	handler mcp.ToolHandler
+	// digest names the declaration: the tool as listed and the operation
+	// its handler calls.
+	digest string
+}
+
+// declarationDigest is the boundTool digest of tool and t.
+func declarationDigest(tool *mcp.Tool, t Tool) string {
+	h := sha256.New()
+	for _, v := range []any{tool, t} {
+		b, _ := json.Marshal(v)
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // toolsOf builds the tools of b's operations exposed on mcp.
@@ -154,7 +193,7 @@ func toolsOf(ctx context.Context, b Backend) ([]boundTool, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, boundTool{tool, handler(b, t)})
+		out = append(out, boundTool{tool, handler(b, t), declarationDigest(tool, t)})
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("mcpserver: %w", errors.Join(errs...))

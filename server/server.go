@@ -97,11 +97,11 @@ type Server struct {
 	tools    tools
 }
 
-// tools is the MCP server and the tool names it lists.
+// tools is the MCP server and what it lists.
 type tools struct {
-	srv     *mcp.Server
-	backend mcpserver.RunnerBackend
-	names   []string
+	srv       *mcp.Server
+	backend   mcpserver.RunnerBackend
+	published mcpserver.Published
 }
 
 // ownRoutes are the paths the server serves before the HTTP API's.
@@ -161,7 +161,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.tools = tools{srv: mcpSrv, backend: backend, names: registry.Names()}
+	published, err := mcpserver.PublishedOf(ctx, backend)
+	if err != nil {
+		return nil, err
+	}
+	s.tools = tools{srv: mcpSrv, backend: backend, published: published}
 	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{AllowedOrigins: cfg.AllowedOrigins})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.mcp)
@@ -226,8 +230,8 @@ func (s *Server) Reload(ctx context.Context, ops []idem.Operation, openapi []byt
 	cfg := s.http
 	cfg.OpenAPI = openapi
 	s.api.Store(httpapi.NewHandler(cfg))
-	names, err := mcpserver.Update(ctx, s.tools.srv, s.tools.backend, s.tools.names)
-	s.tools.names = names
+	published, err := mcpserver.Update(ctx, s.tools.srv, s.tools.backend, s.tools.published)
+	s.tools.published = published
 	return err
 }
 

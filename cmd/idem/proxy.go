@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,18 +80,20 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 		return application{}, usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
 	}
 	fwd := &proxy.Forwarder{Upstream: upstream, Client: proxy.NewClient(), MaxResponse: o.maxStored, UpstreamAuth: o.upstreamAuth}
-	app, err := o.declare(ctx, fwd, logger)
+	var warned []string // the warnings logged last: a reload logs them again only when they change
+	app, err := o.declare(ctx, fwd, logger, &warned)
 	if err != nil {
 		return application{}, err
 	}
-	app.reload = func(ctx context.Context) (application, error) { return o.declare(ctx, fwd, logger) }
+	app.reload = func(ctx context.Context) (application, error) { return o.declare(ctx, fwd, logger, &warned) }
 	app.reloadEvery = o.reloadEvery
 	return app, nil
 }
 
 // declare reads the document and the overlay and declares the operations
-// (at start, and again on every reload).
-func (o proxyOptions) declare(ctx context.Context, fwd *proxy.Forwarder, logger *slog.Logger) (application, error) {
+// (at start, and again on every reload). It logs the build's warnings
+// unless they are the ones *warned holds, which it then updates.
+func (o proxyOptions) declare(ctx context.Context, fwd *proxy.Forwarder, logger *slog.Logger, warned *[]string) (application, error) {
 	doc, err := proxy.Load(ctx, o.openapi, fwd.Upstream, fwd.Client)
 	if err != nil {
 		return application{}, err
@@ -103,8 +106,11 @@ func (o proxyOptions) declare(ctx context.Context, fwd *proxy.Forwarder, logger 
 	if err != nil {
 		return application{}, fmt.Errorf("idem proxy: %w", err)
 	}
-	for _, w := range built.Warnings {
-		logger.Warn("proxy", "warning", w)
+	if !slices.Equal(built.Warnings, *warned) {
+		for _, w := range built.Warnings {
+			logger.Warn("proxy", "warning", w)
+		}
+		*warned = built.Warnings
 	}
 	logger.Info("proxying", "upstream", fwd.Upstream.String(), "operations", len(built.Operations), "openapi", o.openapi)
 	return application{operations: built.Operations, openapi: built.Document, proxied: true}, nil
