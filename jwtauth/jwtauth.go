@@ -27,6 +27,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/canonical"
 )
 
 // Authenticator verifies JWT bearer tokens. It is safe for concurrent use
@@ -200,8 +201,18 @@ func (a *Authenticator) principal(claims map[string]any) (idem.Principal, error)
 			return idem.Principal{}, refuse(nil, "the token's claim %s (the roles) is %s; it must be an array of strings or a space-separated string", quote(m.Roles), describe(v))
 		}
 	}
+	for _, r := range p.Roles {
+		if err := storable(r); err != nil {
+			return idem.Principal{}, refuse(nil, "the token's claim %s (the roles) cannot hold a role: %v", quote(m.Roles), err)
+		}
+	}
 	return p, nil
 }
+
+// storable reports why s cannot name a principal or role: the text every
+// store keeps (canonical.CheckString: valid UTF-8, no NUL), so that a
+// strange claim is refused here, 401, and never reaches a store as a 500.
+func storable(s string) error { return canonical.CheckString(s) }
 
 // requiredString reads a claim that must be a non-empty string.
 func requiredString(claims map[string]any, name, what string) (string, error) {
@@ -212,6 +223,9 @@ func requiredString(claims map[string]any, name, what string) (string, error) {
 	s, _ := v.(string)
 	if s == "" {
 		return "", refuse(nil, "the token's claim %s (the %s) is %s; it must be a non-empty string", quote(name), what, describe(v))
+	}
+	if err := storable(s); err != nil {
+		return "", refuse(nil, "the token's claim %s (the %s) cannot name a principal: %v", quote(name), what, err)
 	}
 	return s, nil
 }

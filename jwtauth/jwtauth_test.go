@@ -326,6 +326,11 @@ func TestRefusedTokens(t *testing.T) {
 			p := strings.Split(rs.sign(t, claims(now, nil)), ".")
 			return p[0] + "." + p[1] + ".!!!"
 		}(), []string{"not a well-formed signed JWT"}},
+		// Text no store can hold is refused at authentication (401), not
+		// by the store as a 500 (issue 28, item 10).
+		{"NUL in sub", rs.sign(t, claims(now, map[string]any{"sub": "agent\x007"})), []string{`the token's claim "sub" (the principal id) cannot name a principal`, "NUL"}},
+		{"NUL in org", rs.sign(t, claims(now, map[string]any{"org": "ac\x00me"})), []string{`the token's claim "org" (the org) cannot name a principal`, "NUL"}},
+		{"NUL in a role", rs.sign(t, claims(now, map[string]any{"roles": []any{"approver\x00"}})), []string{`(the roles) cannot hold a role`, "NUL"}},
 		{"exp not a number", signRaw(t, rs, `{"iss":"https://login.example.com/","exp":"tomorrow"}`), []string{"claims cannot be read: exp, nbf and iat must be numbers"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
