@@ -1,8 +1,12 @@
 package mcpserver
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -24,6 +28,12 @@ const DefaultStdioDrain = time.Minute
 // them were dropped. This transport holds the end of input back until
 // every request read has been answered, or Drain has passed (then the
 // requests still running are cancelled, unanswered, as before).
+//
+// A line that is not a JSON-RPC message is answered, and the bridge goes
+// on (SPEC §10.2): invalid JSON with -32700 (parse error), JSON that is no
+// JSON-RPC message with -32600 (invalid request), a line past the SDK's
+// line limit with -32700, each with id null. The SDK's own reader would
+// end the connection there, leaving the requests already read unanswered.
 type StdioTransport struct {
 	Reader io.ReadCloser
 	Writer io.WriteCloser
@@ -37,7 +47,12 @@ var _ mcp.Transport = (*StdioTransport)(nil)
 
 // Connect implements mcp.Transport.
 func (t *StdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	inner, err := (&mcp.IOTransport{Reader: t.Reader, Writer: t.Writer}).Connect(ctx)
+	// The SDK reads only the lines that are messages; the others are
+	// answered here, on the same writer, one whole line per Write.
+	w := &lineWriter{WriteCloser: t.Writer}
+	pr, pw := io.Pipe()
+	go filterLines(t.Reader, pw, w)
+	inner, err := (&mcp.IOTransport{Reader: closeBoth{pr, t.Reader}, Writer: w}).Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -125,4 +140,114 @@ func (c *drainingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 func (c *drainingConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
 	return c.Connection.Close()
+}
+
+// maxLine bounds a line of input, as the SDK's reader does.
+const maxLine = mcp.DefaultMaxLineLength
+
+// filterLines copies the lines of in that are JSON-RPC messages (or
+// batches of them) to out, and answers every other line on w, until in
+// ends; then it closes out.
+func filterLines(in io.Reader, out *io.PipeWriter, w *lineWriter) {
+	r := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, tooLong, err := readLine(r)
+		if len(bytes.TrimSpace(line)) > 0 || tooLong {
+			if code, why := lineProblem(line, tooLong); code != 0 {
+				if werr := w.answer(code, why); werr != nil {
+					out.CloseWithError(werr)
+					return
+				}
+			} else if _, werr := out.Write(append(line, '\n')); werr != nil {
+				return // the connection is closed
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			out.CloseWithError(err)
+			return
+		}
+	}
+}
+
+// readLine reads one line of r without its newline, at most maxLine bytes
+// of it kept: tooLong says the rest was dropped.
+func readLine(r *bufio.Reader) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > maxLine {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return bytes.TrimRight(line, "\r\n"), tooLong, err
+	}
+}
+
+// lineProblem is the JSON-RPC error code of a line that is no message, and
+// why; 0 for a message or a batch of them.
+func lineProblem(line []byte, tooLong bool) (int64, string) {
+	switch {
+	case tooLong:
+		return jsonrpc.CodeParseError, fmt.Sprintf("Parse error: the line is longer than %d bytes", maxLine)
+	case !json.Valid(line):
+		return jsonrpc.CodeParseError, "Parse error: the line is not valid JSON"
+	}
+	var batch []json.RawMessage
+	if json.Unmarshal(line, &batch) == nil {
+		if len(batch) == 0 {
+			return jsonrpc.CodeInvalidRequest, "Invalid Request: an empty batch"
+		}
+		for _, m := range batch {
+			if _, err := jsonrpc.DecodeMessage(m); err != nil {
+				return jsonrpc.CodeInvalidRequest, "Invalid Request: a message of the batch is not JSON-RPC 2.0"
+			}
+		}
+		return 0, ""
+	}
+	if _, err := jsonrpc.DecodeMessage(line); err != nil {
+		return jsonrpc.CodeInvalidRequest, "Invalid Request: the line is not a JSON-RPC 2.0 message"
+	}
+	return 0, ""
+}
+
+// lineWriter writes whole lines: the SDK's messages (one Write each) and
+// the answers of filterLines, never interleaved.
+type lineWriter struct {
+	io.WriteCloser
+	mu sync.Mutex
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.WriteCloser.Write(p)
+}
+
+// answer writes the error response of a line that is no message.
+func (w *lineWriter) answer(code int64, message string) error {
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": message}})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// closeBoth reads the filtered pipe and closes the input beneath it too.
+type closeBoth struct {
+	*io.PipeReader
+	in io.Closer
+}
+
+func (c closeBoth) Close() error {
+	c.PipeReader.Close()
+	return c.in.Close()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -125,3 +126,58 @@ func TestStdioDrainIsBounded(t *testing.T) {
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
+
+// A line that is not a JSON-RPC message is answered with the JSON-RPC
+// error for it, and the bridge goes on answering the requests before and
+// after it (SPEC §10.2; issue 28, item 6: one malformed line ended the
+// bridge with exit 1).
+func TestStdioAnswersMalformedLinesAndGoesOn(t *testing.T) {
+	b := gatedBackend{fakeBackend: fakeBackend{tool(idem.RetrySameKeyReplay, `{"type":"object"}`)}, gate: closedGate()}
+	srv, err := mcpserver.New(t.Context(), b, mcpserver.Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := pipedSession(2)
+	lines := strings.SplitAfter(session, "\n")
+	// After the initialization: invalid JSON, JSON that is no message, an
+	// empty batch, a blank line, then the two calls.
+	input := lines[0] + lines[1] + "{not json\n" + `{"hello":1}` + "\n[]\n\n" + lines[2] + lines[3]
+	var out bytes.Buffer
+	err = srv.Run(t.Context(), &mcpserver.StdioTransport{Reader: io.NopCloser(strings.NewReader(input)), Writer: nopWriteCloser{&out}})
+	if err != nil && err != io.EOF {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	ids := map[int]bool{}
+	var codes []int
+	for line := range strings.Lines(out.String()) {
+		var msg struct {
+			ID    *int `json:"id"`
+			Error *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &msg); err != nil {
+			t.Fatalf("line %q is not JSON: %v", line, err)
+		}
+		switch {
+		case msg.ID != nil:
+			ids[*msg.ID] = true
+		case msg.Error != nil:
+			codes = append(codes, msg.Error.Code)
+		default:
+			t.Fatalf("line %q has neither an id nor an error", line)
+		}
+	}
+	if !ids[0] || !ids[1] || !ids[2] {
+		t.Fatalf("requests answered %v, want 0, 1 and 2; output:\n%s", ids, out.String())
+	}
+	if want := []int{-32700, -32600, -32600}; !slices.Equal(codes, want) {
+		t.Fatalf("errors %v, want %v; output:\n%s", codes, want, out.String())
+	}
+}
+
+func closedGate() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
