@@ -36,6 +36,9 @@ const (
 	DefaultMaxExecutions = 64
 	// DefaultAdmissionWait is Config.AdmissionWait's default.
 	DefaultAdmissionWait = 5 * time.Second
+	// DefaultMaxWaiters is Config.MaxWaiters's default: a same-key storm
+	// of a thousand callers waits whole.
+	DefaultMaxWaiters = 1024
 	// minBodyCost is the least a call counts against the decode budget, so
 	// that the budget also bounds how many small bodies decode at once.
 	minBodyCost = 1 << 10

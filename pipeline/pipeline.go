@@ -62,7 +62,7 @@ func (r *Runner) Call(ctx context.Context, inv idem.Invocation) idem.Result {
 		x.log(resp, took)
 	}
 	if r.cfg.Observe != nil {
-		rep := Report{Operation: inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.op != nil && x.inv.DryRun, Duration: took}
+		rep := Report{Operation: x.inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.op != nil && x.inv.DryRun, Duration: took}
 		if !resp.Replayed {
 			rep.Attempts = x.attempts
 		}

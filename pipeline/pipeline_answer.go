@@ -93,8 +93,16 @@ func (x *execution) noteReplay(a idem.Attempt) {
 
 // waitAndAnswer honours Prefer: wait on an in-flight record: it polls the
 // record until it is final or the wait (capped) passes, then answers as
-// usual, saying which wait it applied.
+// usual, saying which wait it applied. Beyond Config.MaxWaiters waiting
+// at once, it answers at once, without the preference. A waiter lets its
+// body go: the fingerprint is all it compares.
 func (x *execution) waitAndAnswer(ctx context.Context, a idem.Attempt) idem.Result {
+	release := x.r.waiters.take(ctx, 1, 0)
+	if release == nil {
+		return x.answerRecord(ctx, a)
+	}
+	defer release()
+	x.inv.Intent.Body = nil
 	wait := min(x.inv.Wait, x.r.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	// A key this instance runs wakes its waiters when it finishes, and so

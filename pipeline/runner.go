@@ -73,6 +73,11 @@ type Config struct {
 	DecodeBudget  int64
 	MaxExecutions int
 	AdmissionWait time.Duration
+	// MaxWaiters bounds the calls waiting at once on an in-flight key
+	// (Prefer: wait); one beyond it is answered at once, as without the
+	// preference (DefaultMaxWaiters when 0; negative: no bound). A waiter
+	// holds no body: it needs only the fingerprint.
+	MaxWaiters int
 	// StoreHook, when set, is called around every store call the runner
 	// makes (metrics.Metrics.StoreHook times them); the runner wraps its
 	// store once (idem.ObserveStore) for it and for its own spans.
@@ -122,6 +127,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxExecutions == 0 {
 		c.MaxExecutions = DefaultMaxExecutions
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = DefaultMaxWaiters
 	}
 	return c
 }
@@ -200,7 +208,9 @@ type Runner struct {
 	audit *auditQueue
 	// decoding and executions are the admission budgets (admission.go).
 	decoding, executions budget
-	life                 lifecycle
+	// waiters bounds the calls waiting on an in-flight key.
+	waiters budget
+	life    lifecycle
 	// tracer is nil when tracing is off (tracing.go).
 	tracer trace.Tracer
 }
@@ -264,6 +274,7 @@ func New(reg *idem.Registry, cfg Config) (*Runner, error) {
 	}
 	r.audit = newAuditQueue(r.cfg.Store, cfg.Logger)
 	r.decoding, r.executions = newBudget(cfg.DecodeBudget), newBudget(int64(cfg.MaxExecutions))
+	r.waiters = newBudget(int64(cfg.MaxWaiters))
 	return r, nil
 }
 

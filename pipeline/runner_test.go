@@ -421,3 +421,42 @@ func TestKeyedHandlerRunsOnceUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// Waiters on an in-flight key are bounded (Config.MaxWaiters): one beyond
+// the bound is answered at once, without the preference (no
+// WaitApplied), while the one within it waits for the replay (issue 28,
+// item 3: 600 waiters held 976 MiB of bodies).
+func TestWaitersAreBounded(t *testing.T) {
+	var runs atomic.Int64
+	release := make(chan struct{})
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	watched := &watchedStore{Store: newSQLiteStore(t, clock), gets: make(chan struct{}, 64)}
+	f := newFixtureOn(t, clock, watched, []idem.Operation{slowOp(release, &runs, time.Minute), showOp()}, func(c *pipeline.Config) { c.MaxWaiters = 1 })
+	body := `{"name":"a"}`
+	done := make(chan idem.Result, 1)
+	go func() { done <- f.do(context.Background(), call{op: "slow.create", body: body, key: "k"}) }()
+	waitFor(t, func() bool {
+		v, err := f.runner.GetAttempt(t.Context(), agent, "k")
+		return err == nil && v.State == idem.AttemptInFlight
+	})
+	watched.armed.Store(true)
+	waiting := make(chan idem.Result, 1)
+	go func() {
+		waiting <- f.do(context.Background(), call{op: "slow.create", body: body, key: "k", wait: 30 * time.Second})
+	}()
+	<-watched.gets // stage 5 found the record in flight
+	<-watched.gets // the waiter polls it: it holds the one place
+	watched.armed.Store(false)
+	beyond := f.do(t.Context(), call{op: "slow.create", body: body, key: "k", wait: 30 * time.Second})
+	expect(t, beyond, 409, idem.CodeIdempotencyKeyInFlight)
+	if beyond.WaitApplied != 0 {
+		t.Fatalf("the waiter beyond the bound waited %s", beyond.WaitApplied)
+	}
+	close(release)
+	expect(t, <-done, 201, "")
+	w := <-waiting
+	expect(t, w, 201, "")
+	if !w.Replayed || w.WaitApplied == 0 {
+		t.Fatalf("the waiter within the bound: replayed %v, waited %s", w.Replayed, w.WaitApplied)
+	}
+}
