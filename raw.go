@@ -73,8 +73,10 @@ type RawSpec struct {
 	// only.
 	InputSchema, OutputSchema json.RawMessage
 	// Unvalidated skips stage 4's checks (the schema, unknown query
-	// parameters): the request is forwarded as it is. The fingerprint
-	// still needs a JSON body to be acceptable JSON.
+	// parameters): the request is forwarded as it is. A JSON body must
+	// still hold only values the fingerprint keeps exactly (SPEC §6.2:
+	// acceptable JSON, integers within ±(2^53−1), no NUL), or two bodies
+	// would share one fingerprint.
 	Unvalidated bool
 	Handler     RawHandler
 }

@@ -32,6 +32,19 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 				return nil, nil, idem.InvalidInput([]map[string]string{{"path": "/" + name, "message": fmt.Sprintf("path parameter %s cannot be %q", name, v)}})
 			}
 		}
+		// Unvalidated, the body still goes upstream byte for byte under its
+		// fingerprint: it must hold only values the fingerprint keeps
+		// exactly (SPEC §6.2: integers within ±(2^53−1), no NUL), or two
+		// different bodies would be one intent.
+		if body := bytes.TrimSpace(x.inv.Intent.Body); len(body) > 0 && x.opaque == "" {
+			if _, err := canonical.TransformStrict(body); err != nil {
+				var se *canonical.SyntaxError
+				if errors.As(err, &se) && se.Pointer != "" {
+					return nil, nil, idem.InvalidInput([]map[string]string{{"path": se.Pointer, "message": se.Reason()}})
+				}
+				return nil, nil, idem.InvalidInput([]map[string]string{{"path": "", "message": "the body is not acceptable JSON (RFC 8259, I-JSON): " + err.Error()}})
+			}
+		}
 		return json.RawMessage(`{}`), x.rawRequest(), nil
 	}
 	args := map[string]json.RawMessage{}

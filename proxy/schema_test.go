@@ -259,6 +259,19 @@ func TestUnvalidatedOption(t *testing.T) {
 	if res.Status != 200 || len(rec.calls("createWidget")) != 1 {
 		t.Fatalf("unvalidated: %d %s", res.Status, res.Body())
 	}
+	// An integer the fingerprint cannot keep exactly is refused, not
+	// forwarded under the fingerprint of a rounded one (issue 28, item 8):
+	// 2^53+1 and 2^53 would be one intent.
+	res = r.Call(t.Context(), idem.Invocation{
+		Operation: "createWidget",
+		Principal: agent,
+		Key:       "k-big",
+		Intent:    idem.Intent{PathParams: map[string]string{"shop": "a"}, Body: []byte(`{"price":9007199254740993,"weight":3}`)},
+	})
+	if p := problemOf(t, res); res.Status != 400 || p.Code != idem.CodeInvalidInput || len(rec.calls("createWidget")) != 1 ||
+		len(p.errorPaths()) != 1 || p.errorPaths()[0] != "/price" {
+		t.Fatalf("2^53+1 unvalidated: %d %s (%d upstream calls)", res.Status, res.Body(), len(rec.calls("createWidget")))
+	}
 }
 
 // A body schema that is an allOf of an object, or an object through a
