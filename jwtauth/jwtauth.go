@@ -202,17 +202,12 @@ func (a *Authenticator) principal(claims map[string]any) (idem.Principal, error)
 		}
 	}
 	for _, r := range p.Roles {
-		if err := storable(r); err != nil {
+		if err := canonical.CheckString(r); err != nil {
 			return idem.Principal{}, refuse(nil, "the token's claim %s (the roles) cannot hold a role: %v", quote(m.Roles), err)
 		}
 	}
 	return p, nil
 }
-
-// storable reports why s cannot name a principal or role: the text every
-// store keeps (canonical.CheckString: valid UTF-8, no NUL), so that a
-// strange claim is refused here, 401, and never reaches a store as a 500.
-func storable(s string) error { return canonical.CheckString(s) }
 
 // requiredString reads a claim that must be a non-empty string.
 func requiredString(claims map[string]any, name, what string) (string, error) {
@@ -224,7 +219,7 @@ func requiredString(claims map[string]any, name, what string) (string, error) {
 	if s == "" {
 		return "", refuse(nil, "the token's claim %s (the %s) is %s; it must be a non-empty string", quote(name), what, describe(v))
 	}
-	if err := storable(s); err != nil {
+	if err := canonical.CheckString(s); err != nil { // what a store cannot hold: refused here, 401, never a store's 500
 		return "", refuse(nil, "the token's claim %s (the %s) cannot name a principal: %v", quote(name), what, err)
 	}
 	return s, nil
