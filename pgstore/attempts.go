@@ -19,14 +19,14 @@ var (
 	// keyLockSQL takes the key's advisory lock, tryKeyLockSQL only tries it.
 	keyLockSQL    = section("key_lock", "lock")
 	tryKeyLockSQL = section("key_lock", "try")
-	// getAttemptSQL reads the newest record of a key, forgotten or not.
+	// getAttemptSQL reads the record holding a key, forgotten or not.
 	getAttemptSQL = statement("get_attempt")
 	// reserveSQL and reserveApprovedSQL reserve a key and start its
 	// execution, the second consuming an approval first.
 	reserveSQL         = statement("reserve")
 	reserveApprovedSQL = statement("reserve_with_approval")
 	// completeSQL completes a record and finishes its execution.
-	completeSQL = eventStatements{statement("complete_attempt"), statement("complete_attempt_many_events")}
+	completeSQL = statement("complete_attempt")
 	// markIndeterminateSQL and getAttemptByTokenSQL settle a passed lease.
 	markIndeterminateSQL = statement("mark_indeterminate")
 	getAttemptByTokenSQL = statement("get_attempt_by_token")
@@ -51,15 +51,15 @@ func queueTryKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
 	b.Queue(tryKeyLockSQL, scope.Org, scope.Principal, key, keyLockSeed)
 }
 
-// lockKeyAndRead takes the key's lock in tx and reads its newest record, in
-// one round trip; found is false when there is none.
+// lockKeyAndRead takes the key's lock in tx and reads the record holding
+// the key, in one round trip; found is false when there is none.
 func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string) (a idem.Attempt, found bool, err error) {
 	a, found, _, err = readUnderKeyLock(ctx, tx, scope, key, false)
 	return a, found, err
 }
 
 // readUnderKeyLock takes (or, with try, only tries) the key's lock in tx
-// and reads its newest record, in one round trip: found is false when
+// and reads the record holding the key, in one round trip: found is false when
 // there is none; held is false when try found the lock taken (the record
 // read is then what was committed before the statement began).
 func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string, try bool) (a idem.Attempt, found, held bool, err error) {
@@ -90,15 +90,15 @@ func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key stri
 	return a, found && err == nil, held, err
 }
 
-// Reserve inserts the attempt record, or replaces one past its retention
-// that the sweeper has not removed yet; a live record is left untouched.
-// The table is partitioned by creation time, so its primary key cannot
-// make (org, principal, key) unique: a transaction-scoped advisory lock on
+// Reserve inserts the attempt record, which is its execution too, or
+// replaces one past its retention that the sweeper has not forgotten yet;
+// a live record is left untouched. A transaction-scoped advisory lock on
 // the key makes reservations of one key queue, from any instance, and the
 // reservation statement, sent in the same round trip but run after the
-// lock is granted, reads what the previous holder committed. When it
-// reserves, the same statement consumes the approval and starts the
-// execution.
+// lock is granted, reads what the previous holder committed (the unique
+// index on held keys would make a racing insert wait too, but then its
+// statement could not read the winner's row). When it reserves, the same
+// statement consumes the approval.
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
 	var res idem.ReserveResult
 	var now time.Time
@@ -129,8 +129,13 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 // caller rolls tx back.
 func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time, try bool) (res idem.ReserveResult, busy bool, err error) {
 	var b pgx.Batch
+	x := newExecution(p.StartParams, p.Key, now)
+	events, err := encodeEvents(x.Events, now)
+	if err != nil {
+		return idem.ReserveResult{}, false, err
+	}
 	q, args := reserveSQL, []any{p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
-		now.Add(p.Lease), now, now.Add(p.Retention), try, keyLockSeed}
+		now.Add(p.Lease), now, now.Add(p.Retention), try, keyLockSeed, events}
 	if p.ApprovalID != "" {
 		q, args = reserveApprovedSQL, append(args, p.ApprovalID)
 	}
@@ -182,7 +187,7 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 	if !consumed {
 		return idem.ReserveResult{}, false, idem.ErrApprovalNotConsumable
 	}
-	res.Execution = newExecution(p.StartParams, p.Key, now)
+	res.Execution = x
 	res.Execution.ReinvocationOf = reinvocationOf
 	return res, false, nil
 }
@@ -249,26 +254,53 @@ func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers [
 		secretExpiresAt = &t
 	}
 	fin := p.Finish
-	args := []any{p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
-		string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt,
-		string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts,
-		notifyPayload(p.Scope, p.Key)} // signalled only if a waiter on another instance asked (Watch)
-	args, err := appendEventArgs(args, fin.Events, now)
+	own, others := splitEvents(fin.Events, fin.ExecutionID)
+	events, err := encodeEvents(own, now)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	var r finishResult
 	var notified int
-	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, completeSQL.forEvents(len(fin.Events)), args...),
-		append(r.dest(), &notified)})
+	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, completeSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken,
+		string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt,
+		string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts,
+		notifyPayload(p.Scope, p.Key), // signalled only if a waiter on another instance asked (Watch)
+		events, namedIn(own)), []any{&notified}})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Attempt{}, idem.ErrFenced
 	}
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	// The record names its execution, the one finished.
-	return a, r.check(a.ExecutionID, len(fin.Events))
+	if named := namedIn(own); named != "" && named != a.ExecutionID {
+		// The events said they were the record's execution's, and it is
+		// another: the statement appended none, and each goes where it
+		// says (those naming none to the record).
+		others = append(withExecution(own, a.ExecutionID), others...)
+	}
+	return a, insertEvents(ctx, tx, p.Scope.Org, others, now)
+}
+
+// namedIn is the execution that some of own, the events of one execution
+// (splitEvents), name; "" when none names one.
+func namedIn(own []idem.AuditEvent) string {
+	for _, ev := range own {
+		if ev.ExecutionID != "" {
+			return ev.ExecutionID
+		}
+	}
+	return ""
+}
+
+// withExecution is events with those naming no execution naming id.
+func withExecution(events []idem.AuditEvent, id string) []idem.AuditEvent {
+	out := make([]idem.AuditEvent, len(events))
+	for i, ev := range events {
+		if ev.ExecutionID == "" {
+			ev.ExecutionID = id
+		}
+		out[i] = ev
+	}
+	return out
 }
 
 // GetAttempt reads the key's newest record; a forgotten one that is not

@@ -13,11 +13,9 @@ import (
 
 // A batch of concurrent completions is one statement: Complete queues its
 // call on s.completions (a groupcommit.Batcher), whose workers hand what
-// is queued to completeSet in one transaction. Each statement on the
-// partitioned tables pays a plan and an executor start-up on every
-// partition (most of a completion's server CPU), so N completions in one
-// set-based statement pay them once. A lone completion runs completeSQL,
-// as before batching.
+// is queued to completeSet in one transaction, so that N completions pay
+// one statement's start-up and one round trip. A lone completion runs
+// completeSQL.
 
 // completion is one Complete call as completeSet takes it; headers are
 // p.Headers filtered and encoded.
@@ -48,18 +46,14 @@ func ownEvents(p idem.CompleteParams) bool {
 }
 
 // completeSetSQL completes a set of records, each under its own fence,
-// and finishes their executions, in one statement; genericPlanSQL, sent
-// before it, makes it run on its generic plan. A call whose record is
+// and finishes their executions, in one statement. A call whose record is
 // fenced, or whose events name another execution than the record's,
 // writes nothing, and its failure is never its neighbours'.
-var (
-	completeSetSQL = statement("complete_set")
-	genericPlanSQL = statement("generic_plan")
-)
+var completeSetSQL = statement("complete_set")
 
 // completeSet completes cs in tx as Complete does each, in one round trip
-// and one statement (completeSetSQL, after genericPlanSQL) when there are
-// several, with completeSQL when there is one. A call the set statement
+// and one statement (completeSetSQL) when there are several, with
+// completeSQL when there is one. A call the set statement
 // did not complete gets errNotCompleted and wrote nothing; the others are
 // completed. It is the set function of s.completions.
 func (s *Store) completeSet(ctx context.Context, tx pgx.Tx, cs []completion) ([]idem.Attempt, []error, error) {
@@ -75,15 +69,7 @@ func (s *Store) completeSet(ctx context.Context, tx pgx.Tx, cs []completion) ([]
 	if err != nil {
 		return nil, nil, err
 	}
-	var b pgx.Batch
-	b.Queue(genericPlanSQL)
-	b.Queue(completeSetSQL, args...)
-	br := tx.SendBatch(ctx, &b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, err
-	}
-	rows, err := br.Query()
+	rows, err := tx.Query(ctx, completeSetSQL, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -93,9 +79,9 @@ func (s *Store) completeSet(ctx context.Context, tx pgx.Tx, cs []completion) ([]
 		errs[i] = errNotCompleted
 	}
 	// notified is read only so that the NOTIFY CTE runs.
-	var n, finished, appended, notified, completed, events int
+	var n, notified int
 	for rows.Next() {
-		a, err := scanAttempt(prefixed{rows, []any{&n, &finished, &appended, &notified}})
+		a, err := scanAttempt(prefixed{rows, []any{&n, &notified}})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -103,17 +89,9 @@ func (s *Store) completeSet(ctx context.Context, tx pgx.Tx, cs []completion) ([]
 			return nil, nil, fmt.Errorf("pgstore: completion %d of %d answered twice or unknown", n, len(cs))
 		}
 		as[n-1], errs[n-1] = a.Observe(now), nil
-		completed++
-		events += len(cs[n-1].p.Finish.Events)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
-	}
-	if completed > 0 && (finished != completed || appended != events) {
-		// An execution was not found: the batch is rolled back and every
-		// call runs alone, with its own answer (NOT_FOUND for that one).
-		return nil, nil, fmt.Errorf("pgstore: %d of %d executions finished, %d of %d events appended",
-			finished, completed, appended, events)
 	}
 	return as, errs, nil
 }
@@ -130,8 +108,7 @@ func completeSetArgs(cs []completion, now time.Time) ([]any, error) {
 		sealed, codes, named   = make([]*string, n), make([]*string, n), make([]*string, n)
 		secret                 = make([]*time.Time, n)
 		outcomes, payloads     = make([]string, n), make([]string, n)
-		calls                  []int64
-		evs                    []idem.AuditEvent
+		events                 = make([]string, n)
 	)
 	for i, c := range cs {
 		p := c.p
@@ -148,14 +125,13 @@ func completeSetArgs(cs []completion, now time.Time) ([]any, error) {
 			if ev.ExecutionID != "" {
 				named[i] = &p.Finish.ExecutionID // ownEvents: the only one they name
 			}
-			calls = append(calls, int64(i+1))
-			evs = append(evs, ev)
 		}
+		b, err := encodeEvents(p.Finish.Events, now)
+		if err != nil {
+			return nil, err
+		}
+		events[i] = string(b)
 	}
-	arrays, err := eventArrays(evs, now)
-	if err != nil {
-		return nil, err
-	}
-	return append([]any{orgs, principals, keys, tokens, states, statuses, headers, bodies, sealed, secret,
-		outcomes, codes, attempts, payloads, named, now, calls}, arrays[1:]...), nil
+	return []any{orgs, principals, keys, tokens, states, statuses, headers, bodies, sealed, secret,
+		outcomes, codes, attempts, payloads, named, events, now}, nil
 }

@@ -84,7 +84,7 @@ func (f *batchFixture) completeInOneBatch(blocker idem.Attempt, queued int, ps [
 		t.Fatal(err)
 	}
 	defer lock.Rollback(ctx)
-	if _, err := lock.Exec(ctx, `SELECT FROM idem_attempts WHERE org = $1 AND principal = $2 AND key = $3 FOR UPDATE`,
+	if _, err := lock.Exec(ctx, `SELECT FROM idem_records WHERE org = $1 AND principal = $2 AND key = $3 AND held FOR UPDATE`,
 		blocker.Scope.Org, blocker.Scope.Principal, blocker.Key); err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +148,7 @@ func (f *batchFixture) checkEvents(a idem.Attempt, n int) {
 }
 
 // Concurrent completions that a worker takes together are one statement
-// (besides BEGIN, COMMIT and the SET LOCAL of its plan mode, in the same
-// round trip), whatever their events, and each lands whole.
+// (besides BEGIN and COMMIT), whatever their events, and each lands whole.
 func TestConcurrentCompletionsAreOneStatement(t *testing.T) {
 	f := newBatchFixture(t)
 	blocker := f.reserve("blocker", time.Minute)
@@ -171,9 +170,8 @@ func TestConcurrentCompletionsAreOneStatement(t *testing.T) {
 		}
 		f.checkEvents(a, i%7)
 	}
-	// One round trip: the SET LOCAL of the plan mode and the statement.
-	if roundTrips != 1 || statements != 2 {
-		t.Errorf("%d completions taken together sent %d round trips and %d statements, want 1 and 2 (SET LOCAL and one statement)",
+	if roundTrips != 1 || statements != 1 {
+		t.Errorf("%d completions taken together sent %d round trips and %d statements, want 1 and 1",
 			len(ps), roundTrips, statements)
 	}
 	if tx, calls := f.s.WriteStats(); calls-tx < int64(len(ps)-1) {
@@ -182,8 +180,8 @@ func TestConcurrentCompletionsAreOneStatement(t *testing.T) {
 }
 
 // In one batch, each call gets its own answer: a wrong fencing token, a
-// passed lease, a duplicate and a missing execution fail alone and write
-// nothing, the others complete; a watched record is notified, an
+// passed lease and a duplicate fail alone and write nothing, the others
+// complete; a watched record is notified, an
 // unwatched one is not; calls whose events name another execution
 // complete through the single statement, which appends them there.
 func TestCompletionBatchAnswersEachCaller(t *testing.T) {
@@ -194,13 +192,10 @@ func TestCompletionBatchAnswersEachCaller(t *testing.T) {
 	f.clock.Advance(2 * time.Second)
 	ok1, ok2 := f.reserve("ok-1", time.Minute), f.reserve("ok-2", time.Minute)
 	wrong, dup := f.reserve("wrong-token", time.Minute), f.reserve("duplicate", time.Minute)
-	watched, missing := f.reserve("watched", time.Minute), f.reserve("no-execution", time.Minute)
+	watched := f.reserve("watched", time.Minute)
 	other := f.reserve("other", time.Minute)
 	foreign, late := f.reserve("foreign", time.Minute), f.reserve("foreign-late", time.Minute)
 	if err := f.s.Watch(ctx, f.scope, watched.Key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.conn.Exec(ctx, `DELETE FROM idem_executions WHERE org = $1 AND id = $2`, missing.Scope.Org, missing.ExecutionID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.conn.Exec(ctx, `LISTEN idem_completed`); err != nil {
@@ -217,10 +212,10 @@ func TestCompletionBatchAnswersEachCaller(t *testing.T) {
 	lateP.Finish.ExecutionID = other.ExecutionID
 	lateP.Finish.Events = []idem.AuditEvent{{ExecutionID: other.ExecutionID, Type: "note.late"}}
 	ps := []idem.CompleteParams{f.completion(ok1, 2), wrongP, f.completion(short, 1), f.completion(dup, 1), f.completion(dup, 1),
-		f.completion(watched, 1), f.completion(missing, 1), foreignP, lateP, f.completion(ok2, 5)}
+		f.completion(watched, 1), foreignP, lateP, f.completion(ok2, 5)}
 	got, errs, _, _ := f.completeInOneBatch(blocker, len(ps)-1, ps)
 
-	for _, i := range []int{0, 5, 7, 8, 9} {
+	for _, i := range []int{0, 5, 6, 7, 8} {
 		if errs[i] != nil || got[i].State != idem.AttemptCompleted {
 			t.Errorf("%s: %v, %s; want completed", ps[i].Key, errs[i], got[i].State)
 		}
@@ -233,12 +228,9 @@ func TestCompletionBatchAnswersEachCaller(t *testing.T) {
 	if (errs[3] == nil) == (errs[4] == nil) || !errors.Is(errors.Join(errs[3], errs[4]), idem.ErrFenced) {
 		t.Errorf("the duplicate completions: %v and %v, want one completed and one fenced", errs[3], errs[4])
 	}
-	if idem.ErrorCode(errs[6]) != idem.CodeNotFound {
-		t.Errorf("%s: err = %v, want NOT_FOUND", ps[6].Key, errs[6])
-	}
 	// Nothing of the failed calls was written: their records are as
 	// they were (lease-passed is read indeterminate now).
-	for _, a := range []idem.Attempt{wrong, missing, short} {
+	for _, a := range []idem.Attempt{wrong, short} {
 		r, err := f.s.GetAttempt(ctx, idem.GetAttemptParams{Scope: a.Scope, Key: a.Key})
 		if err != nil || r.State == idem.AttemptCompleted || r.Status != 0 || r.Body != nil {
 			t.Errorf("%s after its failed completion: %+v, %v", a.Key, r, err)

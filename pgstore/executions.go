@@ -23,8 +23,8 @@ var (
 	startExecutionSQL         = statement("start_execution")
 	startApprovedExecutionSQL = statement("start_execution_with_approval")
 	// finishExecutionSQL records an execution's outcome and appends its
-	// events.
-	finishExecutionSQL = eventStatements{statement("finish_execution"), statement("finish_execution_many_events")}
+	// own events.
+	finishExecutionSQL = statement("finish_execution")
 	// appendEventSQL appends one event, insertEventsSQL any number (AppendEvents).
 	appendEventSQL  = section("append_events", "one")
 	insertEventsSQL = section("append_events", "many")
@@ -61,25 +61,40 @@ func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) err
 	})
 }
 
-// GetExecution reads an execution and its events in order.
+// GetExecution reads an execution, with its own events and those
+// appended later merged in the order they were written, in one round
+// trip.
 func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.inTx(ctx, "get execution", func(tx pgx.Tx) error {
+		var b pgx.Batch
+		b.Queue(getExecutionSQL, p.Org, p.ID)
+		b.Queue(listEventsSQL, p.Org, p.ID)
+		br := tx.SendBatch(ctx, &b)
+		defer br.Close()
+		var events []byte
 		var err error
-		x, err = scanExecution(tx.QueryRow(ctx, getExecutionSQL, p.Org, p.ID))
+		x, err = scanExecution(br.QueryRow(), &events)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idem.Errorf(idem.CodeNotFound, "no execution %q", p.ID)
 		}
 		if err != nil {
 			return err
 		}
-
-		rows, err := tx.Query(ctx, listEventsSQL, p.Org, p.ID)
+		own, err := decodeEvents(events, x.ID)
 		if err != nil {
 			return err
 		}
-		x.Events, err = pgx.CollectRows(rows, scanEvent)
-		return err
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		extra, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (appended, error) { return scanEvent(row, x.ID) })
+		if err != nil {
+			return err
+		}
+		x.Events = mergeEvents(own, extra)
+		return br.Close()
 	})
 	if err != nil {
 		return idem.Execution{}, err
@@ -91,11 +106,15 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 // one statement. An approval that is not consumable is
 // ErrApprovalNotConsumable, and nothing is written.
 func startExecution(ctx context.Context, tx pgx.Tx, p idem.StartParams, now time.Time) (idem.Execution, error) {
-	q, args := startExecutionSQL, []any{p.Scope.Org, p.Scope.Principal, p.Operation, p.Fingerprint, p.ExecutionID, now}
+	x := newExecution(p, "", now)
+	events, err := encodeEvents(x.Events, now)
+	if err != nil {
+		return idem.Execution{}, err
+	}
+	q, args := startExecutionSQL, []any{p.Scope.Org, p.Scope.Principal, p.Operation, p.Fingerprint, p.ExecutionID, now, events}
 	if p.ApprovalID != "" {
 		q, args = startApprovedExecutionSQL, append(args, p.ApprovalID)
 	}
-	x := newExecution(p, "", now)
 	var consumed bool
 	if err := tx.QueryRow(ctx, q, args...).Scan(&consumed, &x.ReinvocationOf); err != nil {
 		return idem.Execution{}, err
@@ -129,117 +148,34 @@ func b2i(b bool) int {
 	return 0
 }
 
-// finishResult is what a statement that finishes an execution
-// (finish_execution.sql and the others) returns first: whether the
-// execution was found, how many events were appended, and the first
-// unknown execution an event named.
-type finishResult struct {
-	finished, appended int
-	unknown            *string
-}
-
-func (r *finishResult) dest() []any { return []any{&r.finished, &r.appended, &r.unknown} }
-
-// check turns r into the error finishing execution id with n events
-// meets: NOT_FOUND for an unknown execution.
-func (r *finishResult) check(id string, n int) error {
-	switch {
-	case r.finished == 0:
-		return idem.Errorf(idem.CodeNotFound, "no execution %q", id)
-	case r.unknown != nil:
-		return idem.Errorf(idem.CodeNotFound, "no execution %q", *r.unknown)
-	case r.appended != n:
-		return fmt.Errorf("pgstore: %d of %d events inserted", r.appended, n)
-	}
-	return nil
-}
-
-// eventParams is how many parameters an event takes in a statement's
-// slots (finish_execution.sql).
-const eventParams = 9
-
-// eventStatements are the two forms of a statement that writes events:
-// few takes up to manyEvents of them in slots, many any number as arrays
-// (appendEventArgs lays them out for either).
-type eventStatements struct{ few, many string }
-
-// forEvents is the form for n events.
-func (q eventStatements) forEvents(n int) string {
-	if n <= manyEvents {
-		return q.few
-	}
-	return q.many
-}
-
 // finishExecution records an unkeyed (or fenced) execution's outcome and
-// appends its events, in one statement; events without an execution id
-// get p's.
+// appends its events, its own to its record in one statement, any naming
+// another execution as rows after it (NOT_FOUND, and the caller rolls
+// back, when one does not exist).
 func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now time.Time) error {
-	args := []any{p.Org, p.ExecutionID, string(p.Outcome), nullable(string(p.Code)), p.Attempts, now}
-	args, err := appendEventArgs(args, p.Events, now)
+	own, others := splitEvents(p.Events, p.ExecutionID)
+	events, err := encodeEvents(own, now)
 	if err != nil {
 		return err
 	}
-	var r finishResult
-	if err := tx.QueryRow(ctx, finishExecutionSQL.forEvents(len(p.Events)), args...).Scan(r.dest()...); err != nil {
+	var b pgx.Batch
+	b.Queue(finishExecutionSQL, p.Org, p.ExecutionID, string(p.Outcome), nullable(string(p.Code)), p.Attempts, now, events)
+	if err := queueEvents(&b, p.Org, others, now); err != nil {
 		return err
 	}
-	return r.check(p.ExecutionID, len(p.Events))
-}
-
-// appendEventArgs appends the parameters of events as an eventStatements
-// form takes them: up to manyEvents, their count, then manyEvents slots
-// of eventParams, the unused ones NULL; beyond, eventArrays. An event
-// without an execution id names the finished one (NULL); one without a
-// time happens now.
-func appendEventArgs(args []any, events []idem.AuditEvent, now time.Time) ([]any, error) {
-	n := len(events)
-	if n <= manyEvents {
-		args = append(args, n)
-		for _, ev := range events {
-			at := ev.At
-			if at.IsZero() {
-				at = now
-			}
-			data, err := eventData(ev)
-			if err != nil {
-				return nil, err
-			}
-			args = append(args, nullable(ev.ExecutionID), ev.Type, at, nullable(ev.Attempt), nullable(string(ev.Code)),
-				nullable(string(ev.PreviousErrorCode)), nullable(ev.Attempts), nullable(ev.DurationMs), data)
-		}
-		return append(args, make([]any, (manyEvents-n)*eventParams)...), nil
+	br := tx.SendBatch(ctx, &b) // through tx's own SendBatch: a pipelined one adds its statements
+	defer br.Close()
+	tag, err := br.Exec()
+	if err != nil {
+		return err
 	}
-	arrays, err := eventArrays(events, now)
-	return append(args, arrays...), err
-}
-
-// eventArrays are the parameters of events as eventParams parallel arrays,
-// the form an eventStatements takes beyond manyEvents: execution ids
-// first.
-func eventArrays(events []idem.AuditEvent, now time.Time) ([]any, error) {
-	n := len(events)
-	var (
-		ids                     = make([]*string, n)
-		types                   = make([]string, n)
-		ats                     = make([]time.Time, n)
-		attempt, attempts, durs = make([]*int64, n), make([]*int64, n), make([]*int64, n)
-		codes, prev, data       = make([]*string, n), make([]*string, n), make([]*string, n)
-	)
-	for i, ev := range events {
-		ids[i], types[i], ats[i] = nullable(ev.ExecutionID), ev.Type, ev.At
-		if ats[i].IsZero() {
-			ats[i] = now
-		}
-		attempt[i], attempts[i], durs[i] = nullable(int64(ev.Attempt)), nullable(int64(ev.Attempts)), nullable(ev.DurationMs)
-		codes[i], prev[i] = nullable(string(ev.Code)), nullable(string(ev.PreviousErrorCode))
-		d, err := eventData(ev)
-		if err != nil {
-			return nil, err
-		}
-		data[i] = d
+	if tag.RowsAffected() == 0 {
+		return idem.Errorf(idem.CodeNotFound, "no execution %q", p.ExecutionID)
 	}
-	return []any{ids, types, ats, attempt, codes, prev, attempts, durs, data}, nil
+	if err := readEvents(br, others); err != nil {
+		return err
+	}
+	return br.Close()
 }
 
 // insertEvents appends events in order, each only if its execution exists in
@@ -263,12 +199,14 @@ func insertEvents(ctx context.Context, tx pgx.Tx, org string, events []idem.Audi
 // manyEvents is where appending events switches from a statement per
 // event to one statement for all: measured, the single statement (arrays,
 // a CTE) costs more than two plain inserts, and far less than hundreds
-// (the replay events the runner drains in batches). It is also how many
-// event slots the few form of an eventStatements has (four in its file).
+// (the replay events the runner drains in batches).
 const manyEvents = 4
 
-// queueEvents queues the statements that append events.
+// queueEvents queues the statements that append events (none for none).
 func queueEvents(batch *pgx.Batch, org string, events []idem.AuditEvent, now time.Time) error {
+	if len(events) == 0 {
+		return nil
+	}
 	if len(events) <= manyEvents {
 		for _, ev := range events {
 			at := ev.At
@@ -350,25 +288,26 @@ func eventData(ev idem.AuditEvent) (*string, error) {
 	return &s, nil
 }
 
-// scanEvent reads one audit event row.
-func scanEvent(row pgx.CollectableRow) (idem.AuditEvent, error) {
+// scanEvent reads one appended event of execution id (list_events.sql).
+func scanEvent(row pgx.CollectableRow, id string) (appended, error) {
 	var (
-		ev                 idem.AuditEvent
+		a                  appended
 		at                 time.Time
 		code, previousCode string
 		data               []byte
 	)
-	err := row.Scan(&ev.ExecutionID, &ev.Type, &at, &ev.Attempt, &code, &previousCode, &ev.Attempts, &ev.DurationMs, &data)
+	ev := &a.ev
+	err := row.Scan(&a.pos, &ev.Type, &at, &ev.Attempt, &code, &previousCode, &ev.Attempts, &ev.DurationMs, &data)
 	if err != nil {
-		return idem.AuditEvent{}, err
+		return appended{}, err
 	}
-	ev.At, ev.Code, ev.PreviousErrorCode = at.UTC(), idem.Code(code), idem.Code(previousCode)
+	ev.ExecutionID, ev.At, ev.Code, ev.PreviousErrorCode = id, at.UTC(), idem.Code(code), idem.Code(previousCode)
 	if data != nil {
 		if err := json.Unmarshal(data, &ev.Data); err != nil {
-			return idem.AuditEvent{}, err
+			return appended{}, err
 		}
 	}
-	return ev, nil
+	return a, nil
 }
 
 // ListExecutions reads an org's executions, newest first, without events.
@@ -394,16 +333,16 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 
 // scanExecution reads one execution (without events): org, id,
 // principal, operation, fingerprint, key, attempts, outcome, code,
-// reinvocation_of, started_at, finished_at.
-func scanExecution(row scanner) (idem.Execution, error) {
+// reinvocation_of, started_at, finished_at, then the columns of more.
+func scanExecution(row scanner, more ...any) (idem.Execution, error) {
 	var (
 		x                         idem.Execution
 		key, code, reinvocationOf *string
 		outcome                   string
 		started, finished         *time.Time
 	)
-	if err := row.Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &outcome, &code,
-		&reinvocationOf, &started, &finished); err != nil {
+	if err := row.Scan(append([]any{&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &outcome, &code,
+		&reinvocationOf, &started, &finished}, more...)...); err != nil {
 		return idem.Execution{}, err
 	}
 	if key != nil {

@@ -13,13 +13,6 @@ import (
 	"github.com/idem-run/idem/internal/groupcommit"
 )
 
-// PartitionSpan and PartitionsAhead let the tests compute the partitions
-// they expect.
-const (
-	PartitionSpan   = partitionSpan
-	PartitionsAhead = partitionsAhead
-)
-
 // InterpretError is the store's error translation, for table tests.
 var InterpretError = interpretError
 
@@ -54,10 +47,6 @@ func OpenWithLocalClock(ctx context.Context, url string, local func() time.Time)
 	s.ownsPool = true
 	return s, nil
 }
-
-// AuditPartitionSpan lets the tests compute the partitions of executions
-// and events they expect.
-const AuditPartitionSpan = auditPartitionSpan
 
 // KeyLockSeed is the seed of the key's advisory lock, for tests that hold
 // it as another transaction would.

@@ -85,7 +85,7 @@ func waitForLockWait(t *testing.T, url string) {
 		var n int
 		if err := admin.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = $1 AND wait_event_type = 'Lock'
-				AND query LIKE 'UPDATE idem_attempts SET state = ''indeterminate''%'`, cfg.Database).Scan(&n); err != nil {
+				AND query LIKE 'UPDATE idem_records SET state = ''indeterminate''%'`, cfg.Database).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

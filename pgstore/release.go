@@ -9,27 +9,35 @@ import (
 	"github.com/idem-run/idem"
 )
 
-// releaseSQL deletes a reservation still in flight under its fence and
-// lease and signals a watched one on idem_completed.
+// releaseSQL makes a reservation still in flight under its fence and
+// lease let its key go, finishes its execution and signals a watched one
+// on idem_completed.
 var releaseSQL = statement("release")
 
-// Release implements idem.AttemptStore: the fenced delete and the
-// execution's finish, in one transaction.
+// Release implements idem.AttemptStore: one statement (and, for events
+// naming another execution, a second).
 func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 	return s.write(ctx, "release", func(ctx context.Context, tx pgx.Tx) error {
 		now := s.now()
+		fin := p.Finish
+		own, others := splitEvents(fin.Events, fin.ExecutionID)
+		events, err := encodeEvents(own, now)
+		if err != nil {
+			return err
+		}
 		var executionID string
 		var notified int
-		err := tx.QueryRow(ctx, releaseSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, now,
-			notifyPayload(p.Scope, p.Key)).Scan(&executionID, &notified)
+		err = tx.QueryRow(ctx, releaseSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, now, notifyPayload(p.Scope, p.Key),
+			string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts, events, namedIn(own)).Scan(&executionID, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idem.ErrFenced
 		}
 		if err != nil {
 			return err
 		}
-		fin := p.Finish
-		fin.Org, fin.ExecutionID = p.Scope.Org, executionID
-		return finishExecution(ctx, tx, fin, now)
+		if named := namedIn(own); named != "" && named != executionID {
+			others = append(withExecution(own, executionID), others...)
+		}
+		return insertEvents(ctx, tx, p.Scope.Org, others, now)
 	})
 }

@@ -60,7 +60,7 @@ func TestTryReserveWritesNothingWithoutTheLock(t *testing.T) {
 			t.Fatalf("try: %v", err)
 		}
 		var executions, consumed int
-		if err := tx.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM idem_executions WHERE id = $1),
+		if err := tx.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM idem_records WHERE id = $1),
 				(SELECT count(*) FROM idem_approvals WHERE status = 'consumed')`, id).Scan(&executions, &consumed); err != nil {
 			t.Fatal(err)
 		}

@@ -3,11 +3,13 @@
 //
 // Each method is one READ COMMITTED transaction; the hot writes (Reserve,
 // Complete, executions and their events) share transactions with the other
-// writes waiting at the same moment (group commit). Attempt records,
-// executions and audit events are partitioned by time, so that retention
-// drops whole partitions, and no unique index decides a reservation race:
-// reservations of one key queue on a transaction-scoped advisory lock on
-// the key, from any instance; approvals are consumed
+// writes waiting at the same moment (group commit). An execution is one
+// row of idem_records, which is its attempt record too when it is keyed,
+// with its own events in a JSON array (migration 006); a unique index on
+// the keys records hold is the one lookup of a key. Reservations of one
+// key queue on a transaction-scoped advisory lock on the key, from any
+// instance, so that each reads what the previous one committed; retention
+// is batched deletes by indexed times; approvals are consumed
 // by a conditional UPDATE; concurrent approval requests for one intent are
 // serialised by a transaction-scoped advisory lock; sweepers take their
 // batches with FOR UPDATE SKIP LOCKED. Time comes only from the store's
@@ -19,10 +21,10 @@
 // (sql.go): one file per statement, or per group of related statements in
 // sections that each start with a "-- name:" line, named after what it
 // does. A statement's leading comment says what it takes and returns; the
-// text below it is sent as it stands. Only partition DDL is completed at
-// run time, since DDL takes no parameters: its table names and bounds
-// fill named placeholders (sql/partitions.sql). The schema is made by
-// migrations/, which Migrate runs as they are.
+// text below it is sent as it stands. The schema is made by migrations/,
+// which Migrate runs as they are. A pool Open makes runs every statement
+// on its generic plan (plan_cache_mode), prepared once per connection by
+// pgx's statement cache: each is planned once, not on every call.
 package pgstore
 
 import (
@@ -81,6 +83,9 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		pcfg.MaxConns = DefaultMaxConns
+	}
+	if _, set := pcfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // connects lazily: Migrate is the first contact
 	if err != nil {

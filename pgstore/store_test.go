@@ -221,8 +221,8 @@ func TestOrgLeadsEveryPrimaryKey(t *testing.T) {
 			t.Errorf("table %s: primary key starts with %q, want org", tb.Name, tb.First)
 		}
 	}
-	if orgScoped < 4 {
-		t.Errorf("found %d org-scoped tables (%v), want at least attempts, approvals, executions, audit events", orgScoped, tables)
+	if orgScoped < 3 {
+		t.Errorf("found %d org-scoped tables (%v), want at least records, approvals, audit events", orgScoped, tables)
 	}
 }
 

@@ -27,8 +27,8 @@ var sweepSteps = []struct {
 }
 
 // auditSweepSteps remove, past the audit retention ($1 the window's
-// start, $2 the batch size), the executions and events of the DEFAULT
-// partitions, each table on its own (sql/sweep.sql).
+// start, $2 the batch size), executions and appended events, each table
+// on its own (sql/sweep.sql).
 var auditSweepSteps = []struct {
 	name string
 	sql  string
@@ -37,9 +37,7 @@ var auditSweepSteps = []struct {
 	{"remove events", section("sweep", "remove_events")},
 }
 
-// Sweep runs the row steps in one transaction and counts what each did,
-// then creates and drops the partitions of attempts, executions and
-// events, each change in a transaction of its own (maintainPartitions).
+// Sweep runs the row steps in one transaction and counts what each did.
 func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
 	now := s.now()
 	batch := p.BatchSize
@@ -75,19 +73,6 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 	if err != nil {
 		return idem.SweepResult{}, err
 	}
-	res := idem.SweepResult{Forgotten: counts[0], SecretsDestroyed: counts[1], LeasesExpired: counts[2], ApprovalsExpired: counts[3],
-		ExecutionsRemoved: removed[0], EventsRemoved: removed[1]}
-	res.PartitionsCreated, res.PartitionsDropped, err = s.maintainPartitions(ctx, attemptPartitions, now, time.Time{})
-	if err != nil {
-		return idem.SweepResult{}, err
-	}
-	for _, t := range []partitioned{executionPartitions, eventPartitions} {
-		created, dropped, err := s.maintainPartitions(ctx, t, now, keepFrom)
-		if err != nil {
-			return idem.SweepResult{}, err
-		}
-		res.AuditPartitionsCreated += created
-		res.AuditPartitionsDropped += dropped
-	}
-	return res, nil
+	return idem.SweepResult{Forgotten: counts[0], SecretsDestroyed: counts[1], LeasesExpired: counts[2], ApprovalsExpired: counts[3],
+		ExecutionsRemoved: removed[0], EventsRemoved: removed[1]}, nil
 }

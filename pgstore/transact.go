@@ -133,8 +133,9 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		case final && canInsertFinal(c, p.ExecutionID):
 			res.Attempt, err = insertFinalTx(ctx, end, p, c, headers, start, now)
 		case final:
-			// More events than finalSQL takes: reserve now (the lock is
-			// this transaction's), then complete.
+			// Events naming another execution, which finalSQL does not
+			// write: reserve now (the lock is this transaction's), then
+			// complete.
 			var r idem.ReserveResult
 			if r, _, err = reserveTx(ctx, end, p, start, false); err == nil {
 				c.FencingToken = r.Attempt.FencingToken
@@ -168,8 +169,8 @@ type queued struct {
 // in the same round trip: before runs first (their results are read and
 // checked here), after runs last (an error in them surfaces when the
 // batch closes). With conn set and no Tx yet, that batch also begins the
-// transaction on conn (Batch.BeginTx), which becomes Tx. Use each
-// pipelined for one batch or query.
+// transaction on conn (Batch.BeginTx), which becomes Tx. Only the first
+// batch or query carries them; later ones go as they are.
 type pipelined struct {
 	pgx.Tx
 	conn   *pgx.Conn
@@ -197,7 +198,9 @@ func (t *pipelined) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	} else {
 		br = t.Tx.SendBatch(ctx, all)
 	}
-	for range len(t.before) + b2i(begin) {
+	n := len(t.before) + b2i(begin)
+	t.before, t.after = nil, nil
+	for range n {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return failedBatch{err}

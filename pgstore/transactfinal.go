@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,8 +12,8 @@ import (
 // A keyed transactional execution without an approval writes its record
 // once, final, at the end (its key is held by the advisory lock meanwhile,
 // and an uncommitted record is invisible anyway): one read at the start,
-// one statement inserting the record, the execution and its events at the
-// end, where a two-phase reservation inserts and then updates each.
+// one row inserted at the end, the record that is its execution too, with
+// its events.
 
 // peekTx tries the key's lock and reads its record in one round trip:
 // found when the record is live (within retention, or in flight within its
@@ -29,24 +28,15 @@ func peekTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time)
 	return a.Observe(now), found, !held && !found, nil
 }
 
-// finalSQL inserts a transactional execution's final record, its
-// finished execution and its events (execution.started and one to
-// manyEvents more).
+// finalSQL inserts a transactional execution's final record, which is its
+// finished execution, with its events.
 var finalSQL = statement("insert_final")
 
-// canInsertFinal reports whether finalSQL can store c for execution id: 1
-// to manyEvents final events, each of the execution itself.
+// canInsertFinal reports whether finalSQL can store c for execution id:
+// its final events are all of the execution itself.
 func canInsertFinal(c idem.CompleteParams, id string) bool {
-	n := len(c.Finish.Events)
-	if n < 1 || n > manyEvents {
-		return false
-	}
-	for _, ev := range c.Finish.Events {
-		if ev.ExecutionID != "" && ev.ExecutionID != id {
-			return false
-		}
-	}
-	return true
+	_, others := splitEvents(c.Finish.Events, id)
+	return others == nil
 }
 
 // insertFinalTx stores c as the key's final record, with its execution
@@ -58,20 +48,13 @@ func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.
 		secretExpiresAt = &t
 	}
 	fin := c.Finish
-	args := []any{p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
-		start.Add(p.Lease), start, start.Add(p.Retention), string(idem.FinalState(c.Status)), c.Status, headers, c.Body,
-		nullable(c.SealedKeyID), now, secretExpiresAt, fin.Attempts, string(fin.Outcome), nullable(string(fin.Code))}
-	args, err := appendEventArgs(args, fin.Events, now)
+	x := newExecution(p.StartParams, p.Key, start)
+	events, err := encodeEvents(append(x.Events, fin.Events...), now)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	var events int
-	a, err := scanAttempt(prefixed{tx.QueryRow(ctx, finalSQL, args...), []any{&events}})
-	if err != nil {
-		return idem.Attempt{}, err
-	}
-	if events != len(fin.Events)+1 {
-		return idem.Attempt{}, fmt.Errorf("pgstore: %d of %d events inserted", events, len(fin.Events)+1)
-	}
-	return a, nil
+	return scanAttempt(tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
+		p.ExecutionID, start.Add(p.Lease), start, start.Add(p.Retention), string(idem.FinalState(c.Status)), c.Status,
+		headers, c.Body, nullable(c.SealedKeyID), now, secretExpiresAt, fin.Attempts, string(fin.Outcome),
+		nullable(string(fin.Code)), events))
 }

@@ -1,5 +1,6 @@
--- AppendEvents: the statements that append events to executions of an
--- org, each event only if its execution exists there.
+-- AppendEvents (and the events of a finish that name another execution):
+-- rows of idem_audit_events, each only if its execution exists in the
+-- org, with how many of that record's own events precede it (pos).
 
 -- name: one
 -- One event, for up to four (manyEvents), one statement each, in a
@@ -8,10 +9,11 @@
 -- $1 org, $2 execution id, $3 type, $4 at, $5 attempt, $6 code, $7
 -- previous error code, $8 attempts, $9 duration (ms), $10 data as JSON
 -- text.
-INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code,
+INSERT INTO idem_audit_events (org, execution_id, pos, type, at, attempt, code,
     previous_error_code, attempts, duration_ms, data)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb
-WHERE EXISTS (SELECT 1 FROM idem_executions WHERE org = $1 AND id = $2)
+SELECT $1::text, $2::text, jsonb_array_length(events), $3::text, $4::timestamptz, $5::int, $6::text, $7::text,
+    $8::int, $9::int8, $10::jsonb
+FROM idem_records WHERE org = $1 AND id = $2
 
 -- name: many
 -- More events, in one statement, in their order, but only if every
@@ -26,12 +28,14 @@ WITH e AS (
         WITH ORDINALITY AS e(execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data, n)),
 missing AS (
     SELECT execution_id FROM e
-    WHERE NOT EXISTS (SELECT 1 FROM idem_executions x WHERE x.org = $1 AND x.id = e.execution_id)
+    WHERE NOT EXISTS (SELECT 1 FROM idem_records x WHERE x.org = $1 AND x.id = e.execution_id)
     ORDER BY n LIMIT 1),
 ins AS (
-    INSERT INTO idem_audit_events (org, execution_id, type, at, attempt, code, previous_error_code,
+    INSERT INTO idem_audit_events (org, execution_id, pos, type, at, attempt, code, previous_error_code,
         attempts, duration_ms, data)
-    SELECT $1, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data::jsonb
-    FROM e WHERE NOT EXISTS (SELECT FROM missing) ORDER BY n
+    SELECT $1, e.execution_id, jsonb_array_length(x.events), e.type, e.at, e.attempt, e.code, e.previous_error_code,
+        e.attempts, e.duration_ms, e.data::jsonb
+    FROM e JOIN idem_records x ON x.org = $1 AND x.id = e.execution_id
+    WHERE NOT EXISTS (SELECT FROM missing) ORDER BY e.n
     RETURNING 1)
 SELECT (SELECT execution_id FROM missing), (SELECT count(*) FROM ins)

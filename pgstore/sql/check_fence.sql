@@ -3,7 +3,7 @@
 -- than a margin of its lease left by the database's clock. $1 org, $2
 -- principal, $3 key, $4 fencing token, $5 margin in seconds.
 SELECT 1
-FROM idem_attempts
-WHERE org = $1 AND principal = $2 AND key = $3 AND fencing_token = $4 AND state = 'in_flight'
+FROM idem_records
+WHERE org = $1 AND principal = $2 AND key = $3 AND held AND fencing_token = $4 AND state = 'in_flight'
     AND lease_expires_at > clock_timestamp() + $5::float8 * interval '1 second'
 FOR SHARE

@@ -3,7 +3,7 @@
 -- outcome filter unless empty; $5 limit.
 SELECT org, id, principal, operation, fingerprint, key, attempts, outcome, code,
     reinvocation_of, started_at, finished_at
-FROM idem_executions
+FROM idem_records
 WHERE org = $1 AND ($2 = '' OR principal = $2) AND ($3 = '' OR operation = $3) AND ($4 = '' OR outcome = $4)
 ORDER BY started_at DESC, seq DESC
 LIMIT $5
