@@ -398,37 +398,26 @@ type SweepParams struct {
 	// execution started longer ago goes with all its events, whatever
 	// its outcome: it must not be shorter than the attempt retention
 	// (which exceeds the longest lease, CheckRetention), so an execution
-	// still running past it is one whose process died. A store may keep
-	// an execution up to a day past the window (PostgreSQL drops daily
-	// partitions), never less than the window.
+	// still running past it is one whose process died. A store removes it
+	// in a later round when a round's batch is full, never before the
+	// window.
 	AuditRetention time.Duration
 }
 
 // SweepResult counts what one Sweep did. A count equal to the batch size
 // means more may be left.
 type SweepResult struct {
-	// Forgotten counts records deleted one by one; records that go with a
-	// dropped partition (PostgreSQL) are not counted.
+	// Forgotten counts records that let their key go past retention.
 	Forgotten        int
 	SecretsDestroyed int
 	LeasesExpired    int
 	ApprovalsExpired int
 	// ExecutionsRemoved counts executions past the audit retention
-	// deleted one by one, and EventsRemoved audit events deleted with them
-	// (SQLite: an execution with all its events; PostgreSQL: the rows of
-	// the DEFAULT partitions). Executions and events that go with a
-	// dropped partition are not counted.
+	// deleted, and EventsRemoved audit events deleted (those a store keeps
+	// in rows of their own; events kept in their execution's record go
+	// with it).
 	ExecutionsRemoved int
 	EventsRemoved     int
-	// PartitionsCreated and PartitionsDropped count the time partitions of
-	// attempt records made ahead and dropped past retention (PostgreSQL;
-	// always 0 on SQLite). They are not bounded by the batch size.
-	PartitionsCreated int
-	PartitionsDropped int
-	// AuditPartitionsCreated and AuditPartitionsDropped count the same for
-	// the partitions of executions and audit events (PostgreSQL).
-	AuditPartitionsCreated int
-	AuditPartitionsDropped int
 }
 
 // Done reports whether the round left nothing behind (every count below

@@ -163,7 +163,7 @@ func procTicks(pid int, reaped bool) time.Duration {
 func storedBodyBytes(ctx context.Context, conn *pgx.Conn) float64 {
 	var v *float64
 	if err := conn.QueryRow(ctx, `SELECT avg(coalesce(octet_length(body), 0) + coalesce(octet_length(headers::text), 0))::float8
-		FROM idem_attempts WHERE state = 'completed'`).Scan(&v); err != nil || v == nil {
+		FROM idem_records WHERE held AND state = 'completed'`).Scan(&v); err != nil || v == nil {
 		return 0
 	}
 	return *v

@@ -13,7 +13,7 @@ import (
 // The raw limit: the naive reserve+complete loop run by the harness itself
 // on the same database with the same durability settings. Each client
 // repeats: one transaction INSERTs an in_flight row into a scratch table
-// shaped like idem_attempts (same columns, primary key and indexes), then
+// shaped like the store's records (same columns, primary key and indexes), then
 // one transaction UPDATEs it to completed with a small body. One "request"
 // is one such pair.
 
@@ -88,7 +88,7 @@ func rawPostgres(ctx context.Context, dbURL string, clients int, d time.Duration
 	defer pool.Close()
 	for _, q := range []string{
 		`DROP TABLE IF EXISTS bench_raw_attempts`,
-		`CREATE TABLE bench_raw_attempts (LIKE idem_attempts INCLUDING ALL)`,
+		`CREATE TABLE bench_raw_attempts (LIKE idem_records INCLUDING ALL)`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			return phase{}, fmt.Errorf("raw loop: %w", err)
@@ -98,13 +98,16 @@ func rawPostgres(ctx context.Context, dbURL string, clients int, d time.Duration
 	p := drive(ctx, "postgres raw limit", clients, d, func(ctx context.Context, w, i int) error {
 		now := time.Now().UTC()
 		key := fmt.Sprintf("raw-%d-%d", w, i)
-		if _, err := pool.Exec(ctx, `INSERT INTO bench_raw_attempts (org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at, created_at, expires_at)
-			VALUES ('acme', 'agent-1', $1, 'business.create', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'in_flight', $2, $3, $4, $5, $6)`,
+		if _, err := pool.Exec(ctx, `INSERT INTO bench_raw_attempts (org, id, principal, key, operation, fingerprint, held, state, fencing_token,
+				lease_expires_at, started_at, expires_at, attempts, outcome, events)
+			VALUES ('acme', $2, 'agent-1', $1, 'business.create', 'sha256:0000000000000000000000000000000000000000000000000000000000000000',
+				true, 'in_flight', $3, $4, $5, $6, 1, 'running', '[]')`,
 			key, "exe_"+key, int64(w)<<32|int64(i), now.Add(35*time.Second), now, now.Add(24*time.Hour)); err != nil {
 			return err
 		}
-		_, err := pool.Exec(ctx, `UPDATE bench_raw_attempts SET state = 'completed', status = 201, headers = $1, body = $2, completed_at = $3
-			WHERE org = 'acme' AND principal = 'agent-1' AND key = $4`, rawHeaders, rawBody, time.Now().UTC(), key)
+		_, err := pool.Exec(ctx, `UPDATE bench_raw_attempts SET state = 'completed', status = 201, headers = $1, body = $2, completed_at = $3,
+				outcome = 'succeeded', finished_at = $3
+			WHERE org = 'acme' AND principal = 'agent-1' AND key = $4 AND held`, rawHeaders, rawBody, time.Now().UTC(), key)
 		return err
 	})
 	return p, nil
@@ -131,16 +134,15 @@ func sqliteSize(ctx context.Context, path string) (size, rows int64, err error) 
 	return pages * pageSize, rows, nil
 }
 
-// pgSize returns the total size of idem_attempts (table, TOAST and indexes,
-// summed over its partitions) and its rows.
+// pgSize returns the total size of idem_records (table, TOAST and indexes)
+// and how many of its records hold a key.
 func pgSize(ctx context.Context, dbURL string) (size, rows int64, err error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer pool.Close()
-	err = pool.QueryRow(ctx, `SELECT (SELECT COALESCE(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree('idem_attempts')),
-		(SELECT count(*) FROM idem_attempts)`).Scan(&size, &rows)
+	err = pool.QueryRow(ctx, `SELECT pg_total_relation_size('idem_records'), (SELECT count(*) FROM idem_records WHERE held)`).Scan(&size, &rows)
 	return size, rows, err
 }
 
@@ -175,13 +177,13 @@ func prefillPostgres(ctx context.Context, dbURL string, n int) error {
 	}
 	defer pool.Close()
 	now := time.Now().UTC()
-	if _, err := pool.Exec(ctx, `INSERT INTO idem_attempts (org, principal, key, operation, fingerprint, state, execution_id, fencing_token,
-			lease_expires_at, status, headers, body, created_at, completed_at, expires_at)
-		SELECT 'acme', 'agent-1', 'prefill-' || x, 'business.create', 'sha256:' || md5(x::text) || md5((-x)::text), 'completed',
-			'exe_prefill' || x, -x, $1, 201, $2::jsonb, $3, $4, $4, $5
+	if _, err := pool.Exec(ctx, `INSERT INTO idem_records (org, id, principal, key, operation, fingerprint, held, state, fencing_token,
+			lease_expires_at, status, headers, body, started_at, completed_at, expires_at, attempts, outcome, finished_at, events)
+		SELECT 'acme', 'exe_prefill' || x, 'agent-1', 'prefill-' || x, 'business.create', 'sha256:' || md5(x::text) || md5((-x)::text),
+			true, 'completed', -x, $1, 201, $2::jsonb, $3, $4, $4, $5, 1, 'succeeded', $4, '[]'
 		FROM generate_series(1, $6::int) AS x`, now.Add(35*time.Second), rawHeaders, rawBody, now, now.Add(24*time.Hour), n); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
-	_, err = pool.Exec(ctx, `VACUUM ANALYZE idem_attempts`)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE idem_records`)
 	return err
 }

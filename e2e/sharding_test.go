@@ -34,7 +34,7 @@ var bookkeeping = map[string]bool{
 // wantOrgTables must all exist (and hold org data) once both schemas are
 // migrated; partitions or tables added later are checked as well.
 var wantOrgTables = []string{
-	"idem_attempts", "idem_approvals", "idem_executions", "idem_audit_events",
+	"idem_records", "idem_approvals", "idem_audit_events",
 	"idem_demo_businesses", "idem_demo_backends", "idem_demo_webhooks", "idem_demo_webhook_deliveries",
 	"idem_demo_tokens", "idem_demo_orders", "idem_demo_refunds", "idem_demo_gateway_effects",
 	"idem_demo_subscriptions", "idem_demo_limits", "idem_demo_service_accounts", "idem_demo_agreements",

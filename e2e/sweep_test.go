@@ -13,8 +13,7 @@ import (
 // and that server's sweeper records it; an approval pending at the crash
 // expires after the restart (deciding it answers APPROVAL_EXPIRED, the
 // same intent opens a new approval); a record reserved with a short
-// retention is forgotten by the next server (its sweeper deletes it on
-// SQLite; on PostgreSQL it leaves with its time partition), and its key
+// retention is forgotten by the next server's sweeper, and its key
 // starts a new attempt, while a record within its retention stays.
 func TestSweeperAcrossRestart(t *testing.T) {
 	t.Parallel()
@@ -84,13 +83,9 @@ func TestSweeperAcrossRestart(t *testing.T) {
 			waitFor(t, 50*time.Second, "the record past its retention to be forgotten", func() bool {
 				return d.do(t, "GET", "/v1/attempts/sweep-short", "demo-agent", "").status == 404
 			})
-			// It reads absent once past its retention. On SQLite the sweeper
-			// deletes the row; on PostgreSQL it goes with its time partition,
-			// dropped once every record in it is past retention (sweep-done's
-			// keeps this one), and a new reservation of the key replaces it.
-			if name == "sqlite" {
-				waitFor(t, 15*time.Second, "the sweeper to forget the record", func() bool { return swept(d, "forgotten") > 0 })
-			}
+			// It reads absent once past its retention, and the sweeper forgets
+			// it.
+			waitFor(t, 15*time.Second, "the sweeper to forget the record", func() bool { return swept(d, "forgotten") > 0 })
 			fresh := d.do(t, "POST", "/v1/orders/ord_22/refund", "demo-agent", `{"amount":5}`, "Idempotency-Key", "sweep-short").want(t, 200, "")
 			if fresh.get("meta.idempotency.replayed") == true || fresh.get("meta.executionId") == short.get("meta.executionId") {
 				t.Fatalf("a forgotten key replayed: %s", fresh.raw)

@@ -15,9 +15,7 @@ import (
 //   - the sweeper (Store.Sweep every SweepInterval, jittered ± half): it
 //     forgets records past their retention, destroys expired secrets,
 //     marks passed leases indeterminate and undecided approvals expired,
-//     removes executions past AuditRetention and, on PostgreSQL, creates
-//     and drops the daily partitions (without it, rows fall into the
-//     DEFAULT partition);
+//     and removes executions past AuditRetention;
 //   - the completion feed (a CompletionFeed store's notifications of
 //     completions by other instances, which wake this one's waiters at
 //     once instead of at their next poll);
@@ -45,8 +43,7 @@ var ErrRunnerStarted = errors.New("pipeline: the runner was already started")
 // Start starts the runner's background work: the sweeper (unless
 // Config.SweepInterval is negative) and the completion feed. It
 // returns at once; the work runs until Stop, or until ctx ends. The
-// first sweep runs at once, so PostgreSQL's partitions for the current
-// days exist before traffic arrives.
+// first sweep runs at once.
 func (r *Runner) Start(ctx context.Context) error {
 	lc := &r.life
 	lc.mu.Lock()
@@ -128,9 +125,7 @@ func (r *Runner) sweep(ctx context.Context) {
 		}
 		if res != (idem.SweepResult{}) {
 			log.Info("swept", "forgotten", res.Forgotten, "secretsDestroyed", res.SecretsDestroyed, "leasesExpired", res.LeasesExpired, "approvalsExpired", res.ApprovalsExpired,
-				"executionsRemoved", res.ExecutionsRemoved, "eventsRemoved", res.EventsRemoved,
-				"partitionsCreated", res.PartitionsCreated, "partitionsDropped", res.PartitionsDropped,
-				"auditPartitionsCreated", res.AuditPartitionsCreated, "auditPartitionsDropped", res.AuditPartitionsDropped)
+				"executionsRemoved", res.ExecutionsRemoved, "eventsRemoved", res.EventsRemoved)
 		}
 		if res.Done(sweepBatch) {
 			return

@@ -2,7 +2,7 @@
 // lifecycle: the HTTP API (catalog, OpenAPI, approvals, executions,
 // attempts, health, metrics), MCP over streamable HTTP at /mcp, and the
 // web console at /ui/, with the Runner's background work (the sweeper,
-// partition maintenance, the completion feed, the replay-audit queue).
+// the completion feed, the replay-audit queue).
 //
 // idem serve and idem proxy are thin callers of it; an application embeds
 // idem the same way:
@@ -188,8 +188,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Runner() *pipeline.Runner { return s.runner }
 
 // Start begins the Runner's background work (pipeline.Runner.Start): the
-// sweeper, which also keeps PostgreSQL's partitions, and the completion
-// feed. Call Stop when done.
+// sweeper and the completion feed. Call Stop when done.
 func (s *Server) Start(ctx context.Context) error { return s.runner.Start(ctx) }
 
 // Stop ends MCP's event streams, the sweeper and the feed, and waits for

@@ -18,7 +18,8 @@ func init() {
 const auditWindow = 7 * 24 * time.Hour
 
 // auditLag is how far past the window a store may keep an execution
-// (PostgreSQL drops daily partitions; SweepParams.AuditRetention).
+// (SweepParams.AuditRetention allows a store to remove it in a later
+// round).
 const auditLag = 24 * time.Hour
 
 // sweepAudit sweeps with the audit window until a round leaves nothing.
@@ -45,7 +46,7 @@ func sweepAudit(t *testing.T, s idem.Store, window time.Duration) {
 // A zero retention keeps everything.
 func testAuditRetention(t *testing.T, e *env) {
 	s := e.s(t)
-	sweepAudit(t, s, auditWindow) // PostgreSQL: the partitions of now
+	sweepAudit(t, s, auditWindow)
 
 	// At the start: a keyed execution completed, with an event appended
 	// later (a replay), and an unkeyed one whose process died.
