@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,26 +47,28 @@ func queueKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
 }
 
 // queueTryKeyLock queues a try of the same lock, which reads true when it
-// is taken and false, at once, when another transaction holds it.
-func queueTryKeyLock(b *pgx.Batch, scope idem.Scope, key string) {
-	b.Queue(tryKeyLockSQL, scope.Org, scope.Principal, key, keyLockSeed)
+// is taken and false, at once, when another transaction holds it, and
+// bounds the transaction's idle time by idle (Transact).
+func queueTryKeyLock(b *pgx.Batch, scope idem.Scope, key string, idle time.Duration) {
+	b.Queue(tryKeyLockSQL, scope.Org, scope.Principal, key, keyLockSeed, strconv.FormatInt(max(idle.Milliseconds(), 1), 10))
 }
 
 // lockKeyAndRead takes the key's lock in tx and reads the record holding
 // the key, in one round trip; found is false when there is none.
 func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string) (a idem.Attempt, found bool, err error) {
-	a, found, _, err = readUnderKeyLock(ctx, tx, scope, key, false)
+	a, found, _, err = readUnderKeyLock(ctx, tx, scope, key, false, 0)
 	return a, found, err
 }
 
-// readUnderKeyLock takes (or, with try, only tries) the key's lock in tx
-// and reads the record holding the key, in one round trip: found is false when
+// readUnderKeyLock takes (or, with try, only tries, bounding the
+// transaction's idle time by idle) the key's lock in tx and reads the
+// record holding the key, in one round trip: found is false when
 // there is none; held is false when try found the lock taken (the record
 // read is then what was committed before the statement began).
-func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string, try bool) (a idem.Attempt, found, held bool, err error) {
+func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string, try bool, idle time.Duration) (a idem.Attempt, found, held bool, err error) {
 	var b pgx.Batch
 	if try {
-		queueTryKeyLock(&b, scope, key)
+		queueTryKeyLock(&b, scope, key, idle)
 	} else {
 		queueKeyLock(&b, scope, key)
 	}
@@ -73,7 +76,7 @@ func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key stri
 	br := tx.SendBatch(ctx, &b)
 	held = true
 	if try {
-		err = br.QueryRow().Scan(&held)
+		err = br.QueryRow().Scan(&held, nil)
 	} else {
 		_, err = br.Exec()
 	}
@@ -123,8 +126,8 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 // reserveTx takes the key's lock in tx and reserves the key as Reserve
 // does, in one round trip: the lock, then one statement that reserves
 // and, only when it did, starts the execution. With try, the lock is only
-// tried: when another transaction holds it, busy is true and tx has
-// written nothing (its caller rolls it back). An approval that is not
+// tried (and the transaction's idle time bounded by the lease): when
+// another transaction holds it, busy is true and tx has written nothing (its caller rolls it back). An approval that is not
 // consumable is ErrApprovalNotConsumable, with the record written: the
 // caller rolls tx back.
 func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time, try bool) (res idem.ReserveResult, busy bool, err error) {
@@ -140,7 +143,7 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 		q, args = reserveApprovedSQL, append(args, p.ApprovalID)
 	}
 	if try {
-		queueTryKeyLock(&b, p.Scope, p.Key)
+		queueTryKeyLock(&b, p.Scope, p.Key, p.Lease)
 	} else {
 		queueKeyLock(&b, p.Scope, p.Key)
 	}
@@ -148,7 +151,7 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 	br := tx.SendBatch(ctx, &b)
 	got := true
 	if try {
-		err = br.QueryRow().Scan(&got)
+		err = br.QueryRow().Scan(&got, nil)
 	} else {
 		_, err = br.Exec()
 	}

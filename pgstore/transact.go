@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,7 +17,6 @@ var _ idem.Transactor = (*Store)(nil)
 // on the transaction's idle time (sql/).
 var (
 	openSavepointSQL     = section("handler_savepoint", "open")
-	releaseSavepointSQL  = section("handler_savepoint", "release")
 	rollbackSavepointSQL = section("handler_savepoint", "rollback")
 	idleTimeoutSQL       = statement("idle_timeout")
 )
@@ -75,9 +73,8 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 			open.Tx.Rollback(context.WithoutCancel(ctx)) // a no-op once committed
 		}
 	}()
-	if p.Key != "" {
-		open.before = []queued{{idleTimeoutSQL, []any{strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)}}}
-	}
+	// A keyed execution's try of the key's lock also bounds the
+	// transaction's idle time by the lease (key_lock.sql).
 	var fence int64
 	start := now
 	final := p.Key != "" && p.ApprovalID == "" // the record is written once, at the end
@@ -110,10 +107,11 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	if out.Abort {
 		return idem.TransactResult{Reserved: true}, nil // rolled back by the deferred Rollback
 	}
-	// The savepoint's end goes in the completion's round trip.
-	end := &pipelined{Tx: tx, before: []queued{{releaseSavepointSQL, nil}}}
+	// Undone, the rollback to the savepoint goes in the completion's round
+	// trip; kept, the commit releases the savepoint.
+	end := &pipelined{Tx: tx}
 	if out.Undo {
-		end.before[0].sql = rollbackSavepointSQL
+		end.before = []queued{{rollbackSavepointSQL, nil}}
 	}
 	now = s.now() // the handler took time: the lease is checked against now
 	res := idem.TransactResult{Reserved: true, Committed: true}

@@ -20,7 +20,7 @@ import (
 // lease; the caller answers it, held or not); busy when another
 // transaction holds the key and nothing live is committed.
 func peekTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time) (a idem.Attempt, found, busy bool, err error) {
-	a, found, held, err := readUnderKeyLock(ctx, tx, p.Scope, p.Key, true)
+	a, found, held, err := readUnderKeyLock(ctx, tx, p.Scope, p.Key, true, p.Lease)
 	if err != nil {
 		return idem.Attempt{}, false, false, err
 	}

@@ -9,5 +9,8 @@ SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/'
 
 -- name: try
 -- Returns true when the lock is taken, false at once when another
--- transaction holds it.
-SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $4))
+-- transaction holds it (Transact). In the same statement, it bounds how
+-- long the rest of the transaction may sit idle, as idle_timeout.sql
+-- does: $5 the timeout in milliseconds.
+SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, $4)),
+    set_config('idle_in_transaction_session_timeout', $5, true)
