@@ -10,8 +10,15 @@ import (
 	"github.com/idem-run/idem"
 )
 
-const attemptColumns = `org, principal, key, operation, fingerprint, state, execution_id, fencing_token,
-	lease_expires_at, status, headers, body, sealed_key_id, created_at, completed_at, expires_at, secret_expires_at`
+// attemptColumns are the columns of a row of idem_records that make its
+// attempt record, in scanAttempt's order. The record's creation is the
+// execution's start (started_at).
+const attemptColumns = `org, principal, key, operation, fingerprint, state, id, fencing_token,
+	lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at`
+
+// byKey selects the row that holds the key ?1 org, ?2 principal, ?3 key,
+// through the index idem_records_key.
+const byKey = `org = ?1 AND principal = ?2 AND key = ?3 AND held = 1`
 
 // Reserve implements idem.Store.
 func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
@@ -30,7 +37,7 @@ func (s *Store) Reserve(ctx context.Context, p idem.ReserveParams) (idem.Reserve
 // liveRecord reads the key's record in the write transaction tx: live for
 // one within retention or in flight within its lease (Observed, and made
 // indeterminate first when read past its lease); forgotten for one past
-// retention that is still there.
+// retention that still holds the key.
 func liveRecord(ctx context.Context, tx txn, scope idem.Scope, key string, now time.Time) (a idem.Attempt, live, forgotten bool, err error) {
 	a, found, err := getAttempt(ctx, tx, scope, key)
 	if err != nil || !found {
@@ -47,37 +54,80 @@ func liveRecord(ctx context.Context, tx txn, scope idem.Scope, key string, now t
 	return a.Observe(now), true, false, nil
 }
 
-// reserveTx reserves the key in the write transaction tx as Reserve does.
+// forget makes the key's record past retention give up its key, in tx:
+// its result goes (body and headers), its execution stays until the audit
+// retention.
+func forget(ctx context.Context, tx txn, scope idem.Scope, key string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE idem_records SET held = 0, headers = NULL, body = NULL WHERE `+byKey,
+		scope.Org, scope.Principal, key)
+	return err
+}
+
+// reserveSQL inserts a reservation's row, unless the key is held: its
+// attempt record in flight, its fencing token the counter's next value (a
+// trigger advances the counter, migration 005), its execution linked to
+// the most recent earlier one of its intent, and its first events.
+const reserveSQL = `INSERT INTO idem_records
+	(org, id, principal, operation, fingerprint, key, held, state, fencing_token, lease_expires_at, expires_at,
+		attempts, outcome, reinvocation_of, started_at, events)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 'in_flight', (SELECT value + 1 FROM idem_counters WHERE name = 'fencing_token'), ?7, ?8,
+		1, 'running', ` + previousExecutionSQL + `, ?9, ?10)
+	ON CONFLICT (org, principal, key) WHERE held = 1 DO NOTHING
+	RETURNING fencing_token, reinvocation_of`
+
+// reserveTx reserves the key in the write transaction tx as Reserve does:
+// a fresh key costs one statement (the row's INSERT), a key with a record
+// two (the INSERT that did nothing, the read).
 func reserveTx(ctx context.Context, tx txn, p idem.ReserveParams, now time.Time) (idem.ReserveResult, error) {
-	a, live, forgotten, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
+	exe := newExecution(p.StartParams, p.Key, now)
+	events, err := encodeEvents(exe.Events, now)
 	if err != nil {
 		return idem.ReserveResult{}, err
 	}
-	if live {
-		return idem.ReserveResult{Attempt: a}, nil
+	a := idem.Attempt{
+		Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, State: idem.AttemptInFlight,
+		ExecutionID: p.ExecutionID, LeaseExpiresAt: fromMicros(micros(now.Add(p.Lease))), CreatedAt: now,
+		ExpiresAt: fromMicros(micros(now.Add(p.Retention))),
 	}
-	if forgotten {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`,
-			p.Scope.Org, p.Scope.Principal, p.Key); err != nil {
+	// insert reports false when the key is held.
+	insert := func() (bool, error) {
+		var previous sql.NullString
+		err := tx.QueryRowContext(ctx, reserveSQL, p.Scope.Org, p.ExecutionID, p.Scope.Principal, p.Operation, p.Fingerprint, p.Key,
+			micros(a.LeaseExpiresAt), micros(a.ExpiresAt), micros(now), events).Scan(&a.FencingToken, &previous)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		exe.ReinvocationOf = stringPtr(previous)
+		return err == nil, err
+	}
+	inserted, err := insert()
+	if err != nil {
+		return idem.ReserveResult{}, err
+	}
+	if !inserted {
+		existing, live, forgotten, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
+		switch {
+		case err != nil:
+			return idem.ReserveResult{}, err
+		case live:
+			return idem.ReserveResult{Attempt: existing}, nil
+		case !forgotten:
+			return idem.ReserveResult{}, errors.New("reserve: the key is held, yet its record cannot be read")
+		}
+		if err := forget(ctx, tx, p.Scope, p.Key); err != nil {
+			return idem.ReserveResult{}, err
+		}
+		if inserted, err = insert(); err == nil && !inserted {
+			err = errors.New("reserve: the key is still held once its record was forgotten")
+		}
+		if err != nil {
 			return idem.ReserveResult{}, err
 		}
 	}
-	// The fencing token is the counter's next value; a trigger advances
-	// the counter (migration 003).
-	a, err = scanAttempt(tx.QueryRowContext(ctx, `INSERT INTO idem_attempts
-		(org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, 'in_flight', ?, (SELECT value + 1 FROM idem_counters WHERE name = 'fencing_token'), ?, ?, ?)
-		RETURNING `+attemptColumns,
-		p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
-		micros(now.Add(p.Lease)), micros(now), micros(now.Add(p.Retention))))
-	if err != nil {
+	if err := consumeApproval(ctx, tx, p.StartParams, now); err != nil {
 		return idem.ReserveResult{}, err
 	}
-	exe, err := startExecution(ctx, tx, now, p.StartParams, p.Key)
-	if err != nil {
-		return idem.ReserveResult{}, err
-	}
-	return idem.ReserveResult{Attempt: a.Observe(now), Reserved: true, Execution: exe}, nil
+	return idem.ReserveResult{Attempt: a, Reserved: true, Execution: exe}, nil
 }
 
 // Complete implements idem.Store.
@@ -98,29 +148,36 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) (idem.Attem
 	return out, nil
 }
 
+// completeSQL stores the result of the reservation of ?1 org, ?2
+// principal, ?3 key under fencing token ?4, while in flight and its lease
+// (past ?5, now) holds, and finishes its execution with its final events:
+// one statement for the row.
+var completeSQL = `UPDATE idem_records
+	SET state = ?6, status = ?7, headers = ?8, body = ?9, sealed_key_id = ?10, completed_at = ?5, secret_expires_at = ?11,
+		outcome = ?12, code = ?13, attempts = ?14, finished_at = ?5, ` + appendEventsSQL("?15") + `
+	WHERE ` + byKey + ` AND fencing_token = ?4 AND state = 'in_flight' AND lease_expires_at > ?5
+	RETURNING ` + attemptColumns
+
 // completeTx completes the record in tx as Complete does; headers are
-// p.Headers filtered and encoded.
+// p.Headers filtered and encoded. The events are all the record's
+// execution's.
 func completeTx(ctx context.Context, tx txn, p idem.CompleteParams, headers []byte, now time.Time) (idem.Attempt, error) {
 	var secretExpiresAt sql.NullInt64
 	if p.SealedKeyID != "" {
 		secretExpiresAt = nullMicros(now.Add(p.SecretWindow))
 	}
-	a, err := scanAttempt(tx.QueryRowContext(ctx, `UPDATE idem_attempts
-		SET state = ?, status = ?, headers = ?, body = ?, sealed_key_id = ?, completed_at = ?, secret_expires_at = ?
-		WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at > ?
-		RETURNING `+attemptColumns,
-		idem.FinalState(p.Status), p.Status, string(headers), p.Body, nullString(p.SealedKeyID), micros(now), secretExpiresAt,
-		p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now)))
+	events, err := encodeEvents(p.Finish.Events, now)
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	fin := p.Finish
+	a, err := scanAttempt(tx.QueryRowContext(ctx, completeSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now),
+		idem.FinalState(p.Status), p.Status, string(headers), p.Body, nullString(p.SealedKeyID), secretExpiresAt,
+		fin.Outcome, nullString(string(fin.Code)), fin.Attempts, events))
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Attempt{}, idem.ErrFenced
 	}
 	if err != nil {
-		return idem.Attempt{}, err
-	}
-	// The record names its execution; finish that one.
-	fin := p.Finish
-	fin.Org, fin.ExecutionID = a.Scope.Org, a.ExecutionID
-	if err := finishExecution(ctx, tx, now, fin); err != nil {
 		return idem.Attempt{}, err
 	}
 	return a.Observe(now), nil
@@ -157,10 +214,12 @@ func (s *Store) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.A
 // record as the write leaves it (changed meanwhile by its executor or a
 // sweeper: as they left it).
 func settleLease(ctx context.Context, tx txn, a idem.Attempt, now time.Time) (idem.Attempt, error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE idem_attempts SET state = 'indeterminate'
-		WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at <= ?`,
-		a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken, micros(now)); err != nil {
-		return idem.Attempt{}, err
+	got, err := scanAttempt(tx.QueryRowContext(ctx, `UPDATE idem_records SET state = 'indeterminate'
+		WHERE `+byKey+` AND fencing_token = ?4 AND state = 'in_flight' AND lease_expires_at <= ?5
+		RETURNING `+attemptColumns,
+		a.Scope.Org, a.Scope.Principal, a.Key, a.FencingToken, micros(now)))
+	if !errors.Is(err, sql.ErrNoRows) {
+		return got, err
 	}
 	got, found, err := getAttempt(ctx, tx, a.Scope, a.Key)
 	if err == nil && !found {
@@ -169,25 +228,26 @@ func settleLease(ctx context.Context, tx txn, a idem.Attempt, now time.Time) (id
 	return got, err
 }
 
-// getAttempt reads the stored record of (scope, key), not Observed.
+// getAttempt reads the record that holds (scope, key), not Observed.
 func getAttempt(ctx context.Context, tx txn, scope idem.Scope, key string) (idem.Attempt, bool, error) {
-	a, err := scanAttempt(tx.QueryRowContext(ctx, `SELECT `+attemptColumns+`
-		FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`, scope.Org, scope.Principal, key))
+	a, err := scanAttempt(tx.QueryRowContext(ctx, `SELECT `+attemptColumns+` FROM idem_records WHERE `+byKey,
+		scope.Org, scope.Principal, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Attempt{}, false, nil
 	}
 	return a, err == nil, err
 }
 
+// scanAttempt reads one row of attemptColumns.
 func scanAttempt(row *sql.Row) (idem.Attempt, error) {
 	var (
 		a                                             idem.Attempt
-		status                                        sql.NullInt64
+		token, status                                 sql.NullInt64
 		headers, sealedKeyID                          sql.NullString
 		lease, created, completed, expires, secretExp sql.NullInt64
 	)
 	err := row.Scan(&a.Scope.Org, &a.Scope.Principal, &a.Key, &a.Operation, &a.Fingerprint, &a.State, &a.ExecutionID,
-		&a.FencingToken, &lease, &status, &headers, &a.Body, &sealedKeyID, &created, &completed, &expires, &secretExp)
+		&token, &lease, &status, &headers, &a.Body, &sealedKeyID, &created, &completed, &expires, &secretExp)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
@@ -196,6 +256,7 @@ func scanAttempt(row *sql.Row) (idem.Attempt, error) {
 			return idem.Attempt{}, err
 		}
 	}
+	a.FencingToken = token.Int64
 	a.Status = int(status.Int64)
 	a.SealedKeyID = sealedKeyID.String
 	a.LeaseExpiresAt = timeOrZero(lease)
@@ -211,8 +272,8 @@ func (s *Store) LeaseLeft(ctx context.Context, f idem.Fence) (time.Duration, err
 	var left time.Duration
 	err := s.read(ctx, "lease left", func(tx txn, now time.Time) error {
 		var lease int64
-		err := tx.QueryRowContext(ctx, `SELECT lease_expires_at FROM idem_attempts
-			WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight'`,
+		err := tx.QueryRowContext(ctx, `SELECT lease_expires_at FROM idem_records
+			WHERE `+byKey+` AND fencing_token = ?4 AND state = 'in_flight'`,
 			f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken).Scan(&lease)
 		if errors.Is(err, sql.ErrNoRows) {
 			return idem.ErrFenced

@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -15,7 +14,7 @@ import (
 func (s *Store) StartExecution(ctx context.Context, p idem.StartParams) (idem.Execution, error) {
 	var out idem.Execution
 	err := s.write(ctx, "start execution", func(ctx context.Context, tx txn, now time.Time) (err error) {
-		out, err = startExecution(ctx, tx, now, p, "")
+		out, err = startExecution(ctx, tx, now, p)
 		return err
 	})
 	return out, err
@@ -28,24 +27,31 @@ func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error 
 	})
 }
 
-// AppendEvents implements idem.Store.
+// AppendEvents implements idem.Store: one UPDATE per execution named, the
+// events of each appended in order. An execution not found fails the call,
+// whose savepoint takes back what it appended to the others.
 func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) error {
 	return s.write(ctx, "append events", func(ctx context.Context, tx txn, now time.Time) error {
-		known := map[string]bool{}
+		var order []string
+		byExecution := map[string][]idem.AuditEvent{}
 		for _, ev := range p.Events {
-			if !known[ev.ExecutionID] {
-				var exists bool
-				if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM idem_executions WHERE org = ? AND id = ?)`,
-					p.Org, ev.ExecutionID).Scan(&exists); err != nil {
-					return err
-				}
-				if !exists {
-					return executionNotFound(ev.ExecutionID)
-				}
-				known[ev.ExecutionID] = true
+			if _, seen := byExecution[ev.ExecutionID]; !seen {
+				order = append(order, ev.ExecutionID)
+			}
+			byExecution[ev.ExecutionID] = append(byExecution[ev.ExecutionID], ev)
+		}
+		for _, id := range order {
+			events, err := encodeEvents(byExecution[id], now)
+			if err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `UPDATE idem_records SET `+appendEventsSQL("?3")+` WHERE org = ?1 AND id = ?2`,
+				p.Org, id, events)
+			if err := expectRow(res, err, id); err != nil {
+				return err
 			}
 		}
-		return insertEvents(ctx, tx, now, p.Org, p.Events)
+		return nil
 	})
 }
 
@@ -53,16 +59,17 @@ func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) err
 func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.read(ctx, "get execution", func(tx txn, _ time.Time) error {
+		var events string
 		var err error
-		x, err = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+` FROM idem_executions
-			WHERE org = ? AND id = ?`, p.Org, p.ID))
+		x, err = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+`, events FROM idem_records
+			WHERE org = ? AND id = ?`, p.Org, p.ID), &events)
 		if errors.Is(err, sql.ErrNoRows) {
 			return executionNotFound(p.ID)
 		}
 		if err != nil {
 			return err
 		}
-		x.Events, err = listEvents(ctx, tx, p.Org, p.ID)
+		x.Events, err = decodeEvents(x.ID, events)
 		return err
 	})
 	if err != nil {
@@ -71,9 +78,10 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 	return x, nil
 }
 
-// startExecution creates an execution with its execution.started event,
-// consuming p.ApprovalID first if set.
-func startExecution(ctx context.Context, tx txn, now time.Time, p idem.StartParams, key string) (idem.Execution, error) {
+// newExecution is the execution p starts now, with its first events
+// (execution.started, and approval.consumed when it consumes one), not yet
+// linked to an earlier one.
+func newExecution(p idem.StartParams, key string, now time.Time) idem.Execution {
 	x := idem.Execution{
 		ID:          p.ExecutionID,
 		Org:         p.Scope.Org,
@@ -87,148 +95,94 @@ func startExecution(ctx context.Context, tx txn, now time.Time, p idem.StartPara
 		Events:      []idem.AuditEvent{{ExecutionID: p.ExecutionID, Type: idem.EventStarted, At: now, Attempt: 1}},
 	}
 	if p.ApprovalID != "" {
-		res, err := tx.ExecContext(ctx, `UPDATE idem_approvals SET status = 'consumed', consumed_at = ?, execution_id = ?
-			WHERE org = ? AND id = ? AND requested_by = ? AND operation = ? AND fingerprint = ?
-			AND status = 'approved' AND expires_at > ?`,
-			micros(now), p.ExecutionID, p.Scope.Org, p.ApprovalID, p.Scope.Principal, p.Operation, p.Fingerprint, micros(now))
-		if err != nil {
-			return idem.Execution{}, err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return idem.Execution{}, err
-		} else if n == 0 {
-			return idem.Execution{}, idem.ErrApprovalNotConsumable
-		}
 		x.Events = append(x.Events, idem.AuditEvent{ExecutionID: p.ExecutionID, Type: idem.EventApprovalConsumed, At: now,
 			Data: map[string]string{"approvalId": p.ApprovalID}})
 	}
-
-	// The execution, linked to the most recent earlier one of its intent,
-	// and its events: two statements.
-	var previous sql.NullString
-	if err := tx.QueryRowContext(ctx, `INSERT INTO idem_executions
-		(org, id, principal, operation, fingerprint, key, attempts, outcome, reinvocation_of, started_at)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, `+previousExecutionSQL+`, ?9)
-		RETURNING reinvocation_of`,
-		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, nullString(key), x.Attempts, x.Outcome, micros(now)).Scan(&previous); err != nil {
-		return idem.Execution{}, err
-	}
-	x.ReinvocationOf = stringPtr(previous)
-	if err := insertEvents(ctx, tx, now, x.Org, x.Events); err != nil {
-		return idem.Execution{}, err
-	}
-	return x, nil
+	return x
 }
 
-// previousExecutionSQL is the subquery of the most recent execution of the
-// intent ?1 org, ?3 principal, ?4 operation, ?5 fingerprint: what a new
-// execution of it is a reinvocation of (SPEC §13).
-const previousExecutionSQL = `(SELECT id FROM idem_executions
-			WHERE org = ?1 AND principal = ?3 AND operation = ?4 AND fingerprint = ?5
-			ORDER BY started_at DESC, rowid DESC LIMIT 1)`
-
-// finishExecution records p's outcome and appends its events.
-func finishExecution(ctx context.Context, tx txn, now time.Time, p idem.FinishParams) error {
-	res, err := tx.ExecContext(ctx, `UPDATE idem_executions SET outcome = ?, code = ?, attempts = ?, finished_at = ?
-		WHERE org = ? AND id = ?`, p.Outcome, nullString(string(p.Code)), p.Attempts, micros(now), p.Org, p.ExecutionID)
+// consumeApproval consumes p.ApprovalID, if set, for p's execution:
+// ErrApprovalNotConsumable unless it is approved, unexpired and bound to
+// p's intent.
+func consumeApproval(ctx context.Context, tx txn, p idem.StartParams, now time.Time) error {
+	if p.ApprovalID == "" {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE idem_approvals SET status = 'consumed', consumed_at = ?, execution_id = ?
+		WHERE org = ? AND id = ? AND requested_by = ? AND operation = ? AND fingerprint = ?
+		AND status = 'approved' AND expires_at > ?`,
+		micros(now), p.ExecutionID, p.Scope.Org, p.ApprovalID, p.Scope.Principal, p.Operation, p.Fingerprint, micros(now))
 	if err != nil {
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return err
 	} else if n == 0 {
-		return executionNotFound(p.ExecutionID)
-	}
-	events := make([]idem.AuditEvent, len(p.Events))
-	for i, ev := range p.Events {
-		ev.ExecutionID = p.ExecutionID
-		events[i] = ev
-	}
-	return insertEvents(ctx, tx, now, p.Org, events)
-}
-
-// foldedEvents is how many events one INSERT appends at most.
-const foldedEvents = 16
-
-// insertEventsSQL[n] appends n events in one statement.
-var insertEventsSQL = func() (qs [foldedEvents + 1]string) {
-	for n := 1; n <= foldedEvents; n++ {
-		qs[n] = `INSERT INTO idem_audit_events
-			(org, execution_id, type, at, attempt, code, previous_error_code, attempts, duration_ms, data)
-			VALUES ` + strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	}
-	return qs
-}()
-
-// insertEvents appends events to their executions in order, a statement
-// per foldedEvents; an event without a time happens now.
-func insertEvents(ctx context.Context, tx txn, now time.Time, org string, events []idem.AuditEvent) error {
-	for len(events) > 0 {
-		chunk := events[:min(len(events), foldedEvents)]
-		events = events[len(chunk):]
-		args := make([]any, 0, 10*len(chunk))
-		for _, ev := range chunk {
-			if ev.At.IsZero() {
-				ev.At = now
-			}
-			var data sql.NullString
-			if len(ev.Data) > 0 {
-				b, err := json.Marshal(ev.Data)
-				if err != nil {
-					return err
-				}
-				data = sql.NullString{String: string(b), Valid: true}
-			}
-			args = append(args, org, ev.ExecutionID, ev.Type, micros(ev.At), nullInt(int64(ev.Attempt)), nullString(string(ev.Code)),
-				nullString(string(ev.PreviousErrorCode)), nullInt(int64(ev.Attempts)), nullInt(ev.DurationMs), data)
-		}
-		if _, err := tx.ExecContext(ctx, insertEventsSQL[len(chunk)], args...); err != nil {
-			return err
-		}
+		return idem.ErrApprovalNotConsumable
 	}
 	return nil
 }
 
-func listEvents(ctx context.Context, tx txn, org, executionID string) ([]idem.AuditEvent, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT type, at, attempt, code, previous_error_code, attempts, duration_ms, data
-		FROM idem_audit_events WHERE org = ? AND execution_id = ? ORDER BY id`, org, executionID)
+// startExecution creates an unkeyed execution with its first events,
+// consuming p.ApprovalID if set: one row, one INSERT.
+func startExecution(ctx context.Context, tx txn, now time.Time, p idem.StartParams) (idem.Execution, error) {
+	x := newExecution(p, "", now)
+	if err := consumeApproval(ctx, tx, p, now); err != nil {
+		return idem.Execution{}, err
+	}
+	events, err := encodeEvents(x.Events, now)
 	if err != nil {
-		return nil, err
+		return idem.Execution{}, err
 	}
-	defer rows.Close()
-	events := []idem.AuditEvent{}
-	for rows.Next() {
-		var (
-			ev                                idem.AuditEvent
-			at                                int64
-			attempt, attempts, durationMs     sql.NullInt64
-			code, previousErrorCode, dataJSON sql.NullString
-		)
-		if err := rows.Scan(&ev.Type, &at, &attempt, &code, &previousErrorCode, &attempts, &durationMs, &dataJSON); err != nil {
-			return nil, err
-		}
-		ev.ExecutionID = executionID
-		ev.At = fromMicros(at)
-		ev.Attempt = int(attempt.Int64)
-		ev.Code = idem.Code(code.String)
-		ev.PreviousErrorCode = idem.Code(previousErrorCode.String)
-		ev.Attempts = int(attempts.Int64)
-		ev.DurationMs = durationMs.Int64
-		if dataJSON.Valid {
-			if err := json.Unmarshal([]byte(dataJSON.String), &ev.Data); err != nil {
-				return nil, err
-			}
-		}
-		events = append(events, ev)
+	var previous sql.NullString
+	if err := tx.QueryRowContext(ctx, `INSERT INTO idem_records
+		(org, id, principal, operation, fingerprint, held, attempts, outcome, reinvocation_of, started_at, events)
+		VALUES (?1, ?2, ?3, ?4, ?5, 0, 1, 'running', `+previousExecutionSQL+`, ?6, ?7)
+		RETURNING reinvocation_of`,
+		x.Org, x.ID, x.Principal, x.Operation, x.Fingerprint, micros(now), events).Scan(&previous); err != nil {
+		return idem.Execution{}, err
 	}
-	return events, rows.Err()
+	x.ReinvocationOf = stringPtr(previous)
+	return x, nil
+}
+
+// previousExecutionSQL is the subquery of the most recent execution of the
+// intent ?1 org, ?3 principal, ?4 operation, ?5 fingerprint (on the index
+// idem_records_intent): what a new execution of it is a reinvocation of
+// (SPEC §13).
+const previousExecutionSQL = `(SELECT id FROM idem_records
+			WHERE org = ?1 AND principal = ?3 AND operation = ?4 AND fingerprint = ?5
+			ORDER BY started_at DESC, rowid DESC LIMIT 1)`
+
+// finishExecution records p's outcome and appends its events, all to the
+// execution p names: one UPDATE.
+func finishExecution(ctx context.Context, tx txn, now time.Time, p idem.FinishParams) error {
+	events, err := encodeEvents(p.Events, now)
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE idem_records SET outcome = ?3, code = ?4, attempts = ?5, finished_at = ?6, `+appendEventsSQL("?7")+`
+		WHERE org = ?1 AND id = ?2`, p.Org, p.ExecutionID, p.Outcome, nullString(string(p.Code)), p.Attempts, micros(now), events)
+	return expectRow(res, err, p.ExecutionID)
+}
+
+// expectRow passes the result of a statement that must have changed the
+// row of execution id: NOT_FOUND when it changed none.
+func expectRow(res sql.Result, err error, id string) error {
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return executionNotFound(id)
+	}
+	return nil
 }
 
 func executionNotFound(id string) error {
 	return idem.Errorf(idem.CodeNotFound, "execution %q not found", id)
 }
-
-func nullInt(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: v != 0} }
 
 // ListExecutions implements idem.Store.
 func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams) ([]idem.Execution, error) {
@@ -247,7 +201,7 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 		if limit <= 0 {
 			limit = 100
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+executionColumns+` FROM idem_executions
+		rows, err := tx.QueryContext(ctx, `SELECT `+executionColumns+` FROM idem_records
 			WHERE `+strings.Join(where, " AND ")+` ORDER BY started_at DESC, rowid DESC LIMIT ?`, append(args, limit)...)
 		if err != nil {
 			return err
@@ -268,19 +222,22 @@ func (s *Store) ListExecutions(ctx context.Context, p idem.ListExecutionsParams)
 	return out, nil
 }
 
+// executionColumns are the columns of a row of idem_records that make its
+// execution, without events, in scanExecution's order.
 const executionColumns = `org, id, principal, operation, fingerprint, key, attempts, outcome,
 	code, reinvocation_of, started_at, finished_at`
 
-// scanExecution reads one row of executionColumns (without events).
-func scanExecution(row interface{ Scan(...any) error }) (idem.Execution, error) {
+// scanExecution reads one row of executionColumns (without events), and
+// into more any columns that follow them.
+func scanExecution(row interface{ Scan(...any) error }, more ...any) (idem.Execution, error) {
 	var (
 		x                         idem.Execution
 		key, code, reinvocationOf sql.NullString
 		started                   int64
 		finished                  sql.NullInt64
 	)
-	if err := row.Scan(&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &x.Outcome,
-		&code, &reinvocationOf, &started, &finished); err != nil {
+	if err := row.Scan(append([]any{&x.Org, &x.ID, &x.Principal, &x.Operation, &x.Fingerprint, &key, &x.Attempts, &x.Outcome,
+		&code, &reinvocationOf, &started, &finished}, more...)...); err != nil {
 		return idem.Execution{}, err
 	}
 	x.Key = key.String

@@ -28,8 +28,8 @@ func CheckFence(ctx context.Context, tx *sql.Tx, f idem.Fence, margin time.Durat
 		return nil
 	}
 	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM idem_attempts
-		WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at > ?`,
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM idem_records
+		WHERE `+byKey+` AND fencing_token = ?4 AND state = 'in_flight' AND lease_expires_at > ?5`,
 		f.Scope.Org, f.Scope.Principal, f.Key, f.FencingToken, micros(time.Now().Add(margin))).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.LeaseLost(f)

@@ -9,23 +9,26 @@ import (
 	"github.com/idem-run/idem"
 )
 
-// Release implements idem.AttemptStore: the fenced delete and the
-// execution's finish, in one transaction.
+// Release implements idem.AttemptStore: one fenced UPDATE gives up the key
+// (held = 0; the row keeps its attempt columns as they were) and finishes
+// the execution with its final events.
 func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 	return s.write(ctx, "release", func(ctx context.Context, tx txn, now time.Time) error {
-		var executionID string
-		err := tx.QueryRowContext(ctx, `DELETE FROM idem_attempts
-			WHERE org = ? AND principal = ? AND key = ? AND fencing_token = ? AND state = 'in_flight' AND lease_expires_at > ?
-			RETURNING execution_id`,
-			p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now)).Scan(&executionID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return idem.ErrFenced
-		}
+		fin := p.Finish
+		events, err := encodeEvents(fin.Events, now)
 		if err != nil {
 			return err
 		}
-		fin := p.Finish
-		fin.Org, fin.ExecutionID = p.Scope.Org, executionID
-		return finishExecution(ctx, tx, now, fin)
+		var id string
+		err = tx.QueryRowContext(ctx, `UPDATE idem_records
+			SET held = 0, outcome = ?6, code = ?7, attempts = ?8, finished_at = ?5, `+appendEventsSQL("?9")+`
+			WHERE `+byKey+` AND fencing_token = ?4 AND state = 'in_flight' AND lease_expires_at > ?5
+			RETURNING id`,
+			p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, micros(now),
+			fin.Outcome, nullString(string(fin.Code)), fin.Attempts, events).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return idem.ErrFenced
+		}
+		return err
 	})
 }

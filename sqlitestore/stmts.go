@@ -92,8 +92,15 @@ type txn struct {
 	stmts *stmtCache
 }
 
+// statementHook, when set (by tests, before Open), sees every statement
+// the store runs through a txn, with its arguments.
+var statementHook func(q string, args []any)
+
 // ExecContext runs q through its prepared statement when there is one.
 func (t txn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if statementHook != nil {
+		statementHook(q, args)
+	}
 	if st := t.stmts.lookup(q); st != nil {
 		return t.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
@@ -102,6 +109,9 @@ func (t txn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result
 
 // QueryContext runs q through its prepared statement when there is one.
 func (t txn) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if statementHook != nil {
+		statementHook(q, args)
+	}
 	if st := t.stmts.lookup(q); st != nil {
 		return t.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
@@ -110,6 +120,9 @@ func (t txn) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows
 
 // QueryRowContext runs q through its prepared statement when there is one.
 func (t txn) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if statementHook != nil {
+		statementHook(q, args)
+	}
 	if st := t.stmts.lookup(q); st != nil {
 		return t.Tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}

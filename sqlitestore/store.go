@@ -6,6 +6,14 @@
 // commit, one fsync for all of them), and a small pool of read connections. Several Stores, even in
 // several processes, may share one file: SQLite's write lock, waited for up
 // to the busy timeout, serializes their writes.
+//
+// An execution, keyed or not, is one row of idem_records (migration 005):
+// the attempt record of its key, the execution and its audit events (a
+// JSON array, events.go). The row holds its key (held = 1) until it is
+// forgotten or released, and stays, with its events, until the audit
+// retention. A first execution inserts its row and its completion updates
+// it; a transactional one inserts it once, final. Approvals are rows of
+// idem_approvals, fencing tokens come from idem_counters.
 package sqlitestore
 
 import (

@@ -8,7 +8,8 @@ import (
 )
 
 // Sweep implements idem.Store. One IMMEDIATE transaction runs the bounded
-// steps; concurrent sweepers serialize on the write lock, so each row is
+// steps, each on the partial index of idem_records made for it (migration
+// 005); concurrent sweepers serialize on the write lock, so each row is
 // counted by exactly one of them.
 func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult, error) {
 	batch := p.BatchSize
@@ -22,23 +23,25 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 			sql   string
 		}{
 			// Records past retention are forgotten, but never one in
-			// flight within its lease.
-			{&out.Forgotten, `DELETE FROM idem_attempts WHERE rowid IN (
-				SELECT rowid FROM idem_attempts WHERE expires_at <= ?1 AND NOT (state = 'in_flight' AND lease_expires_at > ?1) LIMIT ?2)`},
+			// flight within its lease: the row gives up its key and its
+			// result; its execution stays until the audit retention.
+			{&out.Forgotten, `UPDATE idem_records SET held = 0, headers = NULL, body = NULL
+				WHERE rowid IN (SELECT rowid FROM idem_records
+					WHERE held = 1 AND expires_at <= ?1 AND NOT (state = 'in_flight' AND lease_expires_at > ?1) LIMIT ?2)`},
 			// Secret ciphertexts past their window are destroyed; the record
 			// stays as a tombstone.
-			{&out.SecretsDestroyed, `UPDATE idem_attempts
+			{&out.SecretsDestroyed, `UPDATE idem_records
 				SET body = NULL, state = CASE state WHEN 'completed' THEN 'expired' ELSE state END
-				WHERE rowid IN (SELECT rowid FROM idem_attempts
-					WHERE body IS NOT NULL AND secret_expires_at <= ? LIMIT ?)`},
+				WHERE rowid IN (SELECT rowid FROM idem_records
+					WHERE secret_expires_at IS NOT NULL AND body IS NOT NULL AND secret_expires_at <= ?1 LIMIT ?2)`},
 			// In-flight records past their lease are indeterminate (no status).
-			{&out.LeasesExpired, `UPDATE idem_attempts SET state = 'indeterminate'
-				WHERE rowid IN (SELECT rowid FROM idem_attempts
-					WHERE state = 'in_flight' AND lease_expires_at <= ? LIMIT ?)`},
+			{&out.LeasesExpired, `UPDATE idem_records SET state = 'indeterminate'
+				WHERE rowid IN (SELECT rowid FROM idem_records
+					WHERE state = 'in_flight' AND held = 1 AND lease_expires_at <= ?1 LIMIT ?2)`},
 			// Pending or approved approvals past expiry are expired.
 			{&out.ApprovalsExpired, `UPDATE idem_approvals SET status = 'expired'
 				WHERE rowid IN (SELECT rowid FROM idem_approvals
-					WHERE status IN ('pending', 'approved') AND expires_at <= ? LIMIT ?)`},
+					WHERE status IN ('pending', 'approved') AND expires_at <= ?1 LIMIT ?2)`},
 		}
 		for _, step := range steps {
 			res, err := tx.ExecContext(ctx, step.sql, micros(now), batch)
@@ -54,31 +57,28 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 		if p.AuditRetention <= 0 {
 			return nil
 		}
-		// The oldest executions started before the window, at most batch
-		// of them, go with all their events (first: they reference the
-		// execution). Both statements pick the same executions: one order,
-		// in one transaction.
-		cutoff := micros(now.Add(-p.AuditRetention))
-		for _, step := range []struct {
-			count *int
-			sql   string
-		}{
-			{&out.EventsRemoved, `DELETE FROM idem_audit_events WHERE (org, execution_id) IN (
-				SELECT org, id FROM idem_executions WHERE started_at <= ?1 ORDER BY started_at, rowid LIMIT ?2)`},
-			{&out.ExecutionsRemoved, `DELETE FROM idem_executions WHERE rowid IN (
-				SELECT rowid FROM idem_executions WHERE started_at <= ?1 ORDER BY started_at, rowid LIMIT ?2)`},
-		} {
-			res, err := tx.ExecContext(ctx, step.sql, cutoff, batch)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			*step.count = int(n)
+		// The oldest executions started before the window that no longer
+		// hold a key (forgotten above, released, or unkeyed), at most
+		// batch of them, go with all their events: one row each. A record
+		// still holding its key is within retention (or is forgotten by a
+		// later round), since the audit retention is at least the attempt
+		// retention.
+		rows, err := tx.QueryContext(ctx, `DELETE FROM idem_records WHERE rowid IN (
+			SELECT rowid FROM idem_records WHERE held = 0 AND started_at <= ?1 ORDER BY started_at, rowid LIMIT ?2)
+			RETURNING json_array_length(events)`, micros(now.Add(-p.AuditRetention)), batch)
+		if err != nil {
+			return err
 		}
-		return nil
+		defer rows.Close()
+		for rows.Next() {
+			var events int
+			if err := rows.Scan(&events); err != nil {
+				return err
+			}
+			out.ExecutionsRemoved++
+			out.EventsRemoved += events
+		}
+		return rows.Err()
 	})
 	if err != nil {
 		return idem.SweepResult{}, err

@@ -63,6 +63,11 @@ func (b *busyKeys) release(k idem.ScopedKey) {
 // of twice the busy timeout), and shares its commit with the writes queued
 // meanwhile. Each call of a batch has its own savepoint, so an aborted
 // execution rolls back alone.
+//
+// The execution's row is written once, final, at the end (insertFinalTx):
+// at the start the call only reads the key's record (the single writer
+// holds the key) and consumes the approval, if any; nobody can see an
+// uncommitted row anyway.
 func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
 	if p.Key != "" {
 		k := idem.ScopedKey{Scope: p.Scope, Key: p.Key}
@@ -84,24 +89,16 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	var res idem.TransactResult
 	err := s.write(ctx, "transact", func(ctx context.Context, tx txn, now time.Time) error {
 		res = idem.TransactResult{}
-		var fence int64
 		start, forgotten := now, false
-		final := p.Key != "" && p.ApprovalID == "" // the record is written once, at the end
-		if final {
+		if p.Key != "" {
 			a, live, gone, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
 			if err != nil || live {
 				res.Attempt = a
 				return err
 			}
 			forgotten = gone
-		} else if p.Key != "" {
-			r, err := reserveTx(ctx, tx, p, now)
-			if err != nil || !r.Reserved {
-				res.Attempt = r.Attempt
-				return err
-			}
-			fence = r.Attempt.FencingToken
-		} else if _, err := startExecution(ctx, tx, now, p.StartParams, ""); err != nil {
+		}
+		if err := consumeApproval(ctx, tx, p.StartParams, start); err != nil {
 			return err
 		}
 		res.Reserved = true
@@ -113,25 +110,10 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 			return errAborted
 		}
 		now = s.now() // the handler took time: the lease is checked against now
-		if p.Key == "" {
-			fin := out.Result.Finish
-			fin.Org, fin.ExecutionID = p.Scope.Org, p.ExecutionID
-			return finishExecution(ctx, tx, now, fin)
-		}
-		c := out.Result
-		c.Scope, c.Key, c.FencingToken = p.Scope, p.Key, fence
-		headers, err := json.Marshal(idem.FilterReplayedHeaders(c.Headers))
-		if err != nil {
-			return err
-		}
-		if !final {
-			res.Attempt, err = completeTx(ctx, tx, c, headers, now)
-			return err
-		}
-		if !now.Before(start.Add(p.Lease)) {
+		if p.Key != "" && !now.Before(start.Add(p.Lease)) {
 			return idem.ErrFenced // the lease passed while the handler ran
 		}
-		res.Attempt, err = insertFinalTx(ctx, tx, p, c, headers, forgotten, start, now)
+		res.Attempt, err = insertFinalTx(ctx, tx, p, out.Result, forgotten, start, now)
 		return err
 	})
 	switch {
@@ -145,49 +127,59 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	return res, nil
 }
 
-// insertFinalTx stores c as the key's final record, with its finished
-// execution and its events (execution.started first), in tx; forgotten
-// says a record past retention is still there and goes first. start is
-// when the execution began.
-func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.CompleteParams, headers []byte, forgotten bool, start, now time.Time) (idem.Attempt, error) {
-	if forgotten {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM idem_attempts WHERE org = ? AND principal = ? AND key = ?`,
-			p.Scope.Org, p.Scope.Principal, p.Key); err != nil {
-			return idem.Attempt{}, err
-		}
-	}
-	var secretExpiresAt sql.NullInt64
-	if c.SealedKeyID != "" {
-		secretExpiresAt = nullMicros(now.Add(c.SecretWindow))
-	}
-	// The fencing token is the counter's next value; a trigger advances
-	// the counter (migration 004).
-	a, err := scanAttempt(tx.QueryRowContext(ctx, `INSERT INTO idem_attempts
-		(org, principal, key, operation, fingerprint, state, execution_id, fencing_token, lease_expires_at,
-			status, headers, body, sealed_key_id, created_at, completed_at, expires_at, secret_expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT value + 1 FROM idem_counters WHERE name = 'fencing_token'), ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		RETURNING `+attemptColumns,
-		p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, idem.FinalState(c.Status), p.ExecutionID,
-		micros(start.Add(p.Lease)), c.Status, string(headers), c.Body, nullString(c.SealedKeyID), micros(start), micros(now),
-		micros(start.Add(p.Retention)), secretExpiresAt))
+// insertFinalSQL inserts the final row of a transactional execution: its
+// attempt record completed (keyed; never in flight, so without a fencing
+// token), its execution finished, linked to the most recent earlier one of
+// its intent, and all its events.
+const insertFinalSQL = `INSERT INTO idem_records
+	(org, id, principal, operation, fingerprint, key, held, state, lease_expires_at, status, sealed_key_id, completed_at,
+		expires_at, secret_expires_at, attempts, outcome, code, reinvocation_of, started_at, finished_at, headers, events, body)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ` + previousExecutionSQL + `, ?18, ?19, ?20, ?21, ?22)`
+
+// insertFinalTx stores c, the outcome of the transactional execution p
+// that started at start, as its one final row in tx: for a key, the
+// completed record (forgotten says a record past retention holds the key
+// and gives it up first), which it returns; unkeyed, the finished
+// execution alone.
+func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.CompleteParams, forgotten bool, start, now time.Time) (idem.Attempt, error) {
+	fin := c.Finish
+	events, err := encodeEvents(append(newExecution(p.StartParams, p.Key, start).Events, fin.Events...), now)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	fin := c.Finish
-	if _, err := tx.ExecContext(ctx, `INSERT INTO idem_executions
-		(org, id, principal, operation, fingerprint, key, attempts, outcome, code, reinvocation_of, started_at, finished_at)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, `+previousExecutionSQL+`, ?10, ?11)`,
-		p.Scope.Org, p.ExecutionID, p.Scope.Principal, p.Operation, p.Fingerprint, p.Key, fin.Attempts, fin.Outcome,
-		nullString(string(fin.Code)), micros(start), micros(now)); err != nil {
-		return idem.Attempt{}, err
+	// The attempt record's columns stay NULL unkeyed.
+	var (
+		a                                         idem.Attempt
+		held                                      int
+		key, state, sealedKeyID, headers          sql.NullString
+		lease, status, completed, expires, secret sql.NullInt64
+	)
+	if p.Key != "" {
+		if forgotten {
+			if err := forget(ctx, tx, p.Scope, p.Key); err != nil {
+				return idem.Attempt{}, err
+			}
+		}
+		a = idem.Attempt{
+			Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, State: idem.FinalState(c.Status),
+			ExecutionID: p.ExecutionID, LeaseExpiresAt: fromMicros(micros(start.Add(p.Lease))), Status: c.Status,
+			Headers: idem.FilterReplayedHeaders(c.Headers), Body: c.Body, SealedKeyID: c.SealedKeyID,
+			CreatedAt: start, CompletedAt: now, ExpiresAt: fromMicros(micros(start.Add(p.Retention))),
+		}
+		if c.SealedKeyID != "" {
+			a.SecretExpiresAt = fromMicros(micros(now.Add(c.SecretWindow)))
+		}
+		b, err := json.Marshal(a.Headers)
+		if err != nil {
+			return idem.Attempt{}, err
+		}
+		held, key, state, sealedKeyID, headers = 1, nullString(a.Key), nullString(string(a.State)), nullString(a.SealedKeyID), nullString(string(b))
+		lease, status, completed = nullMicros(a.LeaseExpiresAt), sql.NullInt64{Int64: int64(a.Status), Valid: true}, nullMicros(now)
+		expires, secret = nullMicros(a.ExpiresAt), nullMicros(a.SecretExpiresAt)
 	}
-	events := make([]idem.AuditEvent, 0, 1+len(fin.Events))
-	events = append(events, idem.AuditEvent{ExecutionID: p.ExecutionID, Type: idem.EventStarted, At: start, Attempt: 1})
-	for _, ev := range fin.Events {
-		ev.ExecutionID = p.ExecutionID
-		events = append(events, ev)
-	}
-	if err := insertEvents(ctx, tx, now, p.Scope.Org, events); err != nil {
+	if _, err := tx.ExecContext(ctx, insertFinalSQL, p.Scope.Org, p.ExecutionID, p.Scope.Principal, p.Operation, p.Fingerprint,
+		key, held, state, lease, status, sealedKeyID, completed, expires, secret,
+		fin.Attempts, fin.Outcome, nullString(string(fin.Code)), micros(start), micros(now), headers, events, a.Body); err != nil {
 		return idem.Attempt{}, err
 	}
 	return a.Observe(now), nil
