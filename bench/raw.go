@@ -114,7 +114,8 @@ func rawPostgres(ctx context.Context, dbURL string, clients int, d time.Duration
 }
 
 // sqliteSize returns the SQLite database's logical size (page_count ×
-// page_size, which counts pages still in the WAL) and its idem_attempts rows.
+// page_size, which counts pages still in the WAL) and how many of its
+// records hold a key.
 func sqliteSize(ctx context.Context, path string) (size, rows int64, err error) {
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=query_only(1)")
 	if err != nil {
@@ -128,7 +129,7 @@ func sqliteSize(ctx context.Context, path string) (size, rows int64, err error) 
 	if err := db.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil {
 		return 0, 0, err
 	}
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idem_attempts`).Scan(&rows); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idem_records WHERE held = 1`).Scan(&rows); err != nil {
 		return 0, 0, err
 	}
 	return pages * pageSize, rows, nil
@@ -158,11 +159,11 @@ func prefillSQLite(ctx context.Context, path string, n int) error {
 	defer db.Close()
 	now := time.Now().UnixMicro()
 	_, err = db.ExecContext(ctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
-		INSERT INTO idem_attempts (org, principal, key, operation, fingerprint, state, execution_id, fencing_token,
-			lease_expires_at, status, headers, body, created_at, completed_at, expires_at)
-		SELECT 'acme', 'agent-1', 'prefill-' || x, 'business.create', 'sha256:' || lower(hex(randomblob(32))), 'completed',
-			'exe_prefill' || x, -x, ?, 201, ?, ?, ?, ?, ?
-		FROM c`, n, now+35_000_000, rawHeaders, rawBody, now, now, now+86_400_000_000)
+		INSERT INTO idem_records (org, id, principal, key, operation, fingerprint, held, state, fencing_token,
+			lease_expires_at, status, headers, body, started_at, completed_at, expires_at, attempts, outcome, finished_at, events)
+		SELECT 'acme', 'exe_prefill' || x, 'agent-1', 'prefill-' || x, 'business.create', 'sha256:' || lower(hex(randomblob(32))),
+			1, 'completed', -x, ?, 201, ?, ?, ?, ?, ?, 1, 'succeeded', ?, '[]'
+		FROM c`, n, now+35_000_000, rawHeaders, rawBody, now, now, now+86_400_000_000, now)
 	if err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
