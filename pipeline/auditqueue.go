@@ -12,11 +12,15 @@ import (
 // event themselves (backpressure instead of loss).
 const maxQueuedEvents = 10_000
 
-// auditQueue writes replay events off the request's path: a replay is
-// answered from the record (or from memory) and its execution.replayed
-// event follows, batched with the others queued meanwhile. Runner.Flush
-// (and every read of an execution through the Runner) waits for the queue,
-// so a caller reading its execution after a replay sees the event.
+// auditQueue writes the audit of reads and replays off the request's
+// path: a replay is answered from the record (or from memory) and its
+// execution.replayed event follows; a fresh read is answered and its
+// execution, started and finished, follows (readAudit); each batched with
+// the others queued meanwhile. Runner.Flush (and every read of an
+// execution through the Runner) waits for the queue, so a caller reading
+// its execution after a replay or a read sees it. What a crash loses is
+// what is queued: at most maxQueuedEvents replay events and fresh reads,
+// never a write's record (docs/runtime.md).
 type auditQueue struct {
 	store idem.Store
 	log   *slog.Logger
@@ -26,9 +30,18 @@ type auditQueue struct {
 	idle    chan struct{} // closed when the queue is empty and nothing is being written
 }
 
+// orgEvent is one queued item: an event of an execution of org, or (read
+// set) a fresh read's whole execution.
 type orgEvent struct {
-	org string
-	ev  idem.AuditEvent
+	org  string
+	ev   idem.AuditEvent
+	read *readAudit
+}
+
+// readAudit is a fresh read's execution: how it started and finished.
+type readAudit struct {
+	start  idem.StartParams
+	finish idem.FinishParams
 }
 
 func newAuditQueue(store idem.Store, log *slog.Logger) *auditQueue {
@@ -39,15 +52,26 @@ func newAuditQueue(store idem.Store, log *slog.Logger) *auditQueue {
 
 // add queues ev for an execution of org.
 func (q *auditQueue) add(org string, ev idem.AuditEvent) {
+	q.enqueue(orgEvent{org: org, ev: ev})
+}
+
+// addExecution queues a fresh read's execution, which the store has not
+// started: it is started and finished in one go.
+func (q *auditQueue) addExecution(start idem.StartParams, finish idem.FinishParams) {
+	q.enqueue(orgEvent{org: start.Scope.Org, read: &readAudit{start, finish}})
+}
+
+// enqueue queues e, or writes it at once when the queue is full.
+func (q *auditQueue) enqueue(e orgEvent) {
 	q.mu.Lock()
 	if len(q.pending) >= maxQueuedEvents {
 		q.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), finalizeTimeout)
 		defer cancel()
-		q.write(ctx, []orgEvent{{org, ev}})
+		q.write(ctx, []orgEvent{e})
 		return
 	}
-	q.pending = append(q.pending, orgEvent{org, ev})
+	q.pending = append(q.pending, e)
 	start := isClosed(q.idle) // no drain is running
 	if start {
 		q.idle = make(chan struct{})
@@ -76,20 +100,61 @@ func (q *auditQueue) drain() {
 	}
 }
 
-// write appends the events, one store call per org.
+// write records the reads, then appends the events, one store call per
+// org.
 func (q *auditQueue) write(ctx context.Context, batch []orgEvent) {
 	byOrg := map[string][]idem.AuditEvent{}
 	var orgs []string
+	var reads []*readAudit
 	for _, e := range batch {
+		if e.read != nil {
+			reads = append(reads, e.read)
+			continue
+		}
 		if _, ok := byOrg[e.org]; !ok {
 			orgs = append(orgs, e.org)
 		}
 		byOrg[e.org] = append(byOrg[e.org], e.ev)
 	}
+	q.writeReads(ctx, reads)
 	for _, org := range orgs {
 		if err := q.store.AppendEvents(ctx, idem.AppendEventsParams{Org: org, Events: byOrg[org]}); err != nil {
 			q.log.Warn("audit replay events", "org", org, "events", len(byOrg[org]), "error", err)
 		}
+	}
+}
+
+// readWriters is how many fresh reads writeReads records at once: their
+// writes are concurrent, so that the store's group commit shares one
+// transaction among them.
+const readWriters = 16
+
+// writeReads records fresh reads' executions, readWriters at a time.
+func (q *auditQueue) writeReads(ctx context.Context, reads []*readAudit) {
+	var wg sync.WaitGroup
+	next := make(chan *readAudit)
+	for range min(readWriters, len(reads)) {
+		wg.Go(func() {
+			for a := range next {
+				q.writeRead(ctx, a)
+			}
+		})
+	}
+	for _, a := range reads {
+		next <- a
+	}
+	close(next)
+	wg.Wait()
+}
+
+// writeRead records a fresh read's execution: started, then finished.
+func (q *auditQueue) writeRead(ctx context.Context, a *readAudit) {
+	if _, err := q.store.StartExecution(ctx, a.start); err != nil {
+		q.log.Warn("audit read", "executionId", a.start.ExecutionID, "error", err)
+		return
+	}
+	if err := q.store.FinishExecution(ctx, a.finish); err != nil {
+		q.log.Warn("audit read", "executionId", a.start.ExecutionID, "error", err)
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 //   - the completion feed (a CompletionFeed store's notifications of
 //     completions by other instances, which wake this one's waiters at
 //     once instead of at their next poll);
-//   - the replay-audit queue, which Stop flushes.
+//   - the audit queue (replays' events, fresh reads' executions), which
+//     Stop flushes.
 //
 // A Runner that is never started still answers every call correctly: its
 // waiters poll, and nothing is swept unless another process sweeps.

@@ -103,6 +103,9 @@ type execution struct {
 	// record is not committed yet, so a wait must not give up when it
 	// finds no record.
 	uncommitted bool
+	// unstarted: a fresh read whose execution the store has not started;
+	// its finish records it whole, through the audit queue (readAudit).
+	unstarted *idem.StartParams
 }
 
 func (x *execution) meta() *idem.Meta {
@@ -226,6 +229,11 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		fence = res.Attempt.FencingToken
 		x.leaseDeadline = t0.Add(lease)
 		r.done.started(inv.Principal.Scope(), x.key)
+	} else if op.meta.Retry.Kind == idem.RetryFreshRead && approvalID == "" {
+		// A fresh read commits nothing on the request path: its execution
+		// is recorded whole, started and finished, by the audit queue once
+		// it is answered (finalize).
+		x.unstarted = &start
 	} else {
 		if _, err := r.cfg.Store.StartExecution(sctx, start); err != nil {
 			return x.startFailure(ctx, err, raw, reason)

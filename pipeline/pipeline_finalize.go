@@ -54,6 +54,10 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 	sctx, cancel := detached(ctx, finalizeTimeout)
 	defer cancel()
 	store := x.r.cfg.Store
+	if x.unstarted != nil {
+		x.r.audit.addExecution(*x.unstarted, fin)
+		return resp
+	}
 	if x.key == "" {
 		err := store.FinishExecution(sctx, fin)
 		if err != nil {

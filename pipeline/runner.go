@@ -278,7 +278,7 @@ func New(reg *idem.Registry, cfg Config) (*Runner, error) {
 	return r, nil
 }
 
-// Flush waits until the audit events of replays answered so far are
+// Flush waits until the audit of replays and fresh reads answered so far is
 // stored (they are written off the request's path), or ctx ends. Call it
 // before shutting down.
 func (r *Runner) Flush(ctx context.Context) error {

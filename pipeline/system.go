@@ -83,8 +83,8 @@ func (r *Runner) DecideApproval(ctx context.Context, p idem.Principal, id string
 	return decided, nil
 }
 
-// flushWait bounds how long reading an execution waits for queued replay
-// events.
+// flushWait bounds how long reading executions waits for the audit queue
+// (replay events, fresh reads).
 const flushWait = 2 * time.Second
 
 // GetExecution returns an execution with its audit events to its own
@@ -92,8 +92,8 @@ const flushWait = 2 * time.Second
 func (r *Runner) GetExecution(ctx context.Context, p idem.Principal, id string) (idem.Execution, error) {
 	// An unknown execution and one the caller may not see answer alike.
 	notFound := idem.Errorf(idem.CodeNotFound, "no execution %q visible to this caller", id)
-	// Replay events are written off the request path: show the ones this
-	// instance has answered so far.
+	// Replay events and fresh reads are written off the request path:
+	// show the ones this instance has answered so far.
 	fctx, cancel := context.WithTimeout(ctx, flushWait)
 	_ = r.Flush(fctx)
 	cancel()
@@ -140,6 +140,9 @@ func (r *Runner) GetAttempt(ctx context.Context, p idem.Principal, key string) (
 // anyone else (the rule of GetExecution).
 func (r *Runner) ListExecutions(ctx context.Context, p idem.Principal, params idem.ListExecutionsParams) ([]idem.Execution, error) {
 	params.Org = p.Org
+	fctx, cancel := context.WithTimeout(ctx, flushWait)
+	_ = r.Flush(fctx) // fresh reads answered so far are listed
+	cancel()
 	if canonical.CheckString(params.Principal) != nil || canonical.CheckString(params.Operation) != nil {
 		return []idem.Execution{}, nil // no stored execution matches such a filter
 	}
