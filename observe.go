@@ -138,6 +138,10 @@ func (s *observedStore) GetExecution(ctx context.Context, p GetExecutionParams) 
 	return observe(ctx, s, "get_execution", func(ctx context.Context) (Execution, error) { return s.next.GetExecution(ctx, p) })
 }
 
+func (s *observedStore) RecordExecutions(ctx context.Context, p RecordExecutionsParams) error {
+	return observeErr(ctx, s, "record_executions", func(ctx context.Context) error { return s.next.RecordExecutions(ctx, p) })
+}
+
 func (s *observedStore) ListExecutions(ctx context.Context, p ListExecutionsParams) ([]Execution, error) {
 	return observe(ctx, s, "list_executions", func(ctx context.Context) ([]Execution, error) { return s.next.ListExecutions(ctx, p) })
 }

@@ -105,6 +105,14 @@ type ExecutionStore interface {
 	// ListExecutions returns executions of an org, newest first, without
 	// their events.
 	ListExecutions(ctx context.Context, p ListExecutionsParams) ([]Execution, error)
+
+	// RecordExecutions stores executions that already finished, each as
+	// it started and finished, in one transaction: the runner records
+	// fresh reads with it after their answer (their audit, off the
+	// request path). Each links to the most recent earlier execution of
+	// its intent, the ones before it in p included. Nothing is written
+	// when an id exists already.
+	RecordExecutions(ctx context.Context, p RecordExecutionsParams) error
 }
 
 // ApprovalStore keeps approvals: requested once per intent, decided, read,
@@ -284,6 +292,23 @@ type FinishParams struct {
 	Attempts int
 	// Events are appended in order; the last is the final event.
 	Events []AuditEvent
+}
+
+// RecordExecutionsParams are finished executions to store, in the order
+// they started.
+type RecordExecutionsParams struct {
+	Executions []FinishedExecution
+}
+
+// FinishedExecution is an execution, unkeyed and without an approval, that
+// started at StartedAt (Start.ApprovalID unused) and finished with Finish
+// at FinishedAt; its execution.started event is the store's to write, at
+// StartedAt, before Finish.Events.
+type FinishedExecution struct {
+	Start      StartParams
+	StartedAt  time.Time
+	Finish     FinishParams
+	FinishedAt time.Time
 }
 
 // CompleteParams is the final result of a reservation.

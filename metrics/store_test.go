@@ -95,6 +95,10 @@ func (f *fakeStore) AppendEvents(ctx context.Context, p idem.AppendEventsParams)
 	return f.record(ctx, "AppendEvents", p)
 }
 
+func (f *fakeStore) RecordExecutions(ctx context.Context, p idem.RecordExecutionsParams) error {
+	return f.record(ctx, "RecordExecutions", p)
+}
+
 func (f *fakeStore) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
 	return fakeExecution, f.record(ctx, "GetExecution", p)
 }
@@ -212,6 +216,13 @@ var storeMethods = []storeMethod{
 			return nil, s.AppendEvents(ctx, idem.AppendEventsParams{Org: "acme", Events: events})
 		},
 		args: []any{idem.AppendEventsParams{Org: "acme", Events: events}},
+	},
+	{
+		label: "record_executions", name: "RecordExecutions",
+		call: func(ctx context.Context, s idem.Store) ([]any, error) {
+			return nil, s.RecordExecutions(ctx, idem.RecordExecutionsParams{Executions: []idem.FinishedExecution{{Start: start}}})
+		},
+		args: []any{idem.RecordExecutionsParams{Executions: []idem.FinishedExecution{{Start: start}}}},
 	},
 	{
 		label: "get_execution", name: "GetExecution",

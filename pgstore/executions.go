@@ -356,3 +356,73 @@ func scanExecution(row scanner, more ...any) (idem.Execution, error) {
 	x.StartedAt, x.FinishedAt = utc(started), utcPtr(finished)
 	return x, nil
 }
+
+// recordExecutionsSQL inserts finished executions, one statement for all.
+var recordExecutionsSQL = statement("record_executions")
+
+// RecordExecutions implements idem.Store: one statement, in the group
+// commit of the other writes. Events naming another execution are
+// appended to it in the same transaction.
+func (s *Store) RecordExecutions(ctx context.Context, p idem.RecordExecutionsParams) error {
+	if len(p.Executions) == 0 {
+		return nil
+	}
+	return s.write(ctx, "record executions", func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		n := len(p.Executions)
+		var (
+			orgs, ids, principals, operations, fingerprints = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			attempts                                        = make([]int, n)
+			outcomes, events                                = make([]string, n), make([]string, n)
+			codes, previous                                 = make([]*string, n), make([]*string, n)
+			started, finished                               = make([]time.Time, n), make([]time.Time, n)
+			others                                          []orgEvents
+		)
+		last := map[[4]string]string{} // the last execution of each intent so far
+		for i, e := range p.Executions {
+			st, fin := e.Start, e.Finish
+			orgs[i], ids[i], principals[i], operations[i], fingerprints[i] = st.Scope.Org, st.ExecutionID, st.Scope.Principal, st.Operation, st.Fingerprint
+			attempts[i], outcomes[i], codes[i] = fin.Attempts, string(fin.Outcome), nullable(string(fin.Code))
+			started[i], finished[i] = orDefault(e.StartedAt, now), orDefault(e.FinishedAt, now)
+			intent := [4]string{st.Scope.Org, st.Scope.Principal, st.Operation, st.Fingerprint}
+			if id, ok := last[intent]; ok {
+				previous[i] = &id
+			}
+			last[intent] = st.ExecutionID
+			own, foreign := splitEvents(fin.Events, st.ExecutionID)
+			if foreign != nil {
+				others = append(others, orgEvents{st.Scope.Org, foreign})
+			}
+			first := idem.AuditEvent{Type: idem.EventStarted, At: started[i], Attempt: 1}
+			b, err := encodeEvents(append([]idem.AuditEvent{first}, own...), now)
+			if err != nil {
+				return err
+			}
+			events[i] = string(b)
+		}
+		if _, err := tx.Exec(ctx, recordExecutionsSQL, orgs, ids, principals, operations, fingerprints, attempts, outcomes, codes,
+			started, finished, events, previous); err != nil {
+			return err
+		}
+		for _, o := range others {
+			if err := insertEvents(ctx, tx, o.org, o.events, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// orgEvents are events of executions of org.
+type orgEvents struct {
+	org    string
+	events []idem.AuditEvent
+}
+
+// orDefault is t, or d when t is zero.
+func orDefault(t, d time.Time) time.Time {
+	if t.IsZero() {
+		return d
+	}
+	return t
+}

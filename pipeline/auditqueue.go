@@ -35,13 +35,7 @@ type auditQueue struct {
 type orgEvent struct {
 	org  string
 	ev   idem.AuditEvent
-	read *readAudit
-}
-
-// readAudit is a fresh read's execution: how it started and finished.
-type readAudit struct {
-	start  idem.StartParams
-	finish idem.FinishParams
+	read *idem.FinishedExecution
 }
 
 func newAuditQueue(store idem.Store, log *slog.Logger) *auditQueue {
@@ -56,9 +50,9 @@ func (q *auditQueue) add(org string, ev idem.AuditEvent) {
 }
 
 // addExecution queues a fresh read's execution, which the store has not
-// started: it is started and finished in one go.
-func (q *auditQueue) addExecution(start idem.StartParams, finish idem.FinishParams) {
-	q.enqueue(orgEvent{org: start.Scope.Org, read: &readAudit{start, finish}})
+// started: it is recorded whole (Store.RecordExecutions).
+func (q *auditQueue) addExecution(x idem.FinishedExecution) {
+	q.enqueue(orgEvent{org: x.Start.Scope.Org, read: &x})
 }
 
 // enqueue queues e, or writes it at once when the queue is full.
@@ -100,15 +94,15 @@ func (q *auditQueue) drain() {
 	}
 }
 
-// write records the reads, then appends the events, one store call per
-// org.
+// write records the reads (one store call per maxRecorded), then appends
+// the events, one store call per org.
 func (q *auditQueue) write(ctx context.Context, batch []orgEvent) {
 	byOrg := map[string][]idem.AuditEvent{}
 	var orgs []string
-	var reads []*readAudit
+	var reads []idem.FinishedExecution
 	for _, e := range batch {
 		if e.read != nil {
-			reads = append(reads, e.read)
+			reads = append(reads, *e.read)
 			continue
 		}
 		if _, ok := byOrg[e.org]; !ok {
@@ -124,37 +118,17 @@ func (q *auditQueue) write(ctx context.Context, batch []orgEvent) {
 	}
 }
 
-// readWriters is how many fresh reads writeReads records at once: their
-// writes are concurrent, so that the store's group commit shares one
-// transaction among them.
-const readWriters = 16
+// maxRecorded is how many fresh reads one RecordExecutions call records.
+const maxRecorded = 500
 
-// writeReads records fresh reads' executions, readWriters at a time.
-func (q *auditQueue) writeReads(ctx context.Context, reads []*readAudit) {
-	var wg sync.WaitGroup
-	next := make(chan *readAudit)
-	for range min(readWriters, len(reads)) {
-		wg.Go(func() {
-			for a := range next {
-				q.writeRead(ctx, a)
-			}
-		})
-	}
-	for _, a := range reads {
-		next <- a
-	}
-	close(next)
-	wg.Wait()
-}
-
-// writeRead records a fresh read's execution: started, then finished.
-func (q *auditQueue) writeRead(ctx context.Context, a *readAudit) {
-	if _, err := q.store.StartExecution(ctx, a.start); err != nil {
-		q.log.Warn("audit read", "executionId", a.start.ExecutionID, "error", err)
-		return
-	}
-	if err := q.store.FinishExecution(ctx, a.finish); err != nil {
-		q.log.Warn("audit read", "executionId", a.start.ExecutionID, "error", err)
+// writeReads records fresh reads' executions, maxRecorded a statement.
+func (q *auditQueue) writeReads(ctx context.Context, reads []idem.FinishedExecution) {
+	for len(reads) > 0 {
+		n := min(len(reads), maxRecorded)
+		if err := q.store.RecordExecutions(ctx, idem.RecordExecutionsParams{Executions: reads[:n]}); err != nil {
+			q.log.Warn("audit reads", "executions", n, "error", err)
+		}
+		reads = reads[n:]
 	}
 }
 

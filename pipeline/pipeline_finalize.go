@@ -55,7 +55,7 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 	defer cancel()
 	store := x.r.cfg.Store
 	if x.unstarted != nil {
-		x.r.audit.addExecution(*x.unstarted, fin)
+		x.r.audit.addExecution(idem.FinishedExecution{Start: *x.unstarted, StartedAt: x.start, Finish: fin, FinishedAt: x.r.cfg.Clock.Now()})
 		return resp
 	}
 	if x.key == "" {

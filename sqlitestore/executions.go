@@ -250,3 +250,37 @@ func scanExecution(row interface{ Scan(...any) error }, more ...any) (idem.Execu
 	x.FinishedAt = timePtr(finished)
 	return x, nil
 }
+
+// RecordExecutions implements idem.Store: one INSERT per execution, in one
+// write transaction. Each links to the most recent earlier execution of
+// its intent, which the subquery finds among the rows inserted before it.
+func (s *Store) RecordExecutions(ctx context.Context, p idem.RecordExecutionsParams) error {
+	if len(p.Executions) == 0 {
+		return nil
+	}
+	return s.write(ctx, "record executions", func(ctx context.Context, tx txn, now time.Time) error {
+		for _, e := range p.Executions {
+			st, fin := e.Start, e.Finish
+			startedAt, finishedAt := e.StartedAt, e.FinishedAt
+			if startedAt.IsZero() {
+				startedAt = now
+			}
+			if finishedAt.IsZero() {
+				finishedAt = now
+			}
+			first := idem.AuditEvent{ExecutionID: st.ExecutionID, Type: idem.EventStarted, At: startedAt, Attempt: 1}
+			events, err := encodeEvents(append([]idem.AuditEvent{first}, fin.Events...), now)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO idem_records
+				(org, id, principal, operation, fingerprint, held, attempts, outcome, code, reinvocation_of, started_at, finished_at, events)
+				VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, `+previousExecutionSQL+`, ?9, ?10, ?11)`,
+				st.Scope.Org, st.ExecutionID, st.Scope.Principal, st.Operation, st.Fingerprint, fin.Attempts, fin.Outcome,
+				nullString(string(fin.Code)), micros(startedAt), micros(finishedAt), events); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
