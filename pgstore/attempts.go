@@ -56,30 +56,11 @@ func queueTryKeyLock(b *pgx.Batch, scope idem.Scope, key string, idle time.Durat
 // lockKeyAndRead takes the key's lock in tx and reads the record holding
 // the key, in one round trip; found is false when there is none.
 func lockKeyAndRead(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string) (a idem.Attempt, found bool, err error) {
-	a, found, _, err = readUnderKeyLock(ctx, tx, scope, key, false, 0)
-	return a, found, err
-}
-
-// readUnderKeyLock takes (or, with try, only tries, bounding the
-// transaction's idle time by idle) the key's lock in tx and reads the
-// record holding the key, in one round trip: found is false when
-// there is none; held is false when try found the lock taken (the record
-// read is then what was committed before the statement began).
-func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key string, try bool, idle time.Duration) (a idem.Attempt, found, held bool, err error) {
 	var b pgx.Batch
-	if try {
-		queueTryKeyLock(&b, scope, key, idle)
-	} else {
-		queueKeyLock(&b, scope, key)
-	}
+	queueKeyLock(&b, scope, key)
 	b.Queue(getAttemptSQL, scope.Org, scope.Principal, key)
 	br := tx.SendBatch(ctx, &b)
-	held = true
-	if try {
-		err = br.QueryRow().Scan(&held, nil)
-	} else {
-		_, err = br.Exec()
-	}
+	_, err = br.Exec()
 	if err == nil {
 		a, err = scanAttempt(br.QueryRow())
 		found = err == nil
@@ -90,7 +71,7 @@ func readUnderKeyLock(ctx context.Context, tx pgx.Tx, scope idem.Scope, key stri
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return a, found && err == nil, held, err
+	return a, found && err == nil, err
 }
 
 // Reserve inserts the attempt record, which is its execution too, or

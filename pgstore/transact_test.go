@@ -148,3 +148,47 @@ func TestPausedTransactionalExecutorFreesItsKeyAtTheLease(t *testing.T) {
 		t.Fatalf("record = %+v, %v; want the other instance's", a, err)
 	}
 }
+
+// A transactional execution reads the key and tries its lock in one
+// statement, whose snapshot predates the try: a holder that commits in
+// between is not seen. Its record then meets the holder's in the unique
+// index on held keys at the end, and the key is answered busy, with
+// nothing of the execution (its handler's writes included) committed.
+func TestTransactMeetingAHolderCommittedMeanwhileIsBusy(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	pool := newPool(t, url)
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	params := idem.ReserveParams{
+		StartParams: idem.StartParams{Scope: scope, ExecutionID: "exe_raced", Operation: "thing.create", Fingerprint: "fp"},
+		Key:         "raced", Lease: idem.DefaultTimeout, Retention: 24 * time.Hour,
+	}
+	// The holder's record commits while the execution's handler runs,
+	// after its read: as if it had committed between that read's snapshot
+	// and its lock (the holder's own lock went with its transaction).
+	racing := func(ctx context.Context, tx any) idem.TxOutcome {
+		if _, err := pool.Exec(ctx, `INSERT INTO idem_records (org, id, principal, operation, fingerprint, key, held, state,
+				fencing_token, lease_expires_at, expires_at, attempts, outcome, started_at, events)
+			VALUES ('acme', 'exe_holder', 'agent-1', 'thing.create', 'fp', 'raced', true, 'in_flight', 1,
+				now() + interval '1 minute', now() + interval '1 day', 1, 'running', now(), '[]')`); err != nil {
+			t.Errorf("the holder's record: %v", err)
+		}
+		return idem.TxOutcome{Result: idem.CompleteParams{Status: http.StatusCreated, Body: []byte(`{"data":{}}`),
+			Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}}
+	}
+	res, err := s.Transact(t.Context(), params, racing)
+	if !errors.Is(err, idem.ErrKeyBusy) || res.Committed {
+		t.Fatalf("Transact beside a holder committed meanwhile = %+v, %v; want ErrKeyBusy", res, err)
+	}
+	a, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "raced"})
+	if err != nil || a.ExecutionID != "exe_holder" {
+		t.Fatalf("the key's record = %+v, %v; want the holder's", a, err)
+	}
+	if _, err := s.GetExecution(t.Context(), idem.GetExecutionParams{Org: scope.Org, ID: "exe_raced"}); idem.ErrorCode(err) != idem.CodeNotFound {
+		t.Fatalf("the busy execution was stored: %v", err)
+	}
+}

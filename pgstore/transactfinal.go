@@ -2,9 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idem-run/idem"
 )
@@ -15,12 +18,18 @@ import (
 // one row inserted at the end, the record that is its execution too, with
 // its events.
 
-// peekTx tries the key's lock and reads its record in one round trip:
+// peekSQL tries the key's lock, bounds the transaction's idle time and
+// reads the record holding the key, in one statement.
+var peekSQL = statement("peek")
+
+// peekTx tries the key's lock and reads its record in one statement:
 // found when the record is live (within retention, or in flight within its
 // lease; the caller answers it, held or not); busy when another
 // transaction holds the key and nothing live is committed.
 func peekTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time) (a idem.Attempt, found, busy bool, err error) {
-	a, found, held, err := readUnderKeyLock(ctx, tx, p.Scope, p.Key, true, p.Lease)
+	var held bool
+	a, err = scanAttempt(prefixed{tx.QueryRow(ctx, peekSQL, p.Scope.Org, p.Scope.Principal, p.Key, keyLockSeed,
+		strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)), []any{&held, &found}})
 	if err != nil {
 		return idem.Attempt{}, false, false, err
 	}
@@ -53,8 +62,15 @@ func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	return scanAttempt(tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
+	a, err := scanAttempt(tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
 		p.ExecutionID, start.Add(p.Lease), start, start.Add(p.Retention), string(idem.FinalState(c.Status)), c.Status,
 		headers, c.Body, nullable(c.SealedKeyID), now, secretExpiresAt, fin.Attempts, string(fin.Outcome),
 		nullable(string(fin.Code)), events))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "idem_records_key" {
+		// A holder committed between peekSQL's snapshot and its lock: the
+		// key is busy, and nothing of this execution commits.
+		return idem.Attempt{}, idem.ErrKeyBusy
+	}
+	return a, err
 }
