@@ -126,7 +126,10 @@ func TestFirstExecutionLeavesNoBytes(t *testing.T) {
 	}
 	t.Logf("relations: %d bytes empty; with %d first executions retained: %v (%.0f bytes each)",
 		empty, n, sizes, float64(sizes[0]-empty)/n)
-	if sizes[2] > sizes[0]+sizes[0]/5 {
+	// Without reuse the third wave would take three times the first; the
+	// pages B-tree deletion frees are reusable a VACUUM later, so the
+	// second wave grows the indexes a little, and then they stay.
+	if sizes[2] > sizes[0]+sizes[0]/2 {
 		t.Fatalf("the third wave of %d executions takes %d bytes, the first %d: the space retention freed is not reused", n, sizes[2], sizes[0])
 	}
 }
