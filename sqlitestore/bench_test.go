@@ -46,6 +46,13 @@ func BenchmarkReserveComplete(b *testing.B) {
 		})
 		return err
 	}
+	serialAndParallel(b, run)
+}
+
+// serialAndParallel runs run as the sub-benchmarks "serial" and
+// "parallel" (8 goroutines per core), each reporting the process CPU per
+// call.
+func serialAndParallel(b *testing.B, run func() error) {
 	b.Run("serial", func(b *testing.B) {
 		cpu := processCPU()
 		for b.Loop() {

@@ -56,26 +56,5 @@ func BenchmarkTransact(b *testing.B) {
 		}
 		return nil
 	}
-	b.Run("serial", func(b *testing.B) {
-		cpu := processCPU()
-		for b.Loop() {
-			if err := run(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
-	})
-	b.Run("parallel", func(b *testing.B) {
-		cpu := processCPU()
-		b.SetParallelism(8)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if err := run(); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
-	})
+	serialAndParallel(b, run)
 }
