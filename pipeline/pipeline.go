@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"strings"
@@ -83,11 +84,15 @@ type execution struct {
 	inv idem.Invocation
 	// explicit is the call's context without its connection: what a keyed
 	// call runs under once reserved (SPEC §7).
-	explicit    context.Context
-	op          *operation
-	start       time.Time
-	key         string // the valid idempotency key, "" when unkeyed
-	opaque      string // a raw operation's body media type when not JSON (opaqueBody)
+	explicit context.Context
+	op       *operation
+	start    time.Time
+	key      string // the valid idempotency key, "" when unkeyed
+	opaque   string // a raw operation's body media type when not JSON (opaqueBody)
+	// canon is the JSON body in its strict canonical form, read once for
+	// the fingerprint and stage 4 (canonErr when it is not acceptable).
+	canon       []byte
+	canonErr    error
 	fingerprint string
 	executionID string
 	attempts    int
@@ -140,7 +145,10 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	}
 	defer releaseInput()
 	x.opaque = x.opaqueBody()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: inv.Intent.Query, Body: inv.Intent.Body, Opaque: x.opaque, Header: x.headerInputs()})
+	if body := inv.Intent.Body; len(body) > 0 && x.opaque == "" {
+		x.canon, x.canonErr = canonical.TransformStrict(body)
+	}
+	fp, ferr := x.fingerprintOf()
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
@@ -307,6 +315,21 @@ func exposedOn(m idem.Metadata, s idem.Surface) bool {
 		}
 	}
 	return false
+}
+
+// fingerprintOf is the fingerprint of the call's intent (SPEC §6.2), its
+// JSON body hashed in the canonical form read once (canon).
+func (x *execution) fingerprintOf() (string, error) {
+	req := canonical.Request{Method: x.op.meta.Method, Path: x.concretePath(), Query: x.inv.Intent.Query, Opaque: x.opaque, Header: x.headerInputs()}
+	switch {
+	case x.opaque != "":
+		req.Body = x.inv.Intent.Body
+	case x.canonErr != nil:
+		return "", fmt.Errorf("fingerprint body: %w", x.canonErr)
+	default:
+		req.Body, req.Canonical = x.canon, true
+	}
+	return canonical.Fingerprint(req)
 }
 
 // concretePath substitutes the route's parameters.

@@ -37,7 +37,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		// exactly (SPEC §6.2: integers within ±(2^53−1), no NUL), or two
 		// different bodies would be one intent.
 		if body := bytes.TrimSpace(x.inv.Intent.Body); len(body) > 0 && x.opaque == "" {
-			if _, err := canonical.TransformStrict(body); err != nil {
+			if _, err := x.strictBody(body); err != nil {
 				var se *canonical.SyntaxError
 				if errors.As(err, &se) && se.Pointer != "" {
 					return nil, nil, idem.InvalidInput([]map[string]string{{"path": se.Pointer, "message": se.Reason()}})
@@ -59,7 +59,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		bad("", "the body is %s, but this operation's body is a JSON object: send it as JSON with Content-Type: application/json", mt)
 	}
 	if body := bytes.TrimSpace(x.inv.Intent.Body); len(body) > 0 && x.opaque == "" {
-		canon, err := canonical.TransformStrict(body)
+		canon, err := x.strictBody(body)
 		var se *canonical.SyntaxError
 		switch {
 		case errors.As(err, &se) && se.Pointer != "":
@@ -164,6 +164,18 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		return nil, nil, idem.InvalidInput(problems)
 	}
 	return raw, in, nil
+}
+
+// strictBody is the strict canonical form of the body trimmed of its
+// surrounding space: the one read for the fingerprint (canon) when the
+// whole body is acceptable, since only JSON whitespace surrounds it then.
+// bytes.TrimSpace also trims \v, \f, U+0085 and U+00A0, which JSON does
+// not, so a whole body refused is read again trimmed.
+func (x *execution) strictBody(trimmed []byte) ([]byte, error) {
+	if x.canonErr == nil {
+		return x.canon, nil
+	}
+	return canonical.TransformStrict(trimmed)
 }
 
 // headerInputs returns the values of the operation's declared header
