@@ -357,17 +357,19 @@ func storeFailure(ctx context.Context, err error) *idem.Error {
 }
 
 func (x *execution) log(resp idem.Result, took time.Duration) {
-	attrs := []any{
+	// Attrs, not ...any: nothing is boxed.
+	attrs := make([]slog.Attr, 0, 14)
+	attrs = append(attrs,
 		slog.String("executionId", x.executionID), slog.String("operation", x.inv.Operation),
 		slog.String("org", x.inv.Principal.Org), slog.String("principal", x.inv.Principal.ID),
 		slog.Int("status", resp.Status), slog.Int("attempts", x.attempts),
 		slog.Bool("keyed", x.key != ""), slog.Bool("replayed", resp.Replayed),
 		slog.Int64("durationMs", took.Milliseconds()),
-	}
+	)
 	if resp.Problem != nil {
 		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
 	}
-	attrs = append(attrs, x.causeLog()...)
+	attrs = x.appendCause(attrs)
 	if len(x.policyLog) > 0 {
 		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
 	}
@@ -375,7 +377,7 @@ func (x *execution) log(resp idem.Result, took time.Duration) {
 	if resp.Status >= 500 {
 		level = slog.LevelWarn
 	}
-	x.r.cfg.Logger.Log(context.Background(), level, "execution", attrs...)
+	x.r.cfg.Logger.LogAttrs(context.Background(), level, "execution", attrs...)
 }
 
 // logs reports whether resp gets its log line: not when the logger drops
