@@ -29,8 +29,12 @@ func newID(prefix string, now time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
 	_, _ = rand.Read(b[6:])
-	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	var out [32]byte // "apr_" and 26 characters
+	return string(idEncoding.AppendEncode(append(out[:0], prefix...), b[:]))
 }
+
+// idEncoding is base32 (RFC 4648) in lower case, without padding.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // Call runs one call through the pipeline and returns its one final
 // answer, typed (Result). It never returns an error: a failure is a Result
