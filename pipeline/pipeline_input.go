@@ -48,6 +48,10 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		return json.RawMessage(`{}`), x.rawRequest(), nil
 	}
 	args := map[string]json.RawMessage{}
+	// raw is the argument object as encoding/json writes args (members
+	// sorted by name, <, > and & escaped): the body itself when only the
+	// body holds arguments and it is written so already (asMarshalled).
+	var raw json.RawMessage
 	var problems []map[string]string
 	bad := func(path, format string, a ...any) {
 		problems = append(problems, map[string]string{"path": path, "message": fmt.Sprintf(format, a...)})
@@ -68,6 +72,8 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 			bad("", "the body is not one acceptable JSON object (RFC 8259, I-JSON): %s (at byte %d)", se.Reason(), se.Offset)
 		case err != nil || canon[0] != '{':
 			bad("", "the body must be one JSON object")
+		case asMarshalled(canon) && !slices.ContainsFunc(x.op.params, func(p idem.Param) bool { return p.In != "body" }):
+			raw = canon
 		default:
 			_ = json.Unmarshal(canon, &args) // canonical JSON: no duplicate names
 		}
@@ -147,7 +153,9 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 	if len(problems) > 0 {
 		return nil, nil, idem.InvalidInput(problems)
 	}
-	raw, _ := json.Marshal(args)
+	if raw == nil {
+		raw, _ = json.Marshal(args)
+	}
 	if errs := x.op.ValidateInput(raw); len(errs) > 0 {
 		for _, e := range errs {
 			bad(e.Path, "%s", e.Message)
@@ -164,6 +172,23 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		return nil, nil, idem.InvalidInput(problems)
 	}
 	return raw, in, nil
+}
+
+// asMarshalled reports whether canon, a canonical JSON object, is byte for
+// byte what encoding/json writes for the map of its members: nothing in it
+// that encoding/json escapes and RFC 8785 does not (<, >, &, U+2028,
+// U+2029), and no character from U+E000 on, below which RFC 8785's order
+// of member names (UTF-16) is Go's (bytes).
+func asMarshalled(canon []byte) bool {
+	for i, c := range canon {
+		switch {
+		case c == '<' || c == '>' || c == '&' || c >= 0xEE:
+			return false
+		case c == 0xE2 && i+2 < len(canon) && canon[i+1] == 0x80 && canon[i+2]&^1 == 0xA8:
+			return false
+		}
+	}
+	return true
 }
 
 // strictBody is the strict canonical form of the body trimmed of its
