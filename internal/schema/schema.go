@@ -142,14 +142,17 @@ func (s *Schema) Requires(name string) bool {
 // Errors are leaf causes only, sorted by path then message. An empty or
 // unparsable instance yields one error at "".
 func (s *Schema) Validate(instance []byte) []FieldError {
-	v, err := santhosh.UnmarshalJSON(bytes.NewReader(instance))
-	if err != nil {
-		return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}
+	v, ok := parse(instance)
+	if !ok {
+		var err error
+		if v, err = santhosh.UnmarshalJSON(bytes.NewReader(instance)); err != nil {
+			return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}
+		}
+		if fe := checkNumbers(v, nil); fe != nil {
+			return []FieldError{*fe}
+		}
 	}
-	if fe := checkNumbers(v, nil); fe != nil {
-		return []FieldError{*fe}
-	}
-	err = s.validator.Validate(v)
+	err := s.validator.Validate(v)
 	if err == nil {
 		return nil
 	}
