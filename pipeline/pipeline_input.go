@@ -27,7 +27,7 @@ import (
 // JSON is not read.
 func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 	if x.op.raw != nil && x.op.raw.Unvalidated {
-		for _, name := range slices.Sorted(maps.Keys(x.inv.Intent.PathParams)) {
+		for _, name := range sortedKeys(x.inv.Intent.PathParams) {
 			if v := x.inv.Intent.PathParams[name]; v == "." || v == ".." {
 				return nil, nil, idem.InvalidInput([]map[string]string{{"path": "/" + name, "message": fmt.Sprintf("path parameter %s cannot be %q", name, v)}})
 			}
@@ -47,7 +47,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		}
 		return json.RawMessage(`{}`), x.rawRequest(), nil
 	}
-	args := map[string]json.RawMessage{}
+	var args map[string]json.RawMessage // made once a member or parameter needs it
 	// raw is the argument object as encoding/json writes args (members
 	// sorted by name, <, > and & escaped): the body itself when only the
 	// body holds arguments and it is written so already (asMarshalled).
@@ -64,13 +64,18 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 	}
 	if body := bytes.TrimSpace(x.inv.Intent.Body); len(body) > 0 && x.opaque == "" {
 		canon, err := x.strictBody(body)
-		var se *canonical.SyntaxError
 		switch {
-		case errors.As(err, &se) && se.Pointer != "":
-			bad(se.Pointer, "%s", se.Reason())
-		case errors.As(err, &se):
-			bad("", "the body is not one acceptable JSON object (RFC 8259, I-JSON): %s (at byte %d)", se.Reason(), se.Offset)
-		case err != nil || canon[0] != '{':
+		case err != nil:
+			var se *canonical.SyntaxError
+			switch {
+			case errors.As(err, &se) && se.Pointer != "":
+				bad(se.Pointer, "%s", se.Reason())
+			case se != nil:
+				bad("", "the body is not one acceptable JSON object (RFC 8259, I-JSON): %s (at byte %d)", se.Reason(), se.Offset)
+			default:
+				bad("", "the body must be one JSON object")
+			}
+		case canon[0] != '{':
 			bad("", "the body must be one JSON object")
 		case asMarshalled(canon) && !slices.ContainsFunc(x.op.params, func(p idem.Param) bool { return p.In != "body" }):
 			raw = canon
@@ -131,6 +136,9 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 			}
 			continue
 		}
+		if args == nil {
+			args = map[string]json.RawMessage{}
+		}
 		args[p.Name] = v
 	}
 	// A query parameter the operation does not declare is refused like an
@@ -139,7 +147,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 	// At most maxUnknownQuery are listed.
 	const maxUnknownQuery = 10
 	unknown := 0
-	for _, name := range slices.Sorted(maps.Keys(x.inv.Intent.Query)) {
+	for _, name := range sortedKeys(x.inv.Intent.Query) {
 		if slices.ContainsFunc(x.op.params, func(p idem.Param) bool { return p.In == "query" && p.Name == name }) {
 			continue
 		}
@@ -154,6 +162,9 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		return nil, nil, idem.InvalidInput(problems)
 	}
 	if raw == nil {
+		if args == nil {
+			args = map[string]json.RawMessage{} // {}, not null
+		}
 		raw, _ = json.Marshal(args)
 	}
 	if errs := x.op.ValidateInput(raw); len(errs) > 0 {
@@ -172,6 +183,15 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		return nil, nil, idem.InvalidInput(problems)
 	}
 	return raw, in, nil
+}
+
+// sortedKeys returns the names of m in order; nothing is allocated when m
+// is empty.
+func sortedKeys[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
 }
 
 // asMarshalled reports whether canon, a canonical JSON object, is byte for
