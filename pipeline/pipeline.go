@@ -381,7 +381,12 @@ func (x *execution) log(resp idem.Result, took time.Duration) {
 	if resp.Status >= 500 {
 		level = slog.LevelWarn
 	}
-	x.r.cfg.Logger.LogAttrs(context.Background(), level, "execution", attrs...)
+	// The record is made here rather than by Logger.LogAttrs, which looks
+	// up its caller's program counter on every line for a source that
+	// would always name this function.
+	r := slog.NewRecord(time.Now(), level, "execution", 0)
+	r.AddAttrs(attrs...)
+	_ = x.r.cfg.Logger.Handler().Handle(context.Background(), r)
 }
 
 // logs reports whether resp gets its log line: not when the logger drops
