@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -115,7 +114,7 @@ func (r Result) Body() []byte {
 	if r.Problem != nil {
 		return marshalProblem(r.Problem)
 	}
-	body, _ := marshalEnvelope(r.Data, r.Meta)
+	body, _ := json.Marshal(Envelope{Data: r.Data, Meta: r.Meta})
 	return body
 }
 
@@ -212,7 +211,7 @@ func marshalProblem(p *Problem) []byte {
 
 // SuccessResult is the Result for data, rendered as the envelope.
 func SuccessResult(status int, h http.Header, data json.RawMessage, meta *Meta) Result {
-	body, _ := marshalEnvelope(data, meta)
+	body, _ := json.Marshal(Envelope{Data: data, Meta: meta})
 	return Result{Status: status, Header: h, Data: data, Meta: meta, body: body}
 }
 
@@ -247,7 +246,7 @@ func ReplayResult(status int, header http.Header, stored []byte, key string) (Re
 		e.Meta = &Meta{}
 	}
 	e.Meta.Idempotency = replayed
-	body, err := marshalEnvelope(e.Data, e.Meta)
+	body, err := json.Marshal(&e)
 	// Data is the prefix of the body's rendering when stored compact, as
 	// the runner stores it: share it rather than keep a copy.
 	if n := len(envelopePrefix); bytes.HasPrefix(body, envelopePrefix) && bytes.HasPrefix(body[n:], e.Data) {
@@ -268,109 +267,3 @@ func (r Result) Footprint() int {
 
 // envelopePrefix opens every rendered envelope.
 var envelopePrefix = []byte(`{"data":`)
-
-// marshalEnvelope renders the envelope {data, meta} byte for byte as
-// json.Marshal(Envelope{data, meta}) does, without encoding/json's
-// reflection and second pass over data when it can: data (the handler's
-// output as encoding/json wrote it, or a stored one) is copied when
-// encoding/json would copy it unchanged (asCompacted), and meta is written
-// field by field when its strings need no escaping.
-func marshalEnvelope(data json.RawMessage, meta *Meta) ([]byte, error) {
-	if data == nil || !asCompacted(data) || !meta.plain() {
-		return json.Marshal(Envelope{Data: data, Meta: meta})
-	}
-	b := make([]byte, 0, len(envelopePrefix)+len(data)+metaSize(meta)+1)
-	b = append(append(b, envelopePrefix...), data...)
-	if meta != nil {
-		b = meta.appendJSON(append(b, `,"meta":`...))
-	}
-	return append(b, '}'), nil
-}
-
-// asCompacted reports whether encoding/json writes data, a RawMessage,
-// as it is: valid JSON without whitespace between its tokens and without
-// what it escapes for HTML (<, >, &, U+2028, U+2029).
-func asCompacted(data []byte) bool {
-	quoted := false
-	for i := 0; i < len(data); i++ {
-		switch c := data[i]; {
-		case c == '<' || c == '>' || c == '&':
-			return false
-		case c == 0xE2 && i+2 < len(data) && data[i+1] == 0x80 && data[i+2]&^1 == 0xA8:
-			return false
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
-			return false
-		}
-	}
-	return json.Valid(data)
-}
-
-// plain reports whether m's strings are written as they are in JSON:
-// printable ASCII without '"', '\\' or what encoding/json escapes for HTML.
-func (m *Meta) plain() bool {
-	if m == nil {
-		return true
-	}
-	ok := plainString(m.Operation) && plainString(m.ExecutionID)
-	return ok && (m.Idempotency == nil || plainString(m.Idempotency.Key))
-}
-
-func plainString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
-// metaSize bounds the length of m's rendering.
-func metaSize(m *Meta) int {
-	if m == nil {
-		return 0
-	}
-	n := 128 + len(m.Operation) + len(m.ExecutionID)
-	if m.Idempotency != nil {
-		n += len(m.Idempotency.Key)
-	}
-	return n
-}
-
-// appendJSON appends m (plain) as encoding/json writes it: the fields in
-// order, the empty ones omitted.
-func (m *Meta) appendJSON(b []byte) []byte {
-	b = append(b, '{')
-	field := func(name string) {
-		if b[len(b)-1] != '{' {
-			b = append(b, ',')
-		}
-		b = append(append(append(b, '"'), name...), `":`...)
-	}
-	if m.Operation != "" {
-		field("operation")
-		b = append(append(append(b, '"'), m.Operation...), '"')
-	}
-	if m.ExecutionID != "" {
-		field("executionId")
-		b = append(append(append(b, '"'), m.ExecutionID...), '"')
-	}
-	if m.Attempts != 0 {
-		field("attempts")
-		b = strconv.AppendInt(b, int64(m.Attempts), 10)
-	}
-	if m.DryRun {
-		field("dryRun")
-		b = append(b, "true"...)
-	}
-	if m.Idempotency != nil {
-		field("idempotency")
-		b = append(append(append(b, `{"key":"`...), m.Idempotency.Key...), `","replayed":`...)
-		b = strconv.AppendBool(b, m.Idempotency.Replayed)
-		b = append(b, '}')
-	}
-	return append(b, '}')
-}

@@ -142,17 +142,14 @@ func (s *Schema) Requires(name string) bool {
 // Errors are leaf causes only, sorted by path then message. An empty or
 // unparsable instance yields one error at "".
 func (s *Schema) Validate(instance []byte) []FieldError {
-	v, ok := parse(instance)
-	if !ok {
-		var err error
-		if v, err = santhosh.UnmarshalJSON(bytes.NewReader(instance)); err != nil {
-			return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}
-		}
-		if fe := checkNumbers(v, nil); fe != nil {
-			return []FieldError{*fe}
-		}
+	v, err := santhosh.UnmarshalJSON(bytes.NewReader(instance))
+	if err != nil {
+		return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}
 	}
-	err := s.validator.Validate(v)
+	if fe := checkNumbers(v, nil); fe != nil {
+		return []FieldError{*fe}
+	}
+	err = s.validator.Validate(v)
 	if err == nil {
 		return nil
 	}
