@@ -27,10 +27,31 @@ func PathParamNames(template string) []string {
 }
 
 // FillPath substitutes the route template's {name} segments, each escaped.
+// It scans for what routeParam matches, without the regexp: it runs on
+// every call.
 func FillPath(template string, params map[string]string) string {
-	return routeParam.ReplaceAllStringFunc(template, func(m string) string {
-		return url.PathEscape(params[m[1:len(m)-1]])
-	})
+	var b strings.Builder
+	done := 0 // template[:done] is written to b
+	for i := 0; i < len(template); i++ {
+		if template[i] != '{' {
+			continue
+		}
+		end := i + 1
+		for end < len(template) && !strings.ContainsRune("{}/", rune(template[end])) {
+			end++
+		}
+		if end == i+1 || end == len(template) || template[end] != '}' {
+			continue // not a {name}: the next '{' may open one
+		}
+		b.WriteString(template[done:i])
+		b.WriteString(url.PathEscape(params[template[i+1:end]]))
+		done, i = end+1, end
+	}
+	if done == 0 {
+		return template
+	}
+	b.WriteString(template[done:])
+	return b.String()
 }
 
 // RouteShape returns the template with every {name} as {}: two templates of

@@ -59,7 +59,8 @@
 //	N(name) N(value)          once per header pair: names ASCII lower-cased, in
 //	                          byte-wise ascending order, values in the order given
 //	N("nobody")               when the body is empty or absent, otherwise
-//	N("json") N(body)         with body in canonical form (Transform), or
+//	N("json") N(body)         with body in canonical form (Transform; as given
+//	                          when Request.Canonical says it is already), or
 //	N("bytes") N(type) N(body) for a body of another media type (Request.Opaque), as sent
 //
 // Without header inputs the preimage is exactly what it was before they

@@ -19,6 +19,11 @@ type Request struct {
 	// upload, a form): its bytes are hashed as they are, with the type.
 	// Empty means the body is JSON.
 	Opaque string
+	// Canonical says that Body, JSON, is already in canonical form (the
+	// output of Transform or TransformStrict), so Fingerprint hashes it as
+	// it is instead of transforming it again. Bytes in another form give
+	// another fingerprint than Transform's would.
+	Canonical bool
 	// Header holds the request's header inputs: only the headers that the
 	// operation declares as arguments, never the others. Names are
 	// compared case-insensitively (ASCII); each name's values keep their
@@ -38,21 +43,24 @@ const fingerprintVersion = "idem-fingerprint-v1"
 // query parameter given is hashed: the caller leaves out the control
 // parameter dryRun once it has parsed it (SPEC §6.2), and nothing else, so
 // that a parameter nobody interpreted can never vanish from the intent.
-// It fails only when r.Body is JSON (Opaque empty), not empty and not acceptable JSON (see
-// Transform); the error wraps a *SyntaxError.
+// It fails only when r.Body is JSON (Opaque empty), not empty, not
+// Canonical and not acceptable JSON (see Transform); the error wraps a
+// *SyntaxError.
 func Fingerprint(r Request) (string, error) {
 	pre, err := preimage(r)
 	if err != nil {
 		return "", err
 	}
 	sum := sha256.Sum256(pre)
-	return hex.EncodeToString(sum[:]), nil
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:]), nil
 }
 
 // preimage builds the bytes that Fingerprint hashes.
 func preimage(r Request) ([]byte, error) {
 	var body []byte
-	if len(r.Body) > 0 && r.Opaque != "" {
+	if len(r.Body) > 0 && (r.Opaque != "" || r.Canonical) {
 		body = r.Body
 	} else if len(r.Body) > 0 {
 		var err error

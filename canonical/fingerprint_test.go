@@ -121,6 +121,28 @@ func TestFingerprintGolden(t *testing.T) {
 	}
 }
 
+// A body given as Canonical is hashed as it is: the canonical form of a
+// body has the body's fingerprint.
+func TestFingerprintCanonicalBody(t *testing.T) {
+	body := []byte(`{ "currency": "EUR", "amount": 10.0 }`)
+	canon, err := TransformStrict(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Fingerprint(Request{Method: "POST", Path: "/v1/x", Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Fingerprint(Request{Method: "POST", Path: "/v1/x", Body: canon, Canonical: true})
+	if err != nil || got != want {
+		t.Fatalf("Fingerprint(canonical) = %s, %v; want %s", got, err, want)
+	}
+	// Not transformed again: other bytes are another fingerprint.
+	if other, _ := Fingerprint(Request{Method: "POST", Path: "/v1/x", Body: body, Canonical: true}); other == want {
+		t.Fatal("a Canonical body was transformed")
+	}
+}
+
 func TestFingerprintFormat(t *testing.T) {
 	got, err := Fingerprint(Request{})
 	if err != nil {

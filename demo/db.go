@@ -147,17 +147,17 @@ func (d *DB) rebind(q string) string {
 	if d.dialect != "postgres" || !strings.Contains(q, "?") {
 		return q
 	}
-	var b strings.Builder
+	b := make([]byte, 0, len(q)+2*strings.Count(q, "?"))
 	n := 0
-	for _, r := range q {
-		if r == '?' {
+	for i := 0; i < len(q); i++ { // '?' is never a byte of another character in UTF-8
+		if q[i] == '?' {
 			n++
-			b.WriteString("$" + strconv.Itoa(n))
+			b = strconv.AppendInt(append(b, '$'), int64(n), 10)
 			continue
 		}
-		b.WriteRune(r)
+		b = append(b, q[i])
 	}
-	return b.String()
+	return string(b)
 }
 
 // Tx is one demo transaction, on whichever driver runs it: database/sql

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"strings"
@@ -28,8 +29,12 @@ func newID(prefix string, now time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
 	_, _ = rand.Read(b[6:])
-	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	var out [32]byte // "apr_" and 26 characters
+	return string(idEncoding.AppendEncode(append(out[:0], prefix...), b[:]))
 }
+
+// idEncoding is base32 (RFC 4648) in lower case, without padding.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // Call runs one call through the pipeline and returns its one final
 // answer, typed (Result). It never returns an error: a failure is a Result
@@ -83,11 +88,15 @@ type execution struct {
 	inv idem.Invocation
 	// explicit is the call's context without its connection: what a keyed
 	// call runs under once reserved (SPEC §7).
-	explicit    context.Context
-	op          *operation
-	start       time.Time
-	key         string // the valid idempotency key, "" when unkeyed
-	opaque      string // a raw operation's body media type when not JSON (opaqueBody)
+	explicit context.Context
+	op       *operation
+	start    time.Time
+	key      string // the valid idempotency key, "" when unkeyed
+	opaque   string // a raw operation's body media type when not JSON (opaqueBody)
+	// canon is the JSON body in its strict canonical form, read once for
+	// the fingerprint and stage 4 (canonErr when it is not acceptable).
+	canon       []byte
+	canonErr    error
 	fingerprint string
 	executionID string
 	attempts    int
@@ -143,7 +152,10 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	}
 	defer releaseInput()
 	x.opaque = x.opaqueBody()
-	fp, ferr := canonical.Fingerprint(canonical.Request{Method: op.meta.Method, Path: x.concretePath(), Query: inv.Intent.Query, Body: inv.Intent.Body, Opaque: x.opaque, Header: x.headerInputs()})
+	if body := inv.Intent.Body; len(body) > 0 && x.opaque == "" {
+		x.canon, x.canonErr = canonical.TransformStrict(body)
+	}
+	fp, ferr := x.fingerprintOf()
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
@@ -317,6 +329,21 @@ func exposedOn(m idem.Metadata, s idem.Surface) bool {
 	return false
 }
 
+// fingerprintOf is the fingerprint of the call's intent (SPEC §6.2), its
+// JSON body hashed in the canonical form read once (canon).
+func (x *execution) fingerprintOf() (string, error) {
+	req := canonical.Request{Method: x.op.meta.Method, Path: x.concretePath(), Query: x.inv.Intent.Query, Opaque: x.opaque, Header: x.headerInputs()}
+	switch {
+	case x.opaque != "":
+		req.Body = x.inv.Intent.Body
+	case x.canonErr != nil:
+		return "", fmt.Errorf("fingerprint body: %w", x.canonErr)
+	default:
+		req.Body, req.Canonical = x.canon, true
+	}
+	return canonical.Fingerprint(req)
+}
+
 // concretePath substitutes the route's parameters.
 func (x *execution) concretePath() string {
 	return idem.FillPath(x.op.meta.Path, x.inv.Intent.PathParams)
@@ -342,17 +369,19 @@ func storeFailure(ctx context.Context, err error) *idem.Error {
 }
 
 func (x *execution) log(resp idem.Result, took time.Duration) {
-	attrs := []any{
+	// Attrs, not ...any: nothing is boxed.
+	attrs := make([]slog.Attr, 0, 14)
+	attrs = append(attrs,
 		slog.String("executionId", x.executionID), slog.String("operation", x.inv.Operation),
 		slog.String("org", x.inv.Principal.Org), slog.String("principal", x.inv.Principal.ID),
 		slog.Int("status", resp.Status), slog.Int("attempts", x.attempts),
 		slog.Bool("keyed", x.key != ""), slog.Bool("replayed", resp.Replayed),
 		slog.Int64("durationMs", took.Milliseconds()),
-	}
+	)
 	if resp.Problem != nil {
 		attrs = append(attrs, slog.String("code", string(resp.Problem.Code)))
 	}
-	attrs = append(attrs, x.causeLog()...)
+	attrs = x.appendCause(attrs)
 	if len(x.policyLog) > 0 {
 		attrs = append(attrs, slog.String("policies", strings.Join(x.policyLog, ",")))
 	}
@@ -360,7 +389,12 @@ func (x *execution) log(resp idem.Result, took time.Duration) {
 	if resp.Status >= 500 {
 		level = slog.LevelWarn
 	}
-	x.r.cfg.Logger.Log(context.Background(), level, "execution", attrs...)
+	// The record is made here rather than by Logger.LogAttrs, which looks
+	// up its caller's program counter on every line for a source that
+	// would always name this function.
+	r := slog.NewRecord(time.Now(), level, "execution", 0)
+	r.AddAttrs(attrs...)
+	_ = x.r.cfg.Logger.Handler().Handle(context.Background(), r)
 }
 
 // logs reports whether resp gets its log line: not when the logger drops

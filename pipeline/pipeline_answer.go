@@ -102,7 +102,7 @@ func (x *execution) waitAndAnswer(ctx context.Context, a idem.Attempt) idem.Resu
 		return x.answerRecord(ctx, a)
 	}
 	defer release()
-	x.inv.Intent.Body = nil
+	x.inv.Intent.Body, x.canon = nil, nil
 	wait := min(x.inv.Wait, x.r.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	// A key this instance runs wakes its waiters when it finishes, and so

@@ -156,43 +156,55 @@ func (x *execution) runOne(ctx context.Context, call *idem.Call, in any, fn func
 	}
 	actx, cancel := context.WithDeadline(idem.WithCall(ctx, call), deadline)
 	defer cancel()
-	type result struct {
-		out any
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		defer func() {
-			if v := recover(); v != nil {
-				done <- result{err: &handlerPanic{value: v, stack: debug.Stack()}}
-			}
-		}()
-		out, err := fn(actx, call, in)
-		done <- result{out, err}
-	}()
 	x.handlerErr = nil
+	if call.Transaction() != nil {
+		// A transactional handler holds the store's transaction, so the
+		// attempt waits for it to return whatever happens (its database
+		// calls end with actx): it runs on this goroutine.
+		return x.attemptResult(ctx, actx, invoke(actx, call, in, fn), ended)
+	}
+	done := make(chan attemptReturn, 1)
+	go func() { done <- invoke(actx, call, in, fn) }()
 	select {
 	case res := <-done:
-		switch {
-		case ctx.Err() != nil:
-			return nil, cancelled()
-		case errors.Is(actx.Err(), context.DeadlineExceeded):
-			return nil, ended()
-		}
-		x.handlerErr = res.err
-		return res.out, res.err
+		return x.attemptResult(ctx, actx, res, ended)
 	case <-actx.Done():
-		if call.Transaction() != nil {
-			// The handler still holds the store's transaction: it must
-			// return (its database calls end with actx) before the
-			// transaction can be rolled back.
-			<-done
-		}
 		if ctx.Err() != nil {
 			return nil, cancelled()
 		}
 		return nil, ended()
 	}
+}
+
+// attemptReturn is what a handler returned, or its panic as the error.
+type attemptReturn struct {
+	out any
+	err error
+}
+
+// invoke calls the handler, its panic recovered.
+func invoke(ctx context.Context, call *idem.Call, in any, fn func(context.Context, *idem.Call, any) (any, error)) (res attemptReturn) {
+	defer func() {
+		if v := recover(); v != nil {
+			res = attemptReturn{err: &handlerPanic{value: v, stack: debug.Stack()}}
+		}
+	}()
+	out, err := fn(ctx, call, in)
+	return attemptReturn{out, err}
+}
+
+// attemptResult is the outcome of an attempt whose handler returned res:
+// the caller's cancellation wins, then the end of the attempt's context
+// (actx), and only then what the handler returned.
+func (x *execution) attemptResult(ctx, actx context.Context, res attemptReturn, ended func() error) (any, error) {
+	switch {
+	case ctx.Err() != nil:
+		return nil, cancelled()
+	case errors.Is(actx.Err(), context.DeadlineExceeded):
+		return nil, ended()
+	}
+	x.handlerErr = res.err
+	return res.out, res.err
 }
 
 // handlerPanic is a handler's panic, recovered: its value and the stack

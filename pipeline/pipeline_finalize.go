@@ -193,15 +193,15 @@ func mayHaveExecuted(m idem.Metadata, failure string) string {
 		"before deciding, and use a new key only if a new mutation is still needed (the same key never runs it again)", failure, m.Name, reconcile)
 }
 
-// causeLog is what the execution's log line says of a handler's failure:
-// cause, the message of the error it returned, and for a panic also panic
-// (its value) and stack (the panicking goroutine's). The log is the
-// operator's; the audit trail gets auditCause.
-func (x *execution) causeLog() []any {
+// appendCause appends what the execution's log line says of a handler's
+// failure: cause, the message of the error it returned, and for a panic
+// also panic (its value) and stack (the panicking goroutine's). The log is
+// the operator's; the audit trail gets auditCause.
+func (x *execution) appendCause(attrs []slog.Attr) []slog.Attr {
 	if x.handlerErr == nil {
-		return nil
+		return attrs
 	}
-	attrs := []any{slog.String("cause", x.handlerErr.Error())}
+	attrs = append(attrs, slog.String("cause", x.handlerErr.Error()))
 	var p *handlerPanic
 	if errors.As(x.handlerErr, &p) {
 		attrs = append(attrs, slog.String("panic", fmt.Sprint(p.value)), slog.String("stack", string(p.stack)))

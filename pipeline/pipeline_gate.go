@@ -14,13 +14,18 @@ import (
 // is needed and the reason a policy gave.
 func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMessage) (bool, string, *idem.Error) {
 	m := x.op.meta
-	policies := append(append([]idem.Policy(nil), x.r.cfg.Policies...), x.op.Policies()...)
-	pctx, cancel := context.WithTimeout(ctx, x.r.cfg.PolicyTimeout)
-	defer cancel()
-	d, record, err := idem.EvaluatePolicies(pctx, policies, idem.PolicyInput{Operation: m, Principal: x.inv.Principal, Input: in, RawInput: raw})
-	x.policyLog = record
-	if err != nil {
-		return false, "", idem.AsError(err)
+	d := idem.PolicyDecision{Effect: idem.Allow} // no policy allows
+	if n := len(x.r.cfg.Policies) + len(x.op.Policies()); n > 0 {
+		policies := append(append(make([]idem.Policy, 0, n), x.r.cfg.Policies...), x.op.Policies()...)
+		pctx, cancel := context.WithTimeout(ctx, x.r.cfg.PolicyTimeout)
+		defer cancel()
+		var record []string
+		var err error
+		d, record, err = idem.EvaluatePolicies(pctx, policies, idem.PolicyInput{Operation: m, Principal: x.inv.Principal, Input: in, RawInput: raw})
+		x.policyLog = record
+		if err != nil {
+			return false, "", idem.AsError(err)
+		}
 	}
 	switch {
 	case d.Effect == idem.Deny:

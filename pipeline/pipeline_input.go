@@ -27,7 +27,7 @@ import (
 // JSON is not read.
 func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 	if x.op.raw != nil && x.op.raw.Unvalidated {
-		for _, name := range slices.Sorted(maps.Keys(x.inv.Intent.PathParams)) {
+		for _, name := range sortedKeys(x.inv.Intent.PathParams) {
 			if v := x.inv.Intent.PathParams[name]; v == "." || v == ".." {
 				return nil, nil, idem.InvalidInput([]map[string]string{{"path": "/" + name, "message": fmt.Sprintf("path parameter %s cannot be %q", name, v)}})
 			}
@@ -37,7 +37,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		// exactly (SPEC §6.2: integers within ±(2^53−1), no NUL), or two
 		// different bodies would be one intent.
 		if body := bytes.TrimSpace(x.inv.Intent.Body); len(body) > 0 && x.opaque == "" {
-			if _, err := canonical.TransformStrict(body); err != nil {
+			if _, err := x.strictBody(body); err != nil {
 				var se *canonical.SyntaxError
 				if errors.As(err, &se) && se.Pointer != "" {
 					return nil, nil, idem.InvalidInput([]map[string]string{{"path": se.Pointer, "message": se.Reason()}})
@@ -47,7 +47,11 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		}
 		return json.RawMessage(`{}`), x.rawRequest(), nil
 	}
-	args := map[string]json.RawMessage{}
+	var args map[string]json.RawMessage // made once a member or parameter needs it
+	// raw is the argument object as encoding/json writes args (members
+	// sorted by name, <, > and & escaped): the body itself when only the
+	// body holds arguments and it is written so already (asMarshalled).
+	var raw json.RawMessage
 	var problems []map[string]string
 	bad := func(path, format string, a ...any) {
 		problems = append(problems, map[string]string{"path": path, "message": fmt.Sprintf(format, a...)})
@@ -59,15 +63,22 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		bad("", "the body is %s, but this operation's body is a JSON object: send it as JSON with Content-Type: application/json", mt)
 	}
 	if body := bytes.TrimSpace(x.inv.Intent.Body); len(body) > 0 && x.opaque == "" {
-		canon, err := canonical.TransformStrict(body)
-		var se *canonical.SyntaxError
+		canon, err := x.strictBody(body)
 		switch {
-		case errors.As(err, &se) && se.Pointer != "":
-			bad(se.Pointer, "%s", se.Reason())
-		case errors.As(err, &se):
-			bad("", "the body is not one acceptable JSON object (RFC 8259, I-JSON): %s (at byte %d)", se.Reason(), se.Offset)
-		case err != nil || canon[0] != '{':
+		case err != nil:
+			var se *canonical.SyntaxError
+			switch {
+			case errors.As(err, &se) && se.Pointer != "":
+				bad(se.Pointer, "%s", se.Reason())
+			case se != nil:
+				bad("", "the body is not one acceptable JSON object (RFC 8259, I-JSON): %s (at byte %d)", se.Reason(), se.Offset)
+			default:
+				bad("", "the body must be one JSON object")
+			}
+		case canon[0] != '{':
 			bad("", "the body must be one JSON object")
+		case asMarshalled(canon) && !slices.ContainsFunc(x.op.params, func(p idem.Param) bool { return p.In != "body" }):
+			raw = canon
 		default:
 			_ = json.Unmarshal(canon, &args) // canonical JSON: no duplicate names
 		}
@@ -125,6 +136,9 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 			}
 			continue
 		}
+		if args == nil {
+			args = map[string]json.RawMessage{}
+		}
 		args[p.Name] = v
 	}
 	// A query parameter the operation does not declare is refused like an
@@ -133,7 +147,7 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 	// At most maxUnknownQuery are listed.
 	const maxUnknownQuery = 10
 	unknown := 0
-	for _, name := range slices.Sorted(maps.Keys(x.inv.Intent.Query)) {
+	for _, name := range sortedKeys(x.inv.Intent.Query) {
 		if slices.ContainsFunc(x.op.params, func(p idem.Param) bool { return p.In == "query" && p.Name == name }) {
 			continue
 		}
@@ -147,7 +161,12 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 	if len(problems) > 0 {
 		return nil, nil, idem.InvalidInput(problems)
 	}
-	raw, _ := json.Marshal(args)
+	if raw == nil {
+		if args == nil {
+			args = map[string]json.RawMessage{} // {}, not null
+		}
+		raw, _ = json.Marshal(args)
+	}
 	if errs := x.op.ValidateInput(raw); len(errs) > 0 {
 		for _, e := range errs {
 			bad(e.Path, "%s", e.Message)
@@ -164,6 +183,44 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		return nil, nil, idem.InvalidInput(problems)
 	}
 	return raw, in, nil
+}
+
+// sortedKeys returns the names of m in order; nothing is allocated when m
+// is empty.
+func sortedKeys[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+// asMarshalled reports whether canon, a canonical JSON object, is byte for
+// byte what encoding/json writes for the map of its members: nothing in it
+// that encoding/json escapes and RFC 8785 does not (<, >, &, U+2028,
+// U+2029), and no character from U+E000 on, below which RFC 8785's order
+// of member names (UTF-16) is Go's (bytes).
+func asMarshalled(canon []byte) bool {
+	for i, c := range canon {
+		switch {
+		case c == '<' || c == '>' || c == '&' || c >= 0xEE:
+			return false
+		case c == 0xE2 && i+2 < len(canon) && canon[i+1] == 0x80 && canon[i+2]&^1 == 0xA8:
+			return false
+		}
+	}
+	return true
+}
+
+// strictBody is the strict canonical form of the body trimmed of its
+// surrounding space: the one read for the fingerprint (canon) when the
+// whole body is acceptable, since only JSON whitespace surrounds it then.
+// bytes.TrimSpace also trims \v, \f, U+0085 and U+00A0, which JSON does
+// not, so a whole body refused is read again trimmed.
+func (x *execution) strictBody(trimmed []byte) ([]byte, error) {
+	if x.canonErr == nil {
+		return x.canon, nil
+	}
+	return canonical.TransformStrict(trimmed)
 }
 
 // headerInputs returns the values of the operation's declared header

@@ -33,24 +33,27 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 	}
 	tctx, cancel := detached(ctx, lease+finalizeTimeout)
 	defer cancel()
-	var (
+	// What the transaction's function leaves, in one value (the function
+	// captures it once).
+	var ran struct {
+		ok    bool
 		resp  idem.Result
 		asked idem.TxOutcome
-		ran   bool
 		fin   idem.FinishParams // the execution's end, for the audit of an aborted one
-	)
+	}
 	t0 := time.Now()
 	res, err := r.cfg.Store.(idem.Transactor).Transact(tctx, p, func(sctx context.Context, tx any) idem.TxOutcome {
-		ran = true
+		ran.ok = true
 		x.executionID = start.ExecutionID
 		if x.key != "" {
 			x.leaseDeadline = t0.Add(lease)
 			r.done.started(scope, x.key)
 		}
-		resp, asked, fin = x.runInTx(sctx, cancelling, in, tx)
-		return asked
+		ran.resp, ran.asked, ran.fin = x.runInTx(sctx, cancelling, in, tx)
+		return ran.asked
 	})
-	if ran && x.key != "" {
+	resp, asked, fin := ran.resp, ran.asked, ran.fin
+	if ran.ok && x.key != "" {
 		defer r.done.finished(scope, x.key)
 	}
 	switch {
@@ -59,7 +62,7 @@ func (x *execution) transact(ctx context.Context, in any, start idem.StartParams
 		// must not give up when it finds no record.
 		x.uncommitted = true
 		return x.notReserved(ctx, idem.Attempt{Scope: scope, Key: x.key, Fingerprint: x.fingerprint, State: idem.AttemptInFlight}, releaseExecution)
-	case err != nil && !ran:
+	case err != nil && !ran.ok:
 		return x.startFailure(ctx, err, raw, reason)
 	case err != nil:
 		// The handler ran; the completion or the commit failed. Whether it

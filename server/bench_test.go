@@ -1,0 +1,105 @@
+package server_test
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/demo"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/pipeline"
+	"github.com/idem-run/idem/secretbox"
+	"github.com/idem-run/idem/server"
+	"github.com/idem-run/idem/sqlitestore"
+)
+
+// BenchmarkServerCall measures what the harness's keyed phases send,
+// in process (httptest, no network): POST /v1/businesses (business.create,
+// transactional) through server.New's handler on SQLite, with the demo
+// tokens, the metrics and idem serve's JSON log line (to io.Discard). first
+// sends a fresh key and slug each time, replay one completed key. Use
+// TMPDIR=/dev/shm, so that fsync is not what it measures, and -cpuprofile.
+// cpu-µs/op is the process's CPU time (user and system, every goroutine:
+// SQLite's engine, the garbage collector) per call, as the harness reads
+// the server's from /proc.
+func BenchmarkServerCall(b *testing.B) {
+	dir := b.TempDir()
+	store, err := sqlitestore.Open(b.Context(), filepath.Join(dir, "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, err := secretbox.New(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	app, err := demo.Open(b.Context(), "sqlite:"+filepath.Join(dir, "idem.db"), demo.Config{Sealer: box, Writer: store.Write})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer app.Close()
+	tokens := httpapi.NewTokens(demo.Tokens())
+	srv, err := server.New(b.Context(), server.Config{
+		Operations: app.Operations(), Store: store, Auth: tokens, Routes: app.Routes(),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Runner: pipeline.Config{Sealer: box},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := srv.Handler()
+	send := func(key, body string) int {
+		req := httptest.NewRequest("POST", "/v1/businesses", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer demo-agent")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	run := rand.Text()[:8]
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		cpu := cpuTime()
+		for b.Loop() {
+			i++
+			slug := fmt.Sprintf("b-%s-%d", strings.ToLower(run), i)
+			if c := send("k-"+slug, `{"slug":"`+slug+`","name":"Bench"}`); c != http.StatusCreated {
+				b.Fatalf("first: %d", c)
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	})
+	b.Run("replay", func(b *testing.B) {
+		b.ReportAllocs()
+		if c := send("k-replay", `{"slug":"replay","name":"Bench"}`); c != http.StatusCreated {
+			b.Fatalf("first: %d", c)
+		}
+		cpu := cpuTime()
+		for b.Loop() {
+			if c := send("k-replay", `{"slug":"replay","name":"Bench"}`); c != http.StatusCreated {
+				b.Fatalf("replay: %d", c)
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	})
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
