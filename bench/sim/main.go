@@ -29,7 +29,7 @@
 // it the program reports how many are needed.
 //
 // Retained storage is first executions per second × retention × bytes per
-// retained key (pg_total_relation_size of idem_attempts per row, as
+// retained key (pg_total_relation_size of idem_records per key held, as
 // measured), with the stored answer resized from the measured one to --body.
 //
 // The --check section compares the model with the harness's two instances

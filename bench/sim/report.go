@@ -20,7 +20,7 @@ func printModel(w io.Writer, o options, r results, s storeRows, m Model, measure
 		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.0f |\n",
 			x.Phase, x.PerSecond, x.ServerCPUUs, x.DBCPUUs, x.LoadCPUUs, x.WriteTx, x.WALBytes, x.DBGrowth)
 	}
-	fmt.Fprintf(w, "\nRetained key: %.0f bytes (`idem_attempts` heap, TOAST, indexes per row) with a %.0f-byte stored answer. "+
+	fmt.Fprintf(w, "\nRetained key: %.0f bytes (`idem_records` heap, TOAST, indexes per key held) with a %.0f-byte stored answer. "+
 		"Raw limit: %.0f write transactions/s, PostgreSQL and load generator keeping %.2f cores busy, the machine %.2f of %d. "+
 		"Batching factor in the measurement: %.2f.\n\n",
 		s.first.BytesPerKey, s.first.StoredAnswer, s.commitRate(),
