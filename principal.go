@@ -3,6 +3,7 @@ package idem
 import (
 	"slices"
 	"strings"
+	"time"
 )
 
 // PrincipalKind says what kind of caller a principal is.
@@ -41,6 +42,11 @@ type Principal struct {
 	ID    string        `json:"id"`
 	Kind  PrincipalKind `json:"kind"`
 	Roles []string      `json:"roles,omitempty"`
+	// Expires, when set, is when the credential that authenticated the
+	// principal stops being valid (a JWT's exp): a session opened with
+	// it, the web console's, ends then too. Zero: the credential does not
+	// expire by itself (a tokens-file token).
+	Expires time.Time `json:"-"`
 }
 
 // HasRole reports whether p holds role.

@@ -126,7 +126,11 @@ func (a *Authenticator) Authenticate(r *http.Request) (idem.Principal, error) {
 	if err := a.validate(std); err != nil {
 		return idem.Principal{}, err
 	}
-	return a.principal(claims)
+	p, err := a.principal(claims)
+	if err == nil && std.Expiry != nil {
+		p.Expires = std.Expiry.Time().UTC() // a console session ends with the token
+	}
+	return p, err
 }
 
 func (a *Authenticator) allowed(alg string) bool {

@@ -244,6 +244,9 @@ func TestValidTokens(t *testing.T) {
 			if p.Org != want.Org || p.ID != want.ID || p.Kind != want.Kind || !slices.Equal(p.Roles, want.Roles) {
 				t.Fatalf("principal %+v, want %+v", p, want)
 			}
+			if exp := time.Unix(clock.Now().Add(time.Hour).Unix(), 0); !p.Expires.Equal(exp) {
+				t.Fatalf("principal expires %s, want the token's exp %s (a console session ends then)", p.Expires, exp)
+			}
 		})
 	}
 	t.Run("aud as an array", func(t *testing.T) {

@@ -129,7 +129,7 @@ func (c *console) signin(w http.ResponseWriter, r *http.Request) {
 		c.sessions.close(old.Value)
 	}
 	id, _ := c.sessions.open(p)
-	c.setCookie(w, r, id, int(c.cfg.AbsoluteTimeout.Seconds()))
+	c.setCookie(w, r, id, max(int(c.sessions.lifetime(p).Seconds()), 1))
 	c.cfg.Logger.Info("console sign-in", "org", p.Org, "principal", p.ID, "kind", p.Kind)
 	http.Redirect(w, r, view.Next, http.StatusSeeOther)
 }

@@ -92,8 +92,21 @@ func (s *sessions) close(id string) {
 	delete(s.byID, h)
 }
 
+// expired reports whether sess is past its idle or absolute timeout, or
+// past the expiry of the credential it was opened with (a JWT's exp).
 func (s *sessions) expired(sess *session, now time.Time) bool {
-	return now.Sub(sess.lastSeen) >= s.idle || now.Sub(sess.created) >= s.absolute
+	return now.Sub(sess.lastSeen) >= s.idle || now.Sub(sess.created) >= s.absolute ||
+		!sess.principal.Expires.IsZero() && !now.Before(sess.principal.Expires)
+}
+
+// lifetime is how long a session opened now for p may last at most: the
+// absolute timeout, or less when p's credential expires sooner.
+func (s *sessions) lifetime(p idem.Principal) time.Duration {
+	d := s.absolute
+	if !p.Expires.IsZero() {
+		d = min(d, p.Expires.Sub(s.clock.Now()))
+	}
+	return max(d, 0)
 }
 
 // validCSRF reports whether token is the session's synchronizer token.

@@ -77,3 +77,29 @@ func TestValidCSRF(t *testing.T) {
 		t.Error("an empty token matched an empty synchronizer token")
 	}
 }
+
+// A session opened with a credential that expires (a JWT's exp) ends when
+// it does, well inside the idle and absolute timeouts, and its cookie is
+// not asked to live longer (issue 28, item 5: an approver whose token had
+// expired still approved through the console).
+func TestSessionEndsWithItsCredential(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s := newSessions(clock, 10*time.Minute, time.Hour)
+	p := bob
+	p.Expires = clock.Now().Add(5 * time.Minute)
+	if got := s.lifetime(p); got != 5*time.Minute {
+		t.Fatalf("lifetime = %s, want the token's 5m", got)
+	}
+	if got := s.lifetime(alice); got != time.Hour {
+		t.Fatalf("lifetime without an expiry = %s, want the absolute 1h", got)
+	}
+	id, _ := s.open(p)
+	clock.Advance(4 * time.Minute)
+	if s.lookup(id) == nil {
+		t.Fatal("session ended before its token expired")
+	}
+	clock.Advance(time.Minute)
+	if s.lookup(id) != nil {
+		t.Fatal("session outlived its token's expiry")
+	}
+}
