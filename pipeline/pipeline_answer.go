@@ -120,8 +120,16 @@ func (x *execution) waitAndAnswer(ctx context.Context, a idem.Attempt) idem.Resu
 		}
 		next, err := x.r.getAttempt(ctx, x.inv.Principal.Scope(), x.key)
 		if err != nil {
+			if errors.Is(err, idem.ErrNotFound) && x.uncommitted && finished == nil {
+				// The transactional execution ahead ran here and has
+				// ended (its signal came) with nothing committed: the key
+				// is free, and waiting longer would find nothing.
+				resp := x.fail(idem.Errorf(idem.CodeIdempotencyKeyInFlight, "the request with idempotency key %q ahead of this one committed nothing, and the key is free again; send this request again with the same key", x.key))
+				resp.WaitApplied = wait
+				return resp
+			}
 			if errors.Is(err, idem.ErrNotFound) && x.uncommitted {
-				continue // not committed yet (or rolled back)
+				continue // not committed yet (or rolled back on another instance)
 			}
 			if errors.Is(err, idem.ErrNotFound) {
 				break

@@ -78,7 +78,8 @@ func writeEffect(ctx context.Context, call *idem.Call, name string) error {
 type txIn struct {
 	Name string `json:"name"`
 	// Fail: "" succeeds, "declared" is a declared 409, "internal" a 500,
-	// "block" waits for the test's release.
+	// "block" waits for the test's release, "block-internal" waits, then
+	// fails as "internal" does.
 	Fail string `json:"fail,omitempty"`
 }
 
@@ -96,12 +97,15 @@ func txCreateOp(entered, release chan struct{}) idem.Operation {
 			return thing{}, idem.Errorf(codeThingExists, "a thing named %q exists", in.Name)
 		case "internal":
 			return thing{}, errors.New("the handler failed after its write")
-		case "block":
+		case "block", "block-internal":
 			close(entered)
 			select {
 			case <-release:
 			case <-ctx.Done():
 				return thing{}, ctx.Err()
+			}
+			if in.Fail == "block-internal" {
+				return thing{}, errors.New("the handler failed after its write")
 			}
 		}
 		return thing{ID: "t_" + in.Name, Name: in.Name}, nil
@@ -246,6 +250,40 @@ func (s *pollingStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) 
 
 func (s *pollingStore) Transact(ctx context.Context, p idem.ReserveParams, run idem.TransactFunc) (idem.TransactResult, error) {
 	return s.Store.(idem.Transactor).Transact(ctx, p, run)
+}
+
+// A Prefer: wait behind a transactional execution of the same key on this
+// instance is answered as soon as that execution ends without committing
+// (the key is free again), not when the wait runs out (issue 28, item 7).
+func TestTransactionalWaiterAnswersWhenTheAheadRollsBack(t *testing.T) {
+	eachTxStore(t, func(t *testing.T, env txEnv) {
+		clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+		entered, release := make(chan struct{}), make(chan struct{})
+		f := newFixtureOn(t, clock, env.store(t, clock), []idem.Operation{txCreateOp(entered, release), showOp()})
+		var wg sync.WaitGroup
+		var first idem.Result
+		wg.Go(func() { first = f.do(context.Background(), txCall("w", "block-internal", "k1")) })
+		<-entered
+		answered := make(chan idem.Result, 1)
+		go func() {
+			c := txCall("w", "block-internal", "k1")
+			c.wait = 20 * time.Second
+			answered <- f.do(context.Background(), c)
+		}()
+		time.Sleep(100 * time.Millisecond) // the second call is waiting
+		close(release)
+		wg.Wait()
+		expect(t, first, http.StatusInternalServerError, idem.CodeExecutionFailed)
+		select {
+		case waiter := <-answered:
+			d := expect(t, waiter, http.StatusConflict, idem.CodeIdempotencyKeyInFlight)
+			if !d.Retryable || !strings.Contains(string(waiter.Body()), "committed nothing") {
+				t.Errorf("the waiter's answer = %s; want a retryable in-flight answer saying the key is free", waiter.Body())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter was not answered within 10 s of a 20 s wait, after the execution ahead rolled back")
+		}
+	})
 }
 
 func TestTransactionalCancellationRollsBack(t *testing.T) {
