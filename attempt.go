@@ -50,6 +50,10 @@ type Attempt struct {
 	// SecretExpiresAt is set for secret results: when the ciphertext is
 	// destroyed and the record becomes a tombstone.
 	SecretExpiresAt time.Time
+	// ObservedAt is when the store read the record, by the store's clock
+	// (Observe sets it): with ExpiresAt it says how long the record has
+	// left whatever this instance's own clock says (the replay cache).
+	ObservedAt time.Time
 }
 
 // Observe returns the record as a reader at now must see it, applying the
@@ -61,6 +65,7 @@ type Attempt struct {
 // A lease that passed is not among them: it must be made durable before
 // anyone is told (LeasePassed).
 func (a Attempt) Observe(now time.Time) Attempt {
+	a.ObservedAt = now
 	if a.State == AttemptCompleted && a.SealedKeyID != "" && !a.SecretExpiresAt.IsZero() && !now.Before(a.SecretExpiresAt) {
 		a.State = AttemptExpired
 		a.Body = nil

@@ -13,8 +13,10 @@ import (
 const DefaultReplayCacheBytes = 16 << 20
 
 // replayCacheMargin is how long before its retention ends a record stops
-// being served from memory: other instances, whose clocks may run a little
-// ahead, could forget the key and reserve it anew at that moment.
+// being served from memory: the retention is the store's clock's, and this
+// instance measures the time left only by its own elapsed time since the
+// store read the record, which a round trip and the store's sampling of
+// its clock blur by well under a second.
 const replayCacheMargin = time.Minute
 
 // replayCache answers replays without a store round trip. It holds only
@@ -22,8 +24,11 @@ const replayCacheMargin = time.Minute
 // retention passes (SPEC §6.3), so a copy is exact on every instance for as
 // long as it is retained. Secret results are left to the store, whose sweeper
 // destroys them when their window passes. A record is dropped from memory
-// replayCacheMargin before its retention ends, and when the cache is over
-// its byte bound, least recently used first.
+// replayCacheMargin before its retention ends by the store's clock (what it
+// had left when the store read it, ExpiresAt − ObservedAt, counted down by
+// this instance's elapsed time, never by its wall clock, which may be off;
+// issue 28, item 4), and when the cache is over its byte bound, least
+// recently used first.
 type replayCache struct {
 	mu       sync.Mutex
 	maxBytes int
@@ -38,6 +43,11 @@ type cached struct {
 	k    cacheKey
 	a    idem.Attempt
 	size int
+	// until is when the copy stops being served, by this instance's clock
+	// (whose readings the runtime subtracts monotonically): put now plus
+	// what the record had left by the store's clock when the store read it
+	// (ExpiresAt − ObservedAt), less replayCacheMargin.
+	until time.Time
 	// replay is the record's success answer marked as a replay (its
 	// rendering, data and meta), made by the first replay served from this
 	// copy; Status and Header are the record's.
@@ -59,8 +69,9 @@ func newReplayCache(maxBytes int) *replayCache {
 func keyOf(scope idem.Scope, key string) cacheKey { return cacheKey{scope.Org, scope.Principal, key} }
 
 // cacheable reports whether a may be served from memory at now.
-func cacheable(a idem.Attempt, now time.Time) bool {
-	return a.State == idem.AttemptCompleted && a.SealedKeyID == "" && now.Before(a.ExpiresAt.Add(-replayCacheMargin))
+func cacheable(a idem.Attempt) bool {
+	return a.State == idem.AttemptCompleted && a.SealedKeyID == "" && !a.ObservedAt.IsZero() &&
+		a.ExpiresAt.Sub(a.ObservedAt) > replayCacheMargin
 }
 
 // get returns the cached record of (scope, key), if it may still be served.
@@ -75,7 +86,7 @@ func (c *replayCache) get(scope idem.Scope, key string, now time.Time) (idem.Att
 		return idem.Attempt{}, false
 	}
 	v := e.Value.(*cached)
-	if !cacheable(v.a, now) {
+	if !now.Before(v.until) {
 		c.remove(e)
 		return idem.Attempt{}, false
 	}
@@ -120,7 +131,7 @@ func (c *replayCache) keepReplay(scope idem.Scope, key, executionID string, res 
 
 // put keeps a if it may be served from memory.
 func (c *replayCache) put(a idem.Attempt, now time.Time) {
-	if c == nil || !cacheable(a, now) {
+	if c == nil || !cacheable(a) {
 		return
 	}
 	k := keyOf(a.Scope, a.Key)
@@ -142,7 +153,7 @@ func (c *replayCache) put(a idem.Attempt, now time.Time) {
 	if e, ok := c.byKey[k]; ok {
 		c.remove(e)
 	}
-	c.byKey[k] = c.order.PushFront(&cached{k: k, a: a, size: size})
+	c.byKey[k] = c.order.PushFront(&cached{k: k, a: a, size: size, until: now.Add(a.ExpiresAt.Sub(a.ObservedAt) - replayCacheMargin)})
 	c.bytes += size
 	for c.bytes > c.maxBytes {
 		c.remove(c.order.Back())

@@ -13,6 +13,7 @@ func completedAttempt(key string, body int, now time.Time) idem.Attempt {
 	return idem.Attempt{
 		Scope: idem.Scope{Org: "acme", Principal: "agent-1"}, Key: key, State: idem.AttemptCompleted,
 		Status: 201, Body: make([]byte, body), CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(24 * time.Hour),
+		ObservedAt: now,
 	}
 }
 
@@ -49,6 +50,30 @@ func TestReplayCacheKeepsOnlyWhatCannotChange(t *testing.T) {
 	}
 	if len(c.byKey) != 0 || c.bytes != 0 {
 		t.Errorf("cache holds %d records, %d bytes after its only record expired", len(c.byKey), c.bytes)
+	}
+}
+
+// The store's clock decides when a cached record stops being served: an
+// instance whose own clock is minutes behind (or ahead) serves a copy for
+// what the record had left when the store read it, counted by its own
+// elapsed time, never until its own wall clock reaches the record's
+// expiry (issue 28, item 4: an instance 45 s to 3 min behind answered a
+// key the store had forgotten as a replay).
+func TestReplayCacheJudgesExpiryByTheStoresClock(t *testing.T) {
+	store := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	for _, skew := range []time.Duration{-3 * time.Minute, -45 * time.Second, 3 * time.Minute} {
+		c := newReplayCache(0)
+		a := completedAttempt("k", 10, store.Add(-24*time.Hour+2*time.Minute)) // 2 min left, by the store
+		a.ObservedAt = store
+		local := store.Add(skew)
+		c.put(a, local)
+		if _, ok := c.get(scope, "k", local.Add(time.Minute-time.Second)); !ok {
+			t.Errorf("skew %s: record dropped before the margin", skew)
+		}
+		if _, ok := c.get(scope, "k", local.Add(time.Minute)); ok {
+			t.Errorf("skew %s: record served within the margin of the store's expiry", skew)
+		}
 	}
 }
 
