@@ -238,8 +238,7 @@ func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers [
 		secretExpiresAt = &t
 	}
 	fin := p.Finish
-	own, others := splitEvents(fin.Events, fin.ExecutionID)
-	events, err := encodeEvents(own, now)
+	ev, err := splitFinish(fin, now)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
@@ -248,43 +247,14 @@ func completeTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams, headers [
 		string(idem.FinalState(p.Status)), p.Status, headers, p.Body, nullable(p.SealedKeyID), now, secretExpiresAt,
 		string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts,
 		notifyPayload(p.Scope, p.Key), // signalled only if a waiter on another instance asked (Watch)
-		events, namedIn(own)), []any{&notified}})
+		ev.encoded, ev.named), []any{&notified}})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Attempt{}, idem.ErrFenced
 	}
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	if named := namedIn(own); named != "" && named != a.ExecutionID {
-		// The events said they were the record's execution's, and it is
-		// another: the statement appended none, and each goes where it
-		// says (those naming none to the record).
-		others = append(withExecution(own, a.ExecutionID), others...)
-	}
-	return a, insertEvents(ctx, tx, p.Scope.Org, others, now)
-}
-
-// namedIn is the execution that some of own, the events of one execution
-// (splitEvents), name; "" when none names one.
-func namedIn(own []idem.AuditEvent) string {
-	for _, ev := range own {
-		if ev.ExecutionID != "" {
-			return ev.ExecutionID
-		}
-	}
-	return ""
-}
-
-// withExecution is events with those naming no execution naming id.
-func withExecution(events []idem.AuditEvent, id string) []idem.AuditEvent {
-	out := make([]idem.AuditEvent, len(events))
-	for i, ev := range events {
-		if ev.ExecutionID == "" {
-			ev.ExecutionID = id
-		}
-		out[i] = ev
-	}
-	return out
+	return a, insertEvents(ctx, tx, p.Scope.Org, ev.rows(a.ExecutionID), now)
 }
 
 // GetAttempt reads the key's newest record; a forgotten one that is not

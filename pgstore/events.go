@@ -73,6 +73,50 @@ func splitEvents(events []idem.AuditEvent, id string) (own, others []idem.AuditE
 	return own, others
 }
 
+// finishEvents are the events of a finish of a record found by its key
+// (Complete, Release), whose execution the statement learns only as it
+// runs: own (naming none, or the execution the finish names) go in the
+// statement, encoded, appended only if the record's execution is named
+// (or named is ""); the others are appended as rows after it.
+type finishEvents struct {
+	own, others []idem.AuditEvent
+	encoded     []byte
+	named       string
+}
+
+// splitFinish splits fin's events as finishEvents says.
+func splitFinish(fin idem.FinishParams, now time.Time) (finishEvents, error) {
+	var f finishEvents
+	f.own, f.others = splitEvents(fin.Events, fin.ExecutionID)
+	for _, ev := range f.own {
+		if ev.ExecutionID != "" {
+			f.named = ev.ExecutionID
+			break
+		}
+	}
+	var err error
+	f.encoded, err = encodeEvents(f.own, now)
+	return f, err
+}
+
+// rows is what is left to append as rows once the record's execution id is
+// known: the others, and own too when the record is not of the execution
+// they named (the statement appended none of them then), those naming
+// none given to the record.
+func (f finishEvents) rows(id string) []idem.AuditEvent {
+	if f.named == "" || f.named == id {
+		return f.others
+	}
+	out := make([]idem.AuditEvent, 0, len(f.own)+len(f.others))
+	for _, ev := range f.own {
+		if ev.ExecutionID == "" {
+			ev.ExecutionID = id
+		}
+		out = append(out, ev)
+	}
+	return append(out, f.others...)
+}
+
 // appended is an event appended to an execution (a row of
 // idem_audit_events) with how many of its record's own events precede it.
 type appended struct {

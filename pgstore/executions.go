@@ -393,8 +393,7 @@ func (s *Store) RecordExecutions(ctx context.Context, p idem.RecordExecutionsPar
 			if foreign != nil {
 				others = append(others, orgEvents{st.Scope.Org, foreign})
 			}
-			first := idem.AuditEvent{Type: idem.EventStarted, At: started[i], Attempt: 1}
-			b, err := encodeEvents(append([]idem.AuditEvent{first}, own...), now)
+			b, err := encodeEvents(append(newExecution(st, "", started[i]).Events, own...), now)
 			if err != nil {
 				return err
 			}

@@ -20,24 +20,20 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 	return s.write(ctx, "release", func(ctx context.Context, tx pgx.Tx) error {
 		now := s.now()
 		fin := p.Finish
-		own, others := splitEvents(fin.Events, fin.ExecutionID)
-		events, err := encodeEvents(own, now)
+		ev, err := splitFinish(fin, now)
 		if err != nil {
 			return err
 		}
 		var executionID string
 		var notified int
 		err = tx.QueryRow(ctx, releaseSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, now, notifyPayload(p.Scope, p.Key),
-			string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts, events, namedIn(own)).Scan(&executionID, &notified)
+			string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts, ev.encoded, ev.named).Scan(&executionID, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idem.ErrFenced
 		}
 		if err != nil {
 			return err
 		}
-		if named := namedIn(own); named != "" && named != executionID {
-			others = append(withExecution(own, executionID), others...)
-		}
-		return insertEvents(ctx, tx, p.Scope.Org, others, now)
+		return insertEvents(ctx, tx, p.Scope.Org, ev.rows(executionID), now)
 	})
 }

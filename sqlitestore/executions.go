@@ -268,8 +268,7 @@ func (s *Store) RecordExecutions(ctx context.Context, p idem.RecordExecutionsPar
 			if finishedAt.IsZero() {
 				finishedAt = now
 			}
-			first := idem.AuditEvent{ExecutionID: st.ExecutionID, Type: idem.EventStarted, At: startedAt, Attempt: 1}
-			events, err := encodeEvents(append([]idem.AuditEvent{first}, fin.Events...), now)
+			events, err := encodeEvents(append(newExecution(st, "", startedAt).Events, fin.Events...), now)
 			if err != nil {
 				return err
 			}
