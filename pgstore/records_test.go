@@ -128,8 +128,11 @@ func TestFirstExecutionLeavesNoBytes(t *testing.T) {
 		empty, n, sizes, float64(sizes[0]-empty)/n)
 	// Without reuse the third wave would take three times the first; the
 	// pages B-tree deletion frees are reusable a VACUUM later, so the
-	// second wave grows the indexes a little, and then they stay.
-	if sizes[2] > sizes[0]+sizes[0]/2 {
+	// second wave grows the indexes a little, and then they stay. Measured
+	// 1.2× alone and up to 1.8× beside make test's other packages (whose
+	// load delays what VACUUM may recycle): 2.5× still tells reuse from
+	// none.
+	if sizes[2] > sizes[0]*5/2 {
 		t.Fatalf("the third wave of %d executions takes %d bytes, the first %d: the space retention freed is not reused", n, sizes[2], sizes[0])
 	}
 }
