@@ -43,6 +43,10 @@ type Attempt struct {
 	// ciphertext (SealedKeyID names the key); nil once a secret expired.
 	Body        []byte
 	SealedKeyID string
+	// Attempts is how many attempts the execution made, once final (a
+	// raw operation's replay reports it, as a typed one's stored envelope
+	// does).
+	Attempts    int
 	CreatedAt   time.Time
 	CompletedAt time.Time
 	// ExpiresAt is when the record is forgotten (retention).

@@ -233,8 +233,8 @@ func testProxy(t *testing.T, up *upstream, p *server) {
 		if s.Effects[handlerKey] != 1 {
 			t.Fatalf("the upstream saw the handler key %s %d times (effects %v)", handlerKey, s.Effects[handlerKey], s.Effects)
 		}
-		if s.Auth[len(s.Auth)-1] != "Bearer "+proxyToken {
-			t.Fatalf("the caller's Authorization was not forwarded: %v", s.Auth)
+		if s.Auth[len(s.Auth)-1] != "" {
+			t.Fatalf("the caller's Authorization (idem's credential) was forwarded: %v", s.Auth)
 		}
 		x := p.do(t, "GET", "/v1/executions/"+exe, proxyToken, "").want(t, 200, "")
 		if field(x.body, "data.outcome") != "succeeded" {
@@ -354,6 +354,17 @@ func testProxy(t *testing.T, up *upstream, p *server) {
 		sc, res := toolCall(t, cs, "createWidget", map[string]any{"name": "mcp-widget", "idempotencyKey": "m-1"})
 		if res.IsError || field(sc, "status") != float64(201) || field(sc, "data.name") != "mcp-widget" {
 			t.Fatalf("tool result %v", sc)
+		}
+		// One rule on both surfaces: the upstream never sees idem's
+		// credential.
+		if s := up.stats(t); s.Auth[len(s.Auth)-1] != "" {
+			t.Fatalf("an MCP call forwarded an Authorization: %v", s.Auth)
+		}
+		// A replay over MCP says how many attempts the execution made.
+		replay, res := toolCall(t, cs, "createWidget", map[string]any{"name": "mcp-widget", "idempotencyKey": "m-1"})
+		if res.IsError || field(replay, "meta.idempotency.replayed") != true || field(replay, "meta.attempts") != field(sc, "meta.attempts") ||
+			field(sc, "meta.attempts") != float64(1) {
+			t.Fatalf("MCP replay %v, first %v", replay, sc)
 		}
 		// The same intent over HTTP replays it.
 		r := post("/widgets", "m-1", `{"name":"mcp-widget"}`).want(t, 201, "")

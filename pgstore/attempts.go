@@ -329,7 +329,7 @@ func (s *Store) settleLease(ctx context.Context, a idem.Attempt) (idem.Attempt, 
 // scanAttempt reads one record: org, principal, key, operation,
 // fingerprint, state, execution_id, fencing_token, lease_expires_at,
 // status, headers, body, sealed_key_id, created_at, completed_at,
-// expires_at, secret_expires_at.
+// expires_at, secret_expires_at, attempts.
 func scanAttempt(row scanner) (idem.Attempt, error) {
 	var (
 		a                                          idem.Attempt
@@ -341,7 +341,7 @@ func scanAttempt(row scanner) (idem.Attempt, error) {
 	)
 	err := row.Scan(&a.Scope.Org, &a.Scope.Principal, &a.Key, &a.Operation, &a.Fingerprint, &state,
 		&a.ExecutionID, &a.FencingToken, &lease, &status, &headers, &a.Body, &sealedKeyID,
-		&created, &completed, &expires, &secret)
+		&created, &completed, &expires, &secret, &a.Attempts)
 	if err != nil {
 		return idem.Attempt{}, err
 	}

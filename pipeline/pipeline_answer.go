@@ -60,6 +60,7 @@ func (x *execution) replay(ctx context.Context, a idem.Attempt) idem.Result {
 	if x.op.raw != nil {
 		x.noteReplay(a)
 		meta := x.meta()
+		meta.Attempts = a.Attempts
 		meta.Idempotency.Replayed = true
 		res := idem.RawResult(a.Status, h, stored, meta)
 		res.Replayed = true

@@ -30,19 +30,23 @@ type Forwarder struct {
 	// MaxResponse bounds an upstream answer's body
 	// (DefaultMaxStoredResponse when 0).
 	MaxResponse int64
-	// UpstreamAuth, when set, replaces the caller's Authorization header.
+	// UpstreamAuth, when set, is the Authorization header the upstream
+	// receives. The caller's own is never forwarded (see hopByHop).
 	UpstreamAuth string
 }
 
 // hopByHop are the headers of one connection (RFC 9110 §7.6.1), never
 // forwarded, with the ones the proxy sets itself or must not pass on:
 // the caller's keys (net/http resends a written request by itself when it
-// carries one, see forward) and Accept-Encoding (the transport asks for
-// gzip and decodes it, so that the body stored for a replay is the one
-// its replayed headers describe).
+// carries one, see forward), Accept-Encoding (the transport asks for gzip
+// and decodes it, so that the body stored for a replay is the one its
+// replayed headers describe) and Authorization: the caller's credential is
+// idem's, spent on the proxy, and an MCP call has no such header to pass,
+// so on every surface the upstream sees --upstream-auth or nothing (the
+// MCP authorization rules forbid passing a client's token through).
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Host", idem.HeaderIdempotencyKey,
-	"X-Idempotency-Key", "Prefer", "Accept-Encoding"}
+	"X-Idempotency-Key", "Prefer", "Accept-Encoding", "Authorization"}
 
 // NewClient is the upstream client: redirects are answered to the caller,
 // not followed (a proxy passes them on).

@@ -138,9 +138,9 @@ func TestForwardHeaders(t *testing.T) {
 		wantAuth string
 		wantCT   string
 	}{
-		{name: "a write with the caller's Authorization", writes: true, header: callerHeaders(), body: `{"a":1}`,
-			wantAuth: "Bearer caller-token", wantCT: "application/json"},
-		{name: "a read", header: callerHeaders(), wantAuth: "Bearer caller-token"},
+		{name: "a write: the caller's Authorization stays with idem", writes: true, header: callerHeaders(), body: `{"a":1}`,
+			wantCT: "application/json"},
+		{name: "a read: the caller's Authorization stays with idem", header: callerHeaders()},
 		{name: "UpstreamAuth replaces Authorization", writes: true, auth: "Bearer upstream-secret", header: callerHeaders(),
 			wantAuth: "Bearer upstream-secret"},
 		{name: "UpstreamAuth without a caller's Authorization (MCP)", writes: true, auth: "Bearer upstream-secret", body: `{"a":1}`,
@@ -545,6 +545,11 @@ func TestForwardThroughTheRunner(t *testing.T) {
 	})
 	if !again.Replayed || !bytes.Equal(again.Body(), res.Body()) || up.count.Load() != 1 {
 		t.Fatalf("replay %d %s replayed=%v, upstream calls %d", again.Status, again.Body(), again.Replayed, up.count.Load())
+	}
+	// The replay's meta (MCP's structuredContent) says what the execution
+	// did, as a typed operation's stored envelope does.
+	if res.Meta.Attempts != 1 || again.Meta.Attempts != res.Meta.Attempts || again.Meta.ExecutionID != exe {
+		t.Fatalf("meta: first %+v, replay %+v", res.Meta, again.Meta)
 	}
 
 	// An unkeyed write (no_automatic_retry) still sends a handler key,

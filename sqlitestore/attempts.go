@@ -14,7 +14,7 @@ import (
 // attempt record, in scanAttempt's order. The record's creation is the
 // execution's start (started_at).
 const attemptColumns = `org, principal, key, operation, fingerprint, state, id, fencing_token,
-	lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at`
+	lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts`
 
 // byKey selects the row that holds the key ?1 org, ?2 principal, ?3 key,
 // through the index idem_records_key.
@@ -242,12 +242,12 @@ func getAttempt(ctx context.Context, tx txn, scope idem.Scope, key string) (idem
 func scanAttempt(row *sql.Row) (idem.Attempt, error) {
 	var (
 		a                                             idem.Attempt
-		token, status                                 sql.NullInt64
+		token, status, attempts                       sql.NullInt64
 		headers, sealedKeyID                          sql.NullString
 		lease, created, completed, expires, secretExp sql.NullInt64
 	)
 	err := row.Scan(&a.Scope.Org, &a.Scope.Principal, &a.Key, &a.Operation, &a.Fingerprint, &a.State, &a.ExecutionID,
-		&token, &lease, &status, &headers, &a.Body, &sealedKeyID, &created, &completed, &expires, &secretExp)
+		&token, &lease, &status, &headers, &a.Body, &sealedKeyID, &created, &completed, &expires, &secretExp, &attempts)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
@@ -258,6 +258,7 @@ func scanAttempt(row *sql.Row) (idem.Attempt, error) {
 	}
 	a.FencingToken = token.Int64
 	a.Status = int(status.Int64)
+	a.Attempts = int(attempts.Int64)
 	a.SealedKeyID = sealedKeyID.String
 	a.LeaseExpiresAt = timeOrZero(lease)
 	a.CreatedAt = timeOrZero(created)

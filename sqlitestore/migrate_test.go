@@ -134,7 +134,7 @@ func TestMigrateToRecordsKeepsExistingRows(t *testing.T) {
 	wantDone := idem.Attempt{Scope: agent1, Key: "key-done", Operation: "order.refund", Fingerprint: fp, State: idem.AttemptCompleted,
 		ExecutionID: "exe_done", FencingToken: 2, LeaseExpiresAt: at(35 * time.Second), Status: 201,
 		Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"data":{"id":1}}`),
-		CreatedAt: at(0), CompletedAt: at(time.Second), ExpiresAt: at(24 * time.Hour), ObservedAt: clock.Now()}
+		Attempts: 1, CreatedAt: at(0), CompletedAt: at(time.Second), ExpiresAt: at(24 * time.Hour), ObservedAt: clock.Now()}
 	if got, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: agent1, Key: "key-done"}); err != nil || !reflect.DeepEqual(got, wantDone) {
 		t.Fatalf("completed record = %+v, %v; want %+v", got, err, wantDone)
 	}

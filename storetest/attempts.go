@@ -59,12 +59,13 @@ func testReserveThenComplete(t *testing.T, e *env) {
 	cp.Headers.Set("Location", "/v1/refunds/r1")
 	cp.Headers.Set("Set-Cookie", "session=secret")
 	cp.Headers.Set("X-Request-Id", "abc")
+	cp.Finish.Attempts = 3
 	done, err := s.Complete(ctx(t), cp)
 	if err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	for _, got := range []idem.Attempt{done, mustGet(t, s, scopeA, "key-1")} {
-		if got.State != idem.AttemptCompleted || got.Status != http.StatusCreated || string(got.Body) != `{"data":{"id":"r1"}}` {
+		if got.State != idem.AttemptCompleted || got.Status != http.StatusCreated || string(got.Body) != `{"data":{"id":"r1"}}` || got.Attempts != 3 {
 			t.Fatalf("completed record = %+v", got)
 		}
 		if !got.CompletedAt.Equal(e.clock.Now()) {
@@ -82,7 +83,7 @@ func testReserveThenComplete(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if exe.Outcome != idem.OutcomeSucceeded || exe.Attempts != 1 || exe.FinishedAt == nil {
+	if exe.Outcome != idem.OutcomeSucceeded || exe.Attempts != 3 || exe.FinishedAt == nil {
 		t.Errorf("finished execution = %+v", exe)
 	}
 	if types := eventTypes(exe); len(types) != 2 || types[0] != idem.EventStarted || types[1] != idem.EventSucceeded {

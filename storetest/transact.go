@@ -70,7 +70,7 @@ func testTransactCommits(t *testing.T, e *env) {
 		t.Fatalf("Transact = %+v, want reserved, committed, completed 201", res)
 	}
 	got := mustGet(t, s, scopeA, "key-1")
-	if got.State != idem.AttemptCompleted || string(got.Body) != `{"data":{"effect":"a"}}` || got.ExecutionID != p.ExecutionID {
+	if got.State != idem.AttemptCompleted || string(got.Body) != `{"data":{"effect":"a"}}` || got.ExecutionID != p.ExecutionID || got.Attempts != 1 {
 		t.Fatalf("record = %+v", got)
 	}
 	exe, err := s.GetExecution(ctx(t), idem.GetExecutionParams{Org: "acme", ID: p.ExecutionID})

@@ -61,7 +61,7 @@ func (m Main) proxyCommand() *cobra.Command {
 	f.StringVar(&o.contracts, "contracts", "", "overlay (YAML or JSON) of retry contracts by operationId: kind, reconcile, rationale, sideEffect, timeoutMs, preview, approval")
 	f.BoolVar(&o.validate, "validate", true, "validate inputs against the document's schemas before forwarding (false: forward as is)")
 	f.Int64Var(&o.maxStored, "max-stored-response", proxy.DefaultMaxStoredResponse, "largest upstream answer body, in bytes; a larger one is an error the caller sees")
-	f.StringVar(&o.upstreamAuth, "upstream-auth", "", "Authorization header value sent upstream instead of the caller's (e.g. \"Bearer s3cr3t\")")
+	f.StringVar(&o.upstreamAuth, "upstream-auth", "", "Authorization header value sent upstream on every call; the caller's own is never forwarded (e.g. \"Bearer s3cr3t\")")
 	f.DurationVar(&o.reloadEvery, "reload-interval", 0, "re-read the OpenAPI document and the overlay this often (0: only on SIGHUP); a document that fails to load or register keeps the running declarations")
 	return cmd
 }

@@ -29,4 +29,4 @@ SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, true, $10::te
     $8::timestamptz, $15::timestamptz, $20::jsonb
 WHERE (SELECT count(*) FROM gone) >= 0
 RETURNING org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts

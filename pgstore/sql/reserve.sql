@@ -29,7 +29,7 @@ WITH locked AS MATERIALIZED (
         ELSE true END AS got),
 live AS (
     SELECT org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
     FROM idem_records
     WHERE org = $1 AND principal = $2 AND key = $3 AND held
         AND (expires_at > $8 OR (state = 'in_flight' AND lease_expires_at > $8))),
@@ -50,13 +50,13 @@ made AS (
         $8::timestamptz, $12::jsonb
     WHERE NOT EXISTS (SELECT FROM live) AND (SELECT got FROM locked) AND (SELECT count(*) FROM gone) >= 0
     RETURNING reinvocation_of, org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at)
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts)
 SELECT true, true, reinvocation_of,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
 FROM made
 UNION ALL
 SELECT false, true, NULL,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
 FROM live

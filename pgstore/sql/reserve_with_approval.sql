@@ -17,7 +17,7 @@ WITH locked AS MATERIALIZED (
         ELSE true END AS got),
 live AS (
     SELECT org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
     FROM idem_records
     WHERE org = $1 AND principal = $2 AND key = $3 AND held
         AND (expires_at > $8 OR (state = 'in_flight' AND lease_expires_at > $8))),
@@ -38,7 +38,7 @@ made AS (
         $8::timestamptz, $12::jsonb
     WHERE NOT EXISTS (SELECT FROM live) AND (SELECT got FROM locked) AND (SELECT count(*) FROM gone) >= 0
     RETURNING reinvocation_of, org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at),
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts),
 consumed AS (
     UPDATE idem_approvals SET status = 'consumed', consumed_at = $8, execution_id = $6
     WHERE org = $1 AND id = $13 AND requested_by = $2 AND operation = $4 AND fingerprint = $5
@@ -46,10 +46,10 @@ consumed AS (
     RETURNING 1)
 SELECT true, EXISTS (SELECT FROM consumed), reinvocation_of,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
 FROM made
 UNION ALL
 SELECT false, true, NULL,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
 FROM live
