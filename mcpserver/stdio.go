@@ -67,8 +67,13 @@ func (t *StdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	return &drainingConn{Connection: inner, drain: drain, logger: logger, unanswered: map[jsonrpc.ID]int{}, closed: make(chan struct{})}, nil
 }
 
-// drainingConn counts the requests read and not yet answered, and holds the
-// end of input back while there are any.
+// methodListen is the request that opens a client's stream of
+// notifications (SEP-2575): the SDK answers it only when the session ends,
+// so the end of input never waits for it.
+const methodListen = "subscriptions/listen"
+
+// drainingConn counts the requests read and not yet answered (but the
+// listen stream), and holds the end of input back while there are any.
 type drainingConn struct {
 	mcp.Connection
 	drain  time.Duration
@@ -86,7 +91,7 @@ type drainingConn struct {
 func (c *drainingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
 	if err == nil {
-		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && req.Method != methodListen {
 			c.mu.Lock()
 			c.unanswered[req.ID]++
 			c.mu.Unlock()

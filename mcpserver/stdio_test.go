@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/mcpserver"
@@ -120,6 +121,29 @@ func TestStdioDrainIsBounded(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "unanswered=") {
 		t.Fatalf("log %q does not report the unanswered call", log.String())
+	}
+}
+
+// A client's notification stream (subscriptions/listen, which the SDK
+// answers only when the session ends) does not hold the end of input back:
+// the bridge ends at once, not after the drain bound.
+func TestStdioDoesNotWaitForTheListenStream(t *testing.T) {
+	srv, err := mcpserver.New(t.Context(), fakeBackend{tool(idem.RetrySameKeyReplay, `{"type":"object"}`)}, mcpserver.Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := pipedSession(0) + `{"jsonrpc":"2.0","id":7,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true}}}` + "\n"
+	var out, log bytes.Buffer
+	start := time.Now()
+	err = srv.Run(t.Context(), &mcpserver.StdioTransport{
+		Reader: io.NopCloser(strings.NewReader(session)), Writer: nopWriteCloser{&out}, Drain: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+	})
+	if err != nil && err != io.EOF {
+		t.Fatalf("run: %v", err)
+	}
+	if took := time.Since(start); took > 30*time.Second || strings.Contains(log.String(), "unanswered=") {
+		t.Fatalf("the end of input waited %v for the listen stream; log %q", took, log.String())
 	}
 }
 

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -594,5 +595,35 @@ func TestForwardThroughTheRunner(t *testing.T) {
 	}
 	if ct := up.last(t).header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("MCP body sent as %q", ct)
+	}
+}
+
+// TestBodilessOperationRefusesUnknownArguments: an operation without a
+// request body takes only its declared parameters. Over HTTP an unknown
+// query parameter is refused; over MCP an unknown argument would travel as
+// a body the upstream never declared (a GET with a body), so it is refused
+// the same way, before the upstream.
+func TestBodilessOperationRefusesUnknownArguments(t *testing.T) {
+	up := newUpstream(t, nil)
+	f := &proxy.Forwarder{Upstream: mustURL(t, up.URL), Client: proxy.NewClient()}
+	built, err := proxy.Build(loadDoc(t, keyedDoc), nil, proxy.Options{Forward: f.Handler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(t, built.Operations)
+	place, err := idem.PlaceArguments(nil, map[string]json.RawMessage{"bogus": json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Call(t.Context(), idem.Invocation{Operation: "listThings", Surface: idem.SurfaceMCP, Principal: agent,
+		Intent: idem.Intent{Body: place.Body}})
+	if res.Status != 400 || res.Problem == nil || res.Problem.Code != idem.CodeInvalidInput || !strings.Contains(string(res.Body()), `\"bogus\"`) {
+		t.Fatalf("listThings with an unknown argument: %d %s", res.Status, res.Body())
+	}
+	if n := up.count.Load(); n != 0 {
+		t.Fatalf("the upstream was called %d times", n)
+	}
+	if res := r.Call(t.Context(), idem.Invocation{Operation: "listThings", Surface: idem.SurfaceMCP, Principal: agent}); res.Status != 200 {
+		t.Fatalf("listThings without arguments: %d %s", res.Status, res.Body())
 	}
 }

@@ -258,6 +258,12 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 		}
 	}
 	root := map[string]any{"type": "object"}
+	if op.RequestBody == nil || op.RequestBody.Value == nil {
+		// No body declared: the parameters are all there is, so an
+		// unknown argument is refused on every surface (over HTTP an
+		// unknown query parameter is; over MCP it would go as a body).
+		root["additionalProperties"] = false
+	}
 	if body := op.RequestBody; body != nil && body.Value != nil {
 		mt, media := jsonMedia(body.Value.Content)
 		switch {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -42,12 +44,21 @@ func mcpTestServer(t *testing.T) (url string, runs *atomic.Int64) {
 		}) ([]string, error) {
 			return []string{}, nil
 		})
+	ts := httptest.NewServer(mcpTestHandler(t, note, list))
+	t.Cleanup(ts.Close)
+	return ts.URL, runs
+}
+
+// mcpTestHandler is the HTTP API of ops on a store of its own, with the
+// token t-agent.
+func mcpTestHandler(t *testing.T, ops ...idem.Operation) http.Handler {
+	t.Helper()
 	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	reg, err := idem.NewRegistry(note, list)
+	reg, err := idem.NewRegistry(ops...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +68,66 @@ func mcpTestServer(t *testing.T) (url string, runs *atomic.Int64) {
 		t.Fatal(err)
 	}
 	tokens := httpapi.NewTokens(map[string]idem.Principal{"t-agent": {Org: "acme", ID: "agent-1", Kind: idem.KindAgent}})
-	ts := httptest.NewServer(httpapi.NewHandler(httpapi.Config{Runner: runner, Store: store, Auth: tokens, Logger: quiet}))
+	return httpapi.NewHandler(httpapi.Config{Runner: runner, Store: store, Auth: tokens, Logger: quiet})
+}
+
+// TestMCPAnnouncesChangedTools: the bridge advertises listChanged, so it
+// must send it: a tool added on the server reaches the client with
+// notifications/tools/list_changed, and no notification comes while
+// nothing changes.
+func TestMCPAnnouncesChangedTools(t *testing.T) {
+	read := func(name string) idem.Operation {
+		return idem.Define(idem.Metadata{Name: name, Method: "GET", Path: "/v1/" + name, Summary: "Read " + name + ".", SideEffect: idem.SideEffectRead},
+			func(context.Context, *idem.Call, struct{}) (string, error) { return name, nil })
+	}
+	var current atomic.Pointer[http.Handler]
+	first := mcpTestHandler(t, read("a.get"))
+	current.Store(&first)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*current.Load()).ServeHTTP(w, r) }))
 	t.Cleanup(ts.Close)
-	return ts.URL, runs
+
+	changed := make(chan struct{}, 8)
+	cs, done := mcpConnectWith(t, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }},
+		nil, "--server", ts.URL, "--token", "t-agent", "--refresh-interval", "20ms")
+	if caps := cs.InitializeResult().Capabilities; caps.Tools == nil || !caps.Tools.ListChanged {
+		t.Fatalf("capabilities %+v: want tools.listChanged", caps)
+	}
+	select {
+	case <-changed:
+		t.Fatal("list_changed while nothing changed")
+	case <-time.After(300 * time.Millisecond): // 15 reads of an unchanged catalog
+	}
+	second := mcpTestHandler(t, read("a.get"), read("b.get"))
+	current.Store(&second)
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no list_changed after the server's tools changed")
+	}
+	list, err := cs.ListTools(t.Context(), nil)
+	if err != nil || len(list.Tools) != 2 || list.Tools[1].Name != "b.get" {
+		t.Fatalf("tools/list after the change = %v, %v", list, err)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "b.get"})
+	if err != nil || res.IsError {
+		t.Fatalf("the new tool: %v, %v", res, err)
+	}
+	cs.Close()
+	if got := <-done; !strings.HasPrefix(got, "0 ") {
+		t.Fatalf("idem mcp ended with %q", got)
+	}
 }
 
 // mcpConnect runs idem mcp with env and connects an SDK client to its
 // stdin and stdout. Closing the session ends the command, whose exit code
 // and stderr come on the returned channel.
 func mcpConnect(t *testing.T, env map[string]string, args ...string) (*mcp.ClientSession, <-chan string) {
+	t.Helper()
+	return mcpConnectWith(t, nil, env, args...)
+}
+
+// mcpConnectWith is mcpConnect with the client's options.
+func mcpConnectWith(t *testing.T, opts *mcp.ClientOptions, env map[string]string, args ...string) (*mcp.ClientSession, <-chan string) {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -77,7 +139,7 @@ func mcpConnect(t *testing.T, env map[string]string, args ...string) (*mcp.Clien
 		outW.Close()
 		done <- fmt.Sprintf("%d %s", code, stderr.String())
 	}()
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts)
 	cs, err := client.Connect(t.Context(), &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v (idem mcp: %s)", err, <-done)
