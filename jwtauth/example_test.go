@@ -41,6 +41,17 @@ func ExampleNew() {
 		}
 		return idem.Principal{Org: org, ID: user, Kind: idem.KindBrowser}, nil
 	})
-	auth := idem.Authenticators{tokens, jwtAuth, gateway}
+	// For services with client certificates (docs/auth.md).
+	mtls := idem.AuthenticatorFunc(func(r *http.Request) (idem.Principal, error) {
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			return idem.Principal{}, idem.Unrecognized(idem.Errorf(idem.CodeUnauthenticated, "no client certificate"))
+		}
+		cert := r.TLS.VerifiedChains[0][0]
+		if len(cert.Subject.Organization) != 1 || cert.Subject.CommonName == "" {
+			return idem.Principal{}, idem.Errorf(idem.CodeUnauthenticated, "the client certificate must name one O (the org) and a CN (the service)")
+		}
+		return idem.Principal{Org: cert.Subject.Organization[0], ID: cert.Subject.CommonName, Kind: idem.KindServiceAccount}, nil
+	})
+	auth := idem.Authenticators{tokens, jwtAuth, gateway, mtls}
 	_ = httpapi.Config{Auth: auth} // with Runner, Store…: httpapi.NewHandler(cfg)
 }
