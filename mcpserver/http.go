@@ -18,8 +18,15 @@ import (
 
 // HTTPOptions configure Handler.
 type HTTPOptions struct {
-	// SessionTimeout closes a session idle for that long (30 min when 0).
+	// SessionTimeout closes a session idle for that long
+	// (DefaultSessionTimeout when 0).
 	SessionTimeout time.Duration
+	// MaxSessionsPerPrincipal and MaxSessions bound the sessions held for
+	// one principal and in all (DefaultMaxSessionsPerPrincipal and
+	// DefaultMaxSessions when 0): a request that would open one more is
+	// answered 429 RATE_LIMITED.
+	MaxSessionsPerPrincipal int
+	MaxSessions             int
 	// MaxBodyBytes limits a request body (the HTTP API's limit plus room
 	// for the JSON-RPC framing when 0).
 	MaxBodyBytes int64
@@ -36,6 +43,7 @@ type HTTPHandler struct {
 	authn   idem.Authenticator
 	next    http.Handler
 	origins map[string]bool // AllowedOrigins, normalized
+	book    *sessionBook
 
 	// draining ends when the server drains (Drain).
 	draining context.Context
@@ -75,7 +83,13 @@ const tokenLifetime = 24 * time.Hour
 // drops the request's stream.
 func Handler(srv *mcp.Server, authn idem.Authenticator, opts HTTPOptions) *HTTPHandler {
 	if opts.SessionTimeout == 0 {
-		opts.SessionTimeout = 30 * time.Minute
+		opts.SessionTimeout = DefaultSessionTimeout
+	}
+	if opts.MaxSessionsPerPrincipal == 0 {
+		opts.MaxSessionsPerPrincipal = DefaultMaxSessionsPerPrincipal
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = DefaultMaxSessions
 	}
 	if opts.MaxBodyBytes == 0 {
 		opts.MaxBodyBytes = httpapi.DefaultMaxBodyBytes + 64<<10
@@ -92,7 +106,7 @@ func Handler(srv *mcp.Server, authn idem.Authenticator, opts HTTPOptions) *HTTPH
 			return nil, auth.ErrInvalidToken
 		}
 		return &auth.TokenInfo{
-			UserID:     c.principal.Org + "\x00" + c.principal.ID,
+			UserID:     sessionOwner(c.principal),
 			Expiration: time.Now().Add(tokenLifetime),
 			Extra:      map[string]any{callerExtra: c},
 		}, nil
@@ -106,7 +120,8 @@ func Handler(srv *mcp.Server, authn idem.Authenticator, opts HTTPOptions) *HTTPH
 		origins[n] = true
 	}
 	draining, drain := context.WithCancel(context.Background())
-	return &HTTPHandler{authn: authn, next: auth.RequireBearerToken(verify, nil)(sdk), origins: origins, draining: draining, drain: drain}
+	return &HTTPHandler{authn: authn, next: auth.RequireBearerToken(verify, nil)(sdk), origins: origins, draining: draining, drain: drain,
+		book: newSessionBook(opts.SessionTimeout, opts.MaxSessionsPerPrincipal, opts.MaxSessions)}
 }
 
 // ServeHTTP implements http.Handler.
@@ -117,6 +132,11 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p, ok := h.authenticate(w, r)
 	if !ok {
+		return
+	}
+	done, err := h.book.admit(r, p)
+	if err != nil {
+		writeProblem(w, err)
 		return
 	}
 	ctx := r.Context()
@@ -136,8 +156,13 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(ctx, callerKey{}, c))
 	r.Header = r.Header.Clone()
 	r.Header.Set("Authorization", "Bearer "+authenticatedStandIn)
-	h.next.ServeHTTP(w, r)
+	watch := &headerWatcher{ResponseWriter: w, done: done}
+	h.next.ServeHTTP(watch, r)
+	watch.seen()
 }
+
+// Sessions is the number of MCP sessions held, and of those p holds.
+func (h *HTTPHandler) Sessions(p idem.Principal) (all, mine int) { return h.book.count(p) }
 
 // Drain ends the standalone event streams (GET) and keeps ending new ones;
 // calls in flight finish. Register it with http.Server.RegisterOnShutdown.
