@@ -120,6 +120,69 @@ func TestBodyBeyondDecodeBudgetRefusedUnread(t *testing.T) {
 	}
 }
 
+// TestSlowUploadsLockNobodyOut: bodies that declare the whole body limit
+// and then send nothing hold only their first share of the decode budget,
+// not what they declared, so another principal's small call and a bodiless
+// read still run at once; the slow bodies finish when they arrive (issue
+// 28, item 2: four sockets declaring 1 MiB at 1 byte/s held the whole
+// budget and every other caller got 429).
+func TestSlowUploadsLockNobodyOut(t *testing.T) {
+	const limit = 1 << 20
+	// Room for the four stalled bodies' first shares and one more call.
+	s := startServerWith(t, sqliteStore, pipeline.Config{DecodeBudget: 5 << 10, AdmissionWait: -1})
+	const create = "/v1/shops/acme/widgets"
+	var stalled []*heldBody
+	done := make(chan *httptest.ResponseRecorder, 4)
+	for i := range 4 {
+		b := newHeldBody(fmt.Sprintf(`{"name":"slow-%d"}`, i))
+		stalled = append(stalled, b)
+		go func() { done <- s.serveDirect("POST", create, tokenAgent, fmt.Sprint("k-slow-", i), b, limit) }()
+		select {
+		case <-b.reading:
+		case rec := <-done:
+			t.Fatalf("slow body %d was refused before it was read: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	s.send(t, "POST", create, tokenAgent2, key("k-other"), `{"name":"other"}`).expect(t, 201, "")
+	s.send(t, "GET", create, tokenAgent2, nil, "").expect(t, 200, "")
+	for range 3 { // bodiless calls take nothing, however many
+		s.send(t, "GET", "/v1/attempts/k-other", tokenAgent2, nil, "").expect(t, 200, "")
+	}
+	for _, b := range stalled {
+		close(b.release)
+	}
+	for range stalled {
+		if rec := <-done; rec.Code != 201 {
+			t.Fatalf("a slow body = %d %s", rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestBodyGrowsItsShare: a body larger than its first share takes more as
+// it arrives and is read whole, within the limit; one that needs more
+// than is free is refused RATE_LIMITED, and its key stays free.
+func TestBodyGrowsItsShare(t *testing.T) {
+	s := startServerWith(t, sqliteStore, pipeline.Config{DecodeBudget: 8 << 10, AdmissionWait: -1})
+	const create = "/v1/shops/acme/widgets"
+	body := `{"name":"` + strings.Repeat("n", 3<<10) + `"}` // 3 KiB, under the test server's 4 KiB limit
+	rec := s.serveDirect("POST", create, tokenAgent, "k-big", io.NopCloser(strings.NewReader(body)), -1)
+	if rec.Code != 201 || !strings.Contains(rec.Body.String(), strings.Repeat("n", 3<<10)) {
+		t.Fatalf("a 3 KiB name = %d %.300s; want 201 with the whole name", rec.Code, rec.Body)
+	}
+	// With 7 of the 8 KiB held elsewhere, the body gets its first share
+	// but cannot grow.
+	held, err := s.runner.AdmitBody(t.Context(), 7<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = s.serveDirect("POST", create, tokenAgent2, "k-grow", io.NopCloser(strings.NewReader(body)), -1)
+	held()
+	if code, retryable := problemCode(t, rec); rec.Code != 429 || code != idem.CodeRateLimited || !retryable {
+		t.Fatalf("a body that outgrew the free budget = %d %s", rec.Code, rec.Body)
+	}
+	s.send(t, "GET", "/v1/attempts/k-grow", tokenAgent2, nil, "").expect(t, 404, idem.CodeNotFound)
+}
+
 // TestExecutionBeyondBoundRefused: with MaxExecutions running, a new
 // execution is answered 429 RATE_LIMITED before anything is stored, while
 // a same-key request for the running one still answers 409 (it needs no

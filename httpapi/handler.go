@@ -213,15 +213,11 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 			return
 		}
 		meta := &idem.Meta{Operation: d.Name}
-		release, ok := h.admitBody(w, r, meta)
+		body, release, ok := h.readAdmitted(w, r, meta)
 		if !ok {
 			return
 		}
 		defer release()
-		body, ok := h.readBody(w, r, meta)
-		if !ok {
-			return
-		}
 		// r.URL.Query() drops what it cannot parse (a bad escape, a ";",
 		// more than net/url's parameter limit): refuse instead of running
 		// on a part of the query.
@@ -338,20 +334,46 @@ func (h *handler) authed(fn func(http.ResponseWriter, *http.Request, idem.Princi
 	}
 }
 
-// admitBody takes the body's share of the runner's decode budget (its
-// Content-Length, or the body limit when it declares none) before the body
-// is read, or answers 429 RATE_LIMITED without reading it (SPEC §6.8).
-func (h *handler) admitBody(w http.ResponseWriter, r *http.Request, meta *idem.Meta) (func(), bool) {
-	size := r.ContentLength
-	if size < 0 || size > h.cfg.MaxBodyBytes {
-		size = h.cfg.MaxBodyBytes
+// readAdmitted reads the request body within the limit, taking its share
+// of the runner's decode budget as the bytes arrive (pipeline.BodyCharge):
+// a first share before any byte is read, answered 429 RATE_LIMITED without
+// reading when the budget is spent (SPEC §6.8), then more as the body
+// fills what it holds. A body sent slowly so holds about what it sent,
+// not what it declared, and cannot lock others out; a bodiless request
+// takes nothing. release gives the share back (the runner calls it once
+// the input is decoded; calling it again is harmless).
+func (h *handler) readAdmitted(w http.ResponseWriter, r *http.Request, meta *idem.Meta) (body []byte, release func(), ok bool) {
+	if r.ContentLength == 0 {
+		return nil, func() {}, true
 	}
-	release, err := h.cfg.Runner.AdmitBody(r.Context(), size)
+	charge, err := h.cfg.Runner.ChargeBody(r.Context())
 	if err != nil {
 		write(w, idem.ErrorResult(err, meta))
-		return nil, false
+		return nil, nil, false
 	}
-	return release, true
+	src := http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
+	for {
+		if int64(len(body)) >= charge.Held() {
+			if err := charge.Grow(); err != nil {
+				charge.Release()
+				write(w, idem.ErrorResult(err, meta))
+				return nil, nil, false
+			}
+		}
+		room := int(charge.Held()) - len(body)
+		body = slices.Grow(body, room)
+		n, err := src.Read(body[len(body) : len(body)+room])
+		body = body[:len(body)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			charge.Release()
+			h.bodyFailed(w, err, meta)
+			return nil, nil, false
+		}
+	}
+	return body, charge.Release, true
 }
 
 // readBody reads the request body within the limit (413 beyond it). A body
@@ -360,21 +382,26 @@ func (h *handler) admitBody(w http.ResponseWriter, r *http.Request, meta *idem.M
 // addresses.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request, meta *idem.Meta) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		h.bodyFailed(w, err, meta)
+		return nil, false
+	}
+	return body, true
+}
+
+// bodyFailed answers a body that could not be read whole.
+func (h *handler) bodyFailed(w http.ResponseWriter, err error, meta *idem.Meta) {
 	var tooLarge *http.MaxBytesError
 	var netErr net.Error
 	switch {
 	case errors.As(err, &tooLarge):
 		write(w, idem.ErrorResult(idem.Errorf(idem.CodeRequestTooLarge, "the body is over the %d-byte limit; send a smaller one", tooLarge.Limit), meta))
-		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 		write(w, idem.ErrorResult(idem.Errorf(idem.CodeRequestTimeout, "the body did not arrive within the server's read timeout; send the same request again, faster (nothing was stored and no key was consumed)"), meta))
-		return nil, false
-	case err != nil:
+	default:
 		write(w, idem.ErrorResult(idem.Errorf(idem.CodeInvalidInput, "the body ended before its declared length or could not be read; send the whole body again").
 			WithDetail("errors", []map[string]string{{"path": "", "message": "the body must arrive whole"}}), meta))
-		return nil, false
 	}
-	return body, true
 }
 
 // preferWait reads the wait preference of the Prefer headers (RFC 7240

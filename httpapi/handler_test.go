@@ -55,6 +55,7 @@ type server struct {
 	store   idem.Store
 	runs    atomic.Int64
 	release chan struct{}
+	runner  *pipeline.Runner
 }
 
 const (
@@ -140,6 +141,7 @@ func startServerWith(t *testing.T, store func(t *testing.T, clock idem.Clock) id
 		tokenBrowser:  {Org: "acme", ID: "alice", Kind: idem.KindBrowser},
 		tokenApprover: {Org: "acme", ID: "bob", Kind: idem.KindCLISession, Roles: []string{idem.RoleApprover}},
 	})
+	s.runner = runner
 	s.handler = httpapi.NewHandler(httpapi.Config{Runner: runner, Store: s.store, Auth: auth, Logger: quiet, Version: "test", MaxBodyBytes: 4096})
 	ts := httptest.NewServer(s.handler)
 	t.Cleanup(ts.Close)

@@ -96,11 +96,92 @@ func (r *Runner) AdmitBody(ctx context.Context, size int64) (release func(), err
 	return release, nil
 }
 
+// A BodyCharge is a request body's share of the decode budget, taken as
+// the body arrives: a first share before any byte is read (ChargeBody),
+// then more as the bytes read fill it (Grow), so that a body holds at most
+// about twice what it has sent. A client that declares a large body and
+// sends it slowly holds almost nothing, and cannot lock other callers
+// out of the budget (issue 28, item 2).
+type BodyCharge struct {
+	b    *budget
+	ctx  context.Context
+	wait time.Duration
+	held int64
+	once sync.Once
+}
+
+// maxBodyStep bounds one growth of a BodyCharge.
+const maxBodyStep = 64 << 10
+
+// ChargeBody takes the first share of a body the surface is about to read:
+// minBodyCost, whatever its declared length (so that the budget also
+// bounds how many small bodies decode at once). It returns a
+// RATE_LIMITED error when the budget is spent, and the body must then not
+// be read. A bodiless request needs no charge (Call takes none for an
+// empty body). Pass Release as Invocation.ReleaseBody.
+func (r *Runner) ChargeBody(ctx context.Context) (*BodyCharge, error) {
+	c := &BodyCharge{b: &r.decoding, ctx: ctx, wait: r.cfg.AdmissionWait}
+	if !c.take(minBodyCost) {
+		return nil, idem.Errorf(idem.CodeRateLimited, "the server is decoding as many request bodies as it admits at once; send the same request again after Retry-After seconds (nothing was stored and no key was consumed)")
+	}
+	return c, nil
+}
+
+// Held is the number of bytes the body may have read so far.
+func (c *BodyCharge) Held() int64 { return c.held }
+
+// Grow takes more of the budget once the bytes read fill what is held: as
+// much again, at most maxBodyStep. It waits for room as admission does,
+// and returns RATE_LIMITED when there is none in time.
+func (c *BodyCharge) Grow() error {
+	if !c.take(min(c.held, maxBodyStep)) {
+		return idem.Errorf(idem.CodeRateLimited, "the server is decoding as many request bodies as it admits at once, and this body outgrew its share; send the same request again after Retry-After seconds (nothing was stored and no key was consumed)")
+	}
+	return nil
+}
+
+func (c *BodyCharge) take(n int64) bool {
+	if c.b.sem == nil {
+		c.held += n
+		return true
+	}
+	// One body never takes more than the whole budget: past it, the room
+	// grows without taking more (what is taken is min(held, max)).
+	if a := min(n, c.b.max-min(c.held, c.b.max)); a > 0 && !c.b.sem.TryAcquire(a) {
+		if c.wait <= 0 {
+			return false
+		}
+		wctx, cancel := context.WithTimeout(c.ctx, c.wait)
+		c.b.waiting.Add(1)
+		err := c.b.sem.Acquire(wctx, a)
+		c.b.waiting.Add(-1)
+		cancel()
+		if err != nil {
+			return false
+		}
+	}
+	c.held += n
+	return true
+}
+
+// Release gives the share back, once, however often it is called.
+func (c *BodyCharge) Release() {
+	c.once.Do(func() {
+		if c.b.sem != nil {
+			c.b.sem.Release(min(c.held, c.b.max))
+		}
+	})
+}
+
 // admitInput returns the release of the call's share of the decode
-// budget: the surface's (Invocation.ReleaseBody) or one taken now.
+// budget: the surface's (Invocation.ReleaseBody) or one taken now; a
+// bodiless call needs none.
 func (x *execution) admitInput(ctx context.Context) (func(), *idem.Error) {
 	if x.inv.ReleaseBody != nil {
 		return x.inv.ReleaseBody, nil
+	}
+	if len(x.inv.Intent.Body) == 0 {
+		return func() {}, nil
 	}
 	release, err := x.r.AdmitBody(ctx, int64(len(x.inv.Intent.Body)))
 	if err != nil {
