@@ -157,6 +157,9 @@ func dropUnused(doc map[string]any, used map[string]bool) {
 					dropped = true
 				}
 			}
+			if dropped && len(group) == 0 {
+				delete(components, kind)
+			}
 		}
 	}
 }
@@ -185,17 +188,22 @@ func describeRawOperation(doc, op map[string]any, d idem.Descriptor, part func(a
 	}
 
 	responses := objectAt(op, "responses")
+	// Idem-Execution-Id is on every answer of the upstream and on idem's
+	// problems once the execution exists; Idempotent-Replayed on the
+	// upstream's answers of a keyed operation (idem's own problems are
+	// never stored, so never replayed).
 	headers := docObj(idem.HeaderExecutionID, docObj(
 		"description", "The execution that produced this answer (GET /v1/executions/{id}): on every answer of the upstream, "+
 			"and on a problem idem produced once the execution existed.",
 		"schema", docObj("type", "string"),
 	))
-	if keyed {
-		headers = headers.with(idem.HeaderIdempotentReplayed, replayedHeader())
-	}
-	addHeaders := func(r map[string]any) {
+	addHeaders := func(r map[string]any, upstream bool) {
 		h := objectAt(r, "headers")
-		for _, m := range headers {
+		add := headers
+		if keyed && upstream {
+			add = add.with(idem.HeaderIdempotentReplayed, replayedHeader())
+		}
+		for _, m := range add {
 			if !slices.ContainsFunc(slices.Collect(maps.Keys(h)), func(k string) bool { return strings.EqualFold(k, m.key) }) {
 				h[m.key] = part(m.value)
 			}
@@ -209,7 +217,7 @@ func describeRawOperation(doc, op map[string]any, d idem.Descriptor, part func(a
 			continue
 		}
 		r = genericPart(r, nil, false).(map[string]any)
-		addHeaders(r)
+		addHeaders(r, true)
 		responses[status] = r
 	}
 	byStatus := answeredProblems(d, op["requestBody"] != nil)
@@ -219,7 +227,7 @@ func describeRawOperation(doc, op map[string]any, d idem.Descriptor, part func(a
 		theirs, ok := responses[key].(map[string]any)
 		if !ok {
 			if status != http.StatusUnauthorized {
-				addHeaders(ours)
+				addHeaders(ours, false)
 			}
 			responses[key] = ours
 			continue
@@ -243,7 +251,7 @@ func describeRawOperation(doc, op map[string]any, d idem.Descriptor, part func(a
 	}
 	if responses["default"] == nil {
 		r := part(defaultProblemResponse()).(map[string]any)
-		addHeaders(r)
+		addHeaders(r, false)
 		responses["default"] = r
 	}
 }
