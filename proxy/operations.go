@@ -48,7 +48,10 @@ type Built struct {
 	// declared contract, operations whose input is not validated.
 	Warnings []string
 	// Document is the OpenAPI document served at /openapi.json: the
-	// upstream's, with every operation's x-idem-agent-retry filled in.
+	// upstream's, describing the proxy (httpapi.OpenAPIOver): every
+	// operation with its x-idem-agent-retry, the control inputs of its
+	// contract, the problems and headers idem answers; idem's security,
+	// servers, system routes and components.
 	Document []byte
 }
 
