@@ -160,12 +160,19 @@ func unauthenticated() docObject {
 	)
 }
 
-// replayedHeader is Idempotent-Replayed, on the answers of a
-// same_key_replay operation.
-func replayedHeader() docObject {
+// replayHeaders are the headers of a same_key_replay operation's
+// answers that a replay or a wait sets: Idempotent-Replayed and
+// Preference-Applied.
+func replayHeaders() docObject {
 	return docObj(
-		"description", "true when the answer is a replay of the original attempt's stored result.",
-		"schema", docObj("type", "string", "enum", []string{"true"}),
+		idem.HeaderIdempotentReplayed, docObj(
+			"description", "true when the answer is a replay of the original attempt's stored result.",
+			"schema", docObj("type", "string", "enum", []string{"true"}),
+		),
+		idem.HeaderPreferenceApplied, docObj(
+			"description", "wait=N when the server waited N seconds (Prefer: wait, after its cap) for the attempt in flight with this key.",
+			"schema", docObj("type", "string", "pattern", "^wait=[0-9]+$"),
+		),
 	)
 }
 
@@ -380,7 +387,7 @@ func operationResponses(d idem.Descriptor, keyed bool) docObject {
 		success = docObj(
 			"description", successDesc+" A replay of a completed attempt carries the original status and data, "+
 				"meta.idempotency.replayed: true and the header Idempotent-Replayed: true.",
-			"headers", docObj(idem.HeaderIdempotentReplayed, replayedHeader()),
+			"headers", replayHeaders(),
 		)
 	}
 	if d.Location {

@@ -103,12 +103,24 @@ func TestOpenAPIEnvelopeRequiresMeta(t *testing.T) {
 	}
 }
 
-// TestOpenAPILocation: a 201 declares Location where the operation sets
-// it (the demo's business.create), and only there.
-func TestOpenAPILocation(t *testing.T) {
+// TestOpenAPISuccessHeaders: a 201 declares Location where the
+// operation sets it (the demo's business.create), and only there; the
+// answers of a same_key_replay operation declare Idempotent-Replayed and
+// Preference-Applied.
+func TestOpenAPISuccessHeaders(t *testing.T) {
 	ops, _ := demoOperations(t)
 	n := 0
 	for id, op := range ops {
+		keyed := member(op, httpapi.AgentRetryExtension, "kind") == string(idem.RetrySameKeyReplay)
+		for status, r := range member(op, "responses").(map[string]any) {
+			if strings.HasPrefix(status, "2") && member(r, "content", idem.ContentTypeJSON) != nil {
+				for _, h := range []string{idem.HeaderIdempotentReplayed, idem.HeaderPreferenceApplied} {
+					if (member(r, "headers", h) != nil) != keyed {
+						t.Errorf("%s %s: %s declared = %v, keyed = %v", id, status, h, !keyed, keyed)
+					}
+				}
+			}
+		}
 		for status, r := range member(op, "responses").(map[string]any) {
 			has := member(r, "headers", "Location") != nil
 			if want := id == "business.create" && status == "201"; has != want {

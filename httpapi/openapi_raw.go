@@ -25,12 +25,14 @@ import (
 //   - the control inputs of its contract (controlParameters): dryRun on a
 //     preview operation, Idempotency-Key and Prefer on a same_key_replay
 //     one, and none on the other kinds (base's own declarations of these
-//     headers are dropped: idem reads them and never forwards them);
+//     headers, on the operation or its path item, are dropped: idem reads
+//     them and never forwards them);
 //   - the problems idem answers itself (answeredProblems), each status
 //     added to base's answers, or merged into an answer base declares
 //     for it (its description extended, application/problem+json added);
-//   - the headers idem sets on every answer (Idem-Execution-Id, and
-//     Idempotent-Replayed on a same_key_replay operation), a default
+//   - the headers idem sets (Idem-Execution-Id on every answer;
+//     Idempotent-Replayed and Preference-Applied on the upstream's answers
+//     of a same_key_replay operation), a default
 //     problem answer, and x-idem-agent-retry = its retry contract;
 //   - idem's bearer security in place of base's (the upstream's security
 //     is the proxy's business, --upstream-auth);
@@ -109,6 +111,12 @@ func OpenAPIOver(base []byte, descs []idem.Descriptor, info OpenAPIInfo) ([]byte
 		}
 		taken[d.Name] = true
 		describeRawOperation(doc, op, d, part)
+		if list, ok := item["parameters"].([]any); ok { // the path item's apply to each of its operations
+			item["parameters"] = slices.DeleteFunc(slices.Clone(list), func(p any) bool { return readByIdem(resolved(doc, p)) })
+			if len(item["parameters"].([]any)) == 0 {
+				delete(item, "parameters")
+			}
+		}
 	}
 	for _, r := range systemRoutes() {
 		item := objectAt(paths, r.path)
@@ -189,9 +197,9 @@ func describeRawOperation(doc, op map[string]any, d idem.Descriptor, part func(a
 
 	responses := objectAt(op, "responses")
 	// Idem-Execution-Id is on every answer of the upstream and on idem's
-	// problems once the execution exists; Idempotent-Replayed on the
-	// upstream's answers of a keyed operation (idem's own problems are
-	// never stored, so never replayed).
+	// problems once the execution exists; Idempotent-Replayed and
+	// Preference-Applied on the upstream's answers of a keyed operation
+	// (idem's own problems are never stored, so never replayed).
 	headers := docObj(idem.HeaderExecutionID, docObj(
 		"description", "The execution that produced this answer (GET /v1/executions/{id}): on every answer of the upstream, "+
 			"and on a problem idem produced once the execution existed.",
@@ -201,7 +209,7 @@ func describeRawOperation(doc, op map[string]any, d idem.Descriptor, part func(a
 		h := objectAt(r, "headers")
 		add := headers
 		if keyed && upstream {
-			add = add.with(idem.HeaderIdempotentReplayed, replayedHeader())
+			add = append(slices.Clone(add), replayHeaders()...)
 		}
 		for _, m := range add {
 			if !slices.ContainsFunc(slices.Collect(maps.Keys(h)), func(k string) bool { return strings.EqualFold(k, m.key) }) {

@@ -163,6 +163,9 @@ func TestServedDocumentDescribesTheProxy(t *testing.T) {
 				t.Errorf("%s: parameters %q, want %q", id, got, want)
 			}
 		}
+		if got := paramNames(doc, obj(obj(doc["paths"])["/widgets/{widgetId}"])); !slices.Equal(got, []string{"path:widgetId"}) {
+			t.Errorf("the path item's parameters %q: want its key parameter dropped", got)
+		}
 		if p, ok := obj(doc["components"])["parameters"]; ok {
 			t.Errorf("the upstream's key parameter, now unused, stays: %v", p)
 		}
@@ -233,8 +236,10 @@ func TestServedDocumentDescribesTheProxy(t *testing.T) {
 				// idem's own problems never are.
 				content := obj(resolve(doc, r)["content"])
 				upstreams := content[idem.ContentTypeProblem] == nil || len(content) > 1
-				if want := keyed && upstreams; (h[idem.HeaderIdempotentReplayed] != nil) != want {
-					t.Errorf("%s %s: %s declared = %v, want %v", id, status, idem.HeaderIdempotentReplayed, !want, want)
+				for _, name := range []string{idem.HeaderIdempotentReplayed, idem.HeaderPreferenceApplied} {
+					if want := keyed && upstreams; (h[name] != nil) != want {
+						t.Errorf("%s %s: %s declared = %v, want %v", id, status, name, !want, want)
+					}
 				}
 			}
 		}
