@@ -74,6 +74,10 @@ type Metadata struct {
 	// SuccessStatus is the HTTP status of a successful result (200); a
 	// handler may choose another with Call.SetStatus.
 	SuccessStatus int `json:"-"`
+	// Location says that the handler sets a Location header on its
+	// successful answers (Call.Header), as a create does: the OpenAPI
+	// document declares it. A replay carries the original's.
+	Location bool `json:"-"`
 }
 
 var operationName = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)

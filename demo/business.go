@@ -65,6 +65,7 @@ func (a *App) businessCreate() idem.Operation {
 			{Code: CodeBusinessExists, Status: http.StatusConflict, Message: "A business with this slug already exists in the org (a stored outcome: a same-key retry replays it)."},
 		},
 		SuccessStatus: http.StatusCreated,
+		Location:      true, // set below
 	}, func(ctx context.Context, call *idem.Call, in businessCreateIn) (Business, error) {
 		b := Business{Slug: in.Slug, Name: in.Name, CreatedBy: call.Principal.ID, CreatedAt: a.now()}
 		err := a.db.InCall(ctx, call, func(tx *Tx) error {

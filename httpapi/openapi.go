@@ -121,22 +121,12 @@ func OpenAPI(descs []idem.Descriptor, info OpenAPIInfo) []byte {
 		"info", docObj("title", info.Title, "version", info.Version, "license", license),
 		"servers", []docObject{docObj("url", cmp.Or(info.ServerURL, "/"), "description", "The server this document is served by.")},
 		"jsonSchemaDialect", "https://json-schema.org/draft/2020-12/schema",
-		"security", []docObject{docObj("bearer", []string{})},
+		"security", securityRequirement(),
 		"tags", tagList,
 		"paths", paths.object(),
 		"components", docObj(
-			"securitySchemes", docObj("bearer", docObj(
-				"type", "http", "scheme", "bearer",
-				"description", "An API token: Authorization: Bearer <token>.",
-			)),
-			"responses", docObj(unauthenticatedResponse, docObj(
-				"description", "UNAUTHENTICATED: no valid bearer token. "+idem.CodeUnauthenticated.Info().Action,
-				"headers", docObj("WWW-Authenticate", docObj(
-					"description", `The Bearer challenge (RFC 6750): Bearer realm="idem", with error="invalid_token" for an unknown token.`,
-					"schema", docObj("type", "string"),
-				)),
-				"content", docObj(idem.ContentTypeProblem, docObj("schema", schemaRef("Problem"))),
-			)),
+			"securitySchemes", securitySchemes(),
+			"responses", docObj(unauthenticatedResponse, unauthenticated()),
 			"schemas", componentSchemas(),
 		),
 	)
@@ -145,6 +135,45 @@ func OpenAPI(descs []idem.Descriptor, info OpenAPIInfo) []byte {
 		panic(fmt.Sprintf("httpapi: render OpenAPI document: %v", err))
 	}
 	return append(out, '\n')
+}
+
+// securityRequirement is the document's: every route needs a bearer
+// token unless it says otherwise (the public system routes).
+func securityRequirement() []docObject { return []docObject{docObj("bearer", []string{})} }
+
+func securitySchemes() docObject {
+	return docObj("bearer", docObj(
+		"type", "http", "scheme", "bearer",
+		"description", "An API token: Authorization: Bearer <token>.",
+	))
+}
+
+// unauthenticated is the shared 401 response (unauthenticatedResponse).
+func unauthenticated() docObject {
+	return docObj(
+		"description", "UNAUTHENTICATED: no valid bearer token. "+idem.CodeUnauthenticated.Info().Action,
+		"headers", docObj("WWW-Authenticate", docObj(
+			"description", `The Bearer challenge (RFC 6750): Bearer realm="idem", with error="invalid_token" for an unknown token.`,
+			"schema", docObj("type", "string"),
+		)),
+		"content", docObj(idem.ContentTypeProblem, docObj("schema", schemaRef("Problem"))),
+	)
+}
+
+// replayHeaders are the headers of a same_key_replay operation's
+// answers that a replay or a wait sets: Idempotent-Replayed and
+// Preference-Applied.
+func replayHeaders() docObject {
+	return docObj(
+		idem.HeaderIdempotentReplayed, docObj(
+			"description", "true when the answer is a replay of the original attempt's stored result.",
+			"schema", docObj("type", "string", "enum", []string{"true"}),
+		),
+		idem.HeaderPreferenceApplied, docObj(
+			"description", "wait=N when the server waited N seconds (Prefer: wait, after its cap) for the attempt in flight with this key.",
+			"schema", docObj("type", "string", "pattern", "^wait=[0-9]+$"),
+		),
+	)
 }
 
 // operationTag groups an operation by its name's first segment
@@ -186,18 +215,8 @@ func openapiOperation(d idem.Descriptor) docObject {
 			bodyNames = append(bodyNames, p.Name)
 		}
 	}
-	if d.Retry.Preview {
-		params = append(params, docObj(
-			"name", "dryRun", "in", "query", "required", false,
-			"description", "true runs the preview: nothing changes and nothing is stored; the answer carries meta.dryRun: true. "+
-				"Send no Idempotency-Key with it: the live call needs its own key.",
-			"schema", docObj("type", "boolean"),
-		))
-	}
+	params = append(params, controlParameters(d.Retry)...)
 	keyed := d.Retry.Kind == idem.RetrySameKeyReplay
-	if keyed {
-		params = append(params, idempotencyKeyParameter(), preferParameter())
-	}
 
 	op := docObj(
 		"operationId", d.Name,
@@ -281,6 +300,27 @@ func bodySchema(input, props docObject, required, bodyNames []string) (docObject
 	return out, len(bodyRequired) > 0
 }
 
+// controlParameters are the control inputs of an operation with contract
+// c, as httpapi reads them (ParseControls): dryRun on a preview
+// operation; Idempotency-Key and Prefer on a same_key_replay one. Every
+// other kind takes no key (a fresh_read ignores one, the others refuse
+// it), so none is documented there.
+func controlParameters(c idem.RetryContract) []docObject {
+	var params []docObject
+	if c.Preview {
+		params = append(params, docObj(
+			"name", idem.DryRunParam, "in", "query", "required", false,
+			"description", "true runs the preview: nothing changes and nothing is stored; the answer carries meta.dryRun: true. "+
+				"Send no Idempotency-Key with it: the live call needs its own key.",
+			"schema", docObj("type", "boolean"),
+		))
+	}
+	if c.Kind == idem.RetrySameKeyReplay {
+		params = append(params, idempotencyKeyParameter(), preferParameter())
+	}
+	return params
+}
+
 // idempotencyKeyParameter is the Idempotency-Key header of a same_key_replay
 // operation. It is not required in OpenAPI's sense, which would bind every
 // caller: the server refuses a call without it only from the principal
@@ -338,7 +378,7 @@ func operationResponses(d idem.Descriptor, keyed bool) docObject {
 		} else {
 			dryRunResponse = docObj(
 				"description", "OK: the preview answered to dryRun=true (meta.dryRun: true).",
-				"content", docObj(idem.ContentTypeJSON, docObj("schema", envelopeSchema(preview))),
+				"content", docObj(idem.ContentTypeJSON, docObj("schema", operationEnvelopeSchema(preview))),
 			)
 		}
 	}
@@ -347,35 +387,89 @@ func operationResponses(d idem.Descriptor, keyed bool) docObject {
 		success = docObj(
 			"description", successDesc+" A replay of a completed attempt carries the original status and data, "+
 				"meta.idempotency.replayed: true and the header Idempotent-Replayed: true.",
-			"headers", docObj(idem.HeaderIdempotentReplayed, docObj(
-				"description", "true when the answer is a replay of the original attempt's stored result.",
-				"schema", docObj("type", "string", "enum", []string{"true"}),
-			)),
+			"headers", replayHeaders(),
 		)
 	}
-	success = success.with("content", docObj(idem.ContentTypeJSON, docObj("schema", envelopeSchema(output))))
+	if d.Location {
+		headers, _ := success.value("headers").(docObject)
+		success = success.without("headers").with("headers", headers.with("Location", docObj(
+			"description", "The created resource's URL path; a replay carries the original's.",
+			"schema", docObj("type", "string"),
+		)))
+	}
+	success = success.with("content", docObj(idem.ContentTypeJSON, docObj("schema", operationEnvelopeSchema(output))))
 
 	responses := docObj(strconv.Itoa(d.SuccessStatus), success)
 	if dryRunResponse != nil {
 		responses = responses.with(strconv.Itoa(http.StatusOK), dryRunResponse)
 	}
-	byStatus := clientErrors(d, keyed)
+	byStatus := answeredProblems(d, hasBodyParams(d))
 	for _, e := range d.Errors {
 		if e.Status == d.SuccessStatus || (dryRunResponse != nil && e.Status == http.StatusOK) {
 			continue
 		}
 		byStatus[e.Status] = append(byStatus[e.Status], string(e.Code)+" (declared business outcome): "+e.Message)
 	}
-	statuses := slices.Sorted(maps.Keys(byStatus))
-	for _, status := range statuses {
-		if status == http.StatusUnauthorized {
-			responses = responses.with("401", docObj("$ref", "#/components/responses/"+unauthenticatedResponse))
-			continue
-		}
-		responses = responses.with(strconv.Itoa(status), problemResponse("- "+strings.Join(byStatus[status], "\n- ")))
+	for _, status := range slices.Sorted(maps.Keys(byStatus)) {
+		responses = responses.with(strconv.Itoa(status), problemsResponse(status, byStatus[status]))
 	}
-	return responses.with("default", problemResponse(
-		"A problem (RFC 9457) with a stable code; docs/errors.md lists the codes and what to do."))
+	return responses.with("default", defaultProblemResponse())
+}
+
+func defaultProblemResponse() docObject {
+	return problemResponse("A problem (RFC 9457) with a stable code; docs/errors.md lists the codes and what to do.")
+}
+
+// problemsResponse is the response of one status whose problems are
+// entries ("CODE: when. What to do."): the shared Unauthenticated
+// response for 401, else a problem response listing them, with
+// Retry-After when one of its codes sends it (Code.RetryAfter).
+func problemsResponse(status int, entries []string) docObject {
+	if status == http.StatusUnauthorized {
+		return docObj("$ref", "#/components/responses/"+unauthenticatedResponse)
+	}
+	r := problemResponse("- " + strings.Join(entries, "\n- "))
+	var after []string
+	for _, e := range entries {
+		if c := entryCode(e); c.RetryAfter() > 0 {
+			after = append(after, string(c))
+		}
+	}
+	if len(after) > 0 {
+		r = r.with("headers", docObj(idem.HeaderRetryAfter, retryAfterHeader(after)))
+	}
+	return r
+}
+
+// entryCode is the code an entry of answeredProblems starts with.
+func entryCode(entry string) idem.Code {
+	if i := strings.IndexAny(entry, ": "); i >= 0 {
+		entry = entry[:i]
+	}
+	return idem.Code(entry)
+}
+
+func retryAfterHeader(codes []string) docObject {
+	return docObj(
+		"description", "Seconds to wait before sending the same request again (with the same key), with "+strings.Join(codes, ", ")+".",
+		"schema", docObj("type", "string", "pattern", "^[0-9]+$"),
+	)
+}
+
+// hasBodyParams reports whether any of d's arguments travels in the body.
+func hasBodyParams(d idem.Descriptor) bool {
+	return slices.ContainsFunc(d.Params, func(p idem.Param) bool { return p.In == "body" })
+}
+
+// answeredProblems are the problems idem itself answers on an operation's
+// route, by status: clientErrors and serverErrors. body says whether the
+// route takes a request body.
+func answeredProblems(d idem.Descriptor, body bool) map[int][]string {
+	out := clientErrors(d, body)
+	for status, entries := range serverErrors(d) {
+		out[status] = append(out[status], entries...)
+	}
+	return out
 }
 
 // unauthenticatedResponse names the shared 401 response component.
@@ -386,31 +480,27 @@ const unauthenticatedResponse = "Unauthenticated"
 // §6.4 that apply to its kind, input validation, and authentication. Each
 // entry is "CODE: when. What to do." (the code's action; when is left out
 // where the action says it); 401 is the shared Unauthenticated response.
-func clientErrors(d idem.Descriptor, keyed bool) map[int][]string {
+func clientErrors(d idem.Descriptor, body bool) map[int][]string {
 	out := map[int][]string{}
-	add := func(c idem.Code, when string) {
-		info := c.Info()
-		if when != "" {
-			when += " "
-		}
-		out[info.Status] = append(out[info.Status], string(c)+": "+when+info.Action)
-	}
+	add := codeAdder(out)
+	keyed := d.Retry.Kind == idem.RetrySameKeyReplay
 	add(idem.CodeInvalidInput, "the input breaks the operation's schema, or a control parameter (dryRun) is not exactly true or false; nothing ran.")
-	if d.Retry.Kind != idem.RetryFreshRead {
+	if d.Retry.ReadsKey() {
 		add(idem.CodeIdempotencyKeyInvalid, "a malformed or repeated Idempotency-Key header.")
 	}
 	switch {
 	case keyed:
 		add(idem.CodeIdempotencyKeyNotSupported, "an Idempotency-Key together with dryRun=true.")
 		add(idem.CodeIdempotencyKeyRequired, "no Idempotency-Key on a live call from a principal of kind "+strings.Join(keyKinds(), ", ")+"; nothing ran.")
-	case d.Retry.Kind != idem.RetryFreshRead:
+	case d.Retry.ReadsKey():
 		add(idem.CodeIdempotencyKeyNotSupported, "an Idempotency-Key on an operation of kind "+string(d.Retry.Kind)+", which does not replay by key.")
 	}
 	if !d.Retry.Preview {
 		add(idem.CodeDryRunNotSupported, "dryRun=true on an operation without a preview.")
 	}
-	if slices.ContainsFunc(d.Params, func(p idem.Param) bool { return p.In == "body" }) {
+	if body {
 		add(idem.CodeRequestTooLarge, "the body is over the server's limit.")
+		add(idem.CodeRequestTimeout, "")
 	}
 	if keyed {
 		add(idem.CodeIdempotencyKeyInFlight, "")
@@ -424,11 +514,56 @@ func clientErrors(d idem.Descriptor, keyed bool) map[int][]string {
 	return out
 }
 
-// envelopeSchema is the success envelope with data described by data.
+// serverErrors are the 429 and 5xx problems idem itself answers on an
+// operation's route: admission, the store, the execution's failure or
+// timeout, and for a raw operation (idem proxy) an upstream it could not
+// reach. On a keyed call a 5xx produced after the handler started is
+// answered retryable: false with details.reconcile (SPEC §6.4).
+func serverErrors(d idem.Descriptor) map[int][]string {
+	out := map[int][]string{}
+	add := codeAdder(out)
+	add(idem.CodeRateLimited, "")
+	add(idem.CodeStoreUnavailable, "")
+	add(idem.CodeExecutionFailed, "")
+	add(idem.CodeInternal, "")
+	add(idem.CodeTimeout, "")
+	if d.Raw {
+		add(idem.CodeUpstreamUnavailable, "")
+	} else {
+		add(idem.CodeOutputInvalid, "")
+	}
+	return out
+}
+
+// codeAdder returns a function that adds the entry "CODE: when. What to
+// do." (when left out where the code's action says it) under the code's
+// status.
+func codeAdder(out map[int][]string) func(c idem.Code, when string) {
+	return func(c idem.Code, when string) {
+		info := c.Info()
+		if when != "" {
+			when += " "
+		}
+		out[info.Status] = append(out[info.Status], string(c)+": "+when+info.Action)
+	}
+}
+
+// envelopeSchema is the success envelope of a system route, {"data": …},
+// with data described by data.
 func envelopeSchema(data any) docObject {
 	return docObj(
 		"type", "object",
 		"required", []string{"data"},
+		"properties", docObj("data", data, "meta", schemaRef("Meta")),
+	)
+}
+
+// operationEnvelopeSchema is the success envelope of an operation, which
+// always carries meta (SPEC §9).
+func operationEnvelopeSchema(data any) docObject {
+	return docObj(
+		"type", "object",
+		"required", []string{"data", "meta"},
 		"properties", docObj("data", data, "meta", schemaRef("Meta")),
 	)
 }
@@ -812,6 +947,27 @@ func docObj(kv ...any) docObject {
 // with returns o with one more member.
 func (o docObject) with(key string, value any) docObject {
 	return append(o, docMember{key: key, value: value})
+}
+
+// value returns the value of member key; nil when absent.
+func (o docObject) value(key string) any {
+	for _, m := range o {
+		if m.key == key {
+			return m.value
+		}
+	}
+	return nil
+}
+
+// without returns o without member key.
+func (o docObject) without(key string) docObject {
+	out := make(docObject, 0, len(o))
+	for _, m := range o {
+		if m.key != key {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // raw returns the member key of a parsed object; nil when absent.

@@ -22,6 +22,9 @@ type Options struct {
 	Forward func(op Operation) idem.RawHandler
 	// Unvalidated turns input validation off (--validate=false).
 	Unvalidated bool
+	// ServerURL is the served document's servers[0].url: where the proxy
+	// serves the operations ("/" when empty).
+	ServerURL string
 }
 
 // Operation is what Build knows about one proxied operation.
@@ -45,7 +48,10 @@ type Built struct {
 	// declared contract, operations whose input is not validated.
 	Warnings []string
 	// Document is the OpenAPI document served at /openapi.json: the
-	// upstream's, with every operation's x-idem-agent-retry filled in.
+	// upstream's, describing the proxy (httpapi.OpenAPIOver): every
+	// operation with its x-idem-agent-retry, the control inputs of its
+	// contract, the problems and headers idem answers; idem's security,
+	// servers, system routes and components.
 	Document []byte
 }
 
@@ -69,10 +75,7 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 	if err != nil {
 		return nil, err
 	}
-	served, err := jsonOf(doc.T)
-	if err != nil {
-		return nil, fmt.Errorf("openapi document: %w", err)
-	}
+	var descs []idem.Descriptor
 	var undeclared []string
 	for _, path := range doc.Paths.InMatchingOrder() {
 		item := doc.Paths.Value(path)
@@ -101,8 +104,7 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 			}
 			out.Operations = append(out.Operations, def.op)
 			out.Proxied = append(out.Proxied, def.proxied)
-			ext, _ := json.Marshal(def.op.Metadata().WithDefaults().Retry)
-			setExtension(served, path, method, ext)
+			descs = append(descs, def.descriptor)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(overlay)) {
@@ -117,12 +119,13 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in --contracts",
 			len(undeclared), strings.Join(undeclared, ", ")))
 	}
-	if m, ok := served.(map[string]any); ok {
-		// Clients reach the operations through the proxy, at the
-		// document's own origin (the OpenAPI default), not the upstream.
-		delete(m, "servers")
+	// The document describes the proxy (httpapi.OpenAPIOver): clients
+	// reach the operations through it, not at the upstream.
+	base, err := json.Marshal(doc.T)
+	if err == nil {
+		out.Document, err = httpapi.OpenAPIOver(base, descs, httpapi.OpenAPIInfo{ServerURL: opts.ServerURL})
 	}
-	if out.Document, err = json.Marshal(served); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("openapi document: %w", err)
 	}
 	return out, nil
@@ -131,6 +134,8 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 type declared struct {
 	op      idem.Operation
 	proxied Operation
+	// descriptor is what the served document reads of the operation.
+	descriptor idem.Descriptor
 }
 
 // declare builds one operation.
@@ -180,7 +185,9 @@ func declare(in, out *converter, method, path string, item *openapi3.PathItem, o
 	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
 	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: outputOf(out, op),
 		Unvalidated: opts.Unvalidated || !validate, Handler: opts.Forward(p)}
-	return declared{op: idem.DefineRaw(meta, spec), proxied: p}, warn, nil
+	d := idem.Descriptor{Metadata: meta.WithDefaults(), InputSchema: spec.InputSchema, OutputSchema: spec.OutputSchema,
+		Params: spec.Params, Raw: true}
+	return declared{op: idem.DefineRaw(meta, spec), proxied: p, descriptor: d}, warn, nil
 }
 
 // summaryOf is the operation's summary, else the first line of its
@@ -378,15 +385,4 @@ func jsonMedia(content openapi3.Content) (string, *openapi3.MediaType) {
 
 func isObject(s *openapi3.Schema) bool {
 	return s.Type != nil && s.Type.Is("object") || s.Type == nil && len(s.Properties) > 0
-}
-
-// setExtension sets x-idem-agent-retry of one operation of the served
-// document (generic JSON) to ext, the contract as registered.
-func setExtension(doc any, path, method string, ext json.RawMessage) {
-	m, _ := doc.(map[string]any)
-	paths, _ := m["paths"].(map[string]any)
-	item, _ := paths[path].(map[string]any)
-	if op, ok := item[strings.ToLower(method)].(map[string]any); ok {
-		op[httpapi.AgentRetryExtension] = ext
-	}
 }

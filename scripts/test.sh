@@ -48,6 +48,13 @@ go vet "${pkgs[@]:-./...}"
 # snapshot in the same change, where review sees it.
 ((${#pkgs[@]})) || scripts/catalog-drift.sh
 
+# The OpenAPI lint (docs/http.md), on a full run only: Redocly's recommended
+# rules, at a pinned version installed outside the repository, over the
+# committed snapshots of the demo's and the proxy's documents (the Go tests
+# keep those current). Skipped, saying so, without node and npm; required
+# when CI=true.
+((${#pkgs[@]})) || scripts/openapi-lint.sh
+
 # ---- PostgreSQL. ------------------------------------------------------------
 
 # pg_bindir prints the directory holding initdb, pg_ctl and postgres.

@@ -36,7 +36,7 @@ func (m Main) proxyCommand() *cobra.Command {
 		Short: "Put idem in front of an HTTP API described by an OpenAPI document",
 		Long: "Serve every operation of an OpenAPI 3.0 or 3.1 document through idem's pipeline and forward it to the\n" +
 			"upstream: idempotency keys, replays, 409 in flight, indeterminate answers, audit, the catalog, the\n" +
-			"OpenAPI document with x-idem-agent-retry filled in, and MCP at /mcp. A contract comes from the\n" +
+			"OpenAPI document of the proxy (x-idem-agent-retry, keys, problems), and MCP at /mcp. A contract comes from the\n" +
 			"operation's x-idem-agent-retry extension, else from --contracts, else from the method (GET/HEAD:\n" +
 			"fresh_read; any other: no_automatic_retry). See docs/proxy.md.",
 		Args: cobra.NoArgs,
