@@ -31,8 +31,9 @@ import (
 )
 
 // Authenticator verifies JWT bearer tokens. It is safe for concurrent use
-// and starts no goroutine: the key set is refreshed by the requests that
-// need it, so there is nothing to close.
+// and has nothing to close: the key set is refreshed when requests find it
+// due, each fetch in a goroutine that ends within Config.FetchTimeout,
+// while requests whose key is cached are answered without waiting for it.
 type Authenticator struct {
 	cfg  Config
 	algs []jose.SignatureAlgorithm
@@ -55,7 +56,7 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 	for _, alg := range cfg.Algorithms {
 		a.algs = append(a.algs, jose.SignatureAlgorithm(alg))
 	}
-	if _, err := a.keys.refreshNow(ctx); err != nil {
+	if err := a.keys.load(ctx); err != nil {
 		return nil, err // names the URL and what went wrong
 	}
 	return a, nil
@@ -107,7 +108,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (idem.Principal, error) {
 	if err != nil {
 		return idem.Principal{}, refuse(err, "the token is not a well-formed signed JWT (JWS compact serialization); get a new one from the issuer")
 	}
-	key, err := a.keys.lookup(context.WithoutCancel(r.Context()), h.Kid, h.Alg)
+	key, err := a.keys.lookup(r.Context(), h.Kid, h.Alg)
 	if err != nil {
 		var le *lookupError
 		if errors.As(err, &le) {
@@ -117,7 +118,14 @@ func (a *Authenticator) Authenticate(r *http.Request) (idem.Principal, error) {
 	}
 	var std jwt.Claims
 	claims := map[string]any{}
-	if err := tok.Claims(key.Key, &std, &claims); err != nil {
+	err = tok.Claims(key.Key, &std, &claims)
+	if errors.Is(err, jose.ErrCryptoFailure) && h.Kid != "" {
+		// The issuer may have put a new key behind the same kid.
+		if next, ok := a.keys.replacement(r.Context(), h.Kid, h.Alg, key); ok {
+			key, err = next, tok.Claims(next.Key, &std, &claims)
+		}
+	}
+	if err != nil {
 		if errors.Is(err, jose.ErrCryptoFailure) {
 			return idem.Principal{}, refuse(err, "the token's signature does not verify with the issuer's key kid=%s; get a new token from the issuer", quote(key.KeyID))
 		}
