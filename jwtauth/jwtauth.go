@@ -40,7 +40,10 @@ type Authenticator struct {
 	keys *keySet
 }
 
-var _ idem.Authenticator = (*Authenticator)(nil)
+var (
+	_ idem.Authenticator = (*Authenticator)(nil)
+	_ idem.TokenIssuers  = (*Authenticator)(nil)
+)
 
 // New checks cfg and fetches the key set once, so that a wrong URL or an
 // unreadable set fails at start-up rather than as a 401 for every caller.
@@ -64,6 +67,16 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 
 // Config returns the configuration in force, defaults filled in.
 func (a *Authenticator) Config() Config { return a.cfg }
+
+// AuthorizationServers implements idem.TokenIssuers: the issuer.
+func (a *Authenticator) AuthorizationServers() []string { return []string{a.cfg.Issuer} }
+
+// KeyCount returns how many usable keys the cached key set holds.
+func (a *Authenticator) KeyCount() int {
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	return len(a.keys.keys)
+}
 
 // header is the part of a JOSE header read before verification, to choose
 // the key and to tell a JWT from another kind of bearer token.

@@ -20,6 +20,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -75,6 +76,13 @@ type Config struct {
 	// says it, and the console's links, redirects and cookie carry it
 	// (pages at /idem/ui/…).
 	BasePath string
+	// PublicURL is the origin clients reach the server at,
+	// scheme://host[:port] (the base path is BasePath). When Auth accepts
+	// the tokens of an authorization server (idem.TokenIssuers: jwtauth),
+	// the protected resource metadata (RFC 9728) and the resource_metadata
+	// of every 401 are built on it; without it they are built on a
+	// request's own Host only when that is a loopback host (docs/auth.md).
+	PublicURL string
 	// NoConsole leaves the web console out.
 	NoConsole bool
 	// Version names the API (OpenAPI info.version, MCP server version).
@@ -105,7 +113,10 @@ type tools struct {
 }
 
 // ownRoutes are the paths the server serves before the HTTP API's.
-var ownRoutes = []string{"/mcp", "/mcp/", webui.Prefix}
+var ownRoutes = []string{"/mcp", "/mcp/", webui.Prefix, httpapi.WellKnownProtectedResource, httpapi.WellKnownProtectedResource + mcpPath}
+
+// mcpPath is where MCP is served, under the handler.
+const mcpPath = "/mcp"
 
 // New checks cfg and builds the Runner and the surfaces. Nothing runs in
 // the background until Start (or Serve).
@@ -149,11 +160,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := httpapi.CheckRoutes(runner.Descriptors(), ownRoutes...); err != nil {
 		return nil, err
 	}
+	var resource *httpapi.ProtectedResource
+	if issuers := idem.AuthorizationServersOf(cfg.Auth); len(issuers) > 0 {
+		if resource, err = httpapi.NewProtectedResource(httpapi.ProtectedResourceConfig{
+			AuthorizationServers: issuers, PublicURL: cfg.PublicURL, BasePath: cfg.BasePath,
+		}); err != nil {
+			return nil, fmt.Errorf("server: Config.PublicURL: %w", err)
+		}
+	}
 	s := &Server{cfg: cfg, log: log, runner: runner}
 	s.http = httpapi.Config{
 		Runner: runner, Store: mx.Store(cfg.Store), Auth: cfg.Auth, Logger: log, Version: cfg.Version,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: cfg.Routes,
 		OpenAPI: cfg.OpenAPI, NoDirectCLIOperations: cfg.NoDirectCLIOperations, BasePath: cfg.BasePath,
+		ProtectedResource: resource,
 	}
 	s.api.Store(httpapi.NewHandler(s.http))
 	backend := mcpserver.RunnerBackend{Runner: runner}
@@ -166,10 +186,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.tools = tools{srv: mcpSrv, backend: backend, published: published}
-	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{AllowedOrigins: cfg.AllowedOrigins})
+	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{
+		AllowedOrigins: cfg.AllowedOrigins,
+		Challenge:      func(r *http.Request) string { return resource.Challenge(r, mcpPath) },
+	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.mcp)
-	mux.Handle("/mcp/", s.mcp)
+	mux.Handle(mcpPath, s.mcp)
+	mux.Handle(mcpPath+"/", s.mcp)
+	if resource != nil {
+		// Only with an authorization server to name: a tokens file's
+		// tokens come from none, so there is nothing to discover.
+		mux.Handle(httpapi.WellKnownProtectedResource, resource.MetadataHandler(""))
+		mux.Handle(httpapi.WellKnownProtectedResource+mcpPath, resource.MetadataHandler(mcpPath))
+	}
 	if !cfg.NoConsole {
 		mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log, BasePath: cfg.BasePath}))
 	}
