@@ -56,7 +56,7 @@ func NewProtectedResource(cfg ProtectedResourceConfig) (*ProtectedResource, erro
 	}
 	p := &ProtectedResource{authorizationServers: cfg.AuthorizationServers, basePath: strings.TrimRight(cfg.BasePath, "/")}
 	if cfg.PublicURL != "" {
-		o, err := publicOrigin(cfg.PublicURL)
+		o, err := PublicOrigin(cfg.PublicURL)
 		if err != nil {
 			return nil, err
 		}
@@ -65,9 +65,9 @@ func NewProtectedResource(cfg ProtectedResourceConfig) (*ProtectedResource, erro
 	return p, nil
 }
 
-// publicOrigin checks and normalizes a public URL: http or https, a host,
+// PublicOrigin checks and normalizes a public URL: http or https, a host,
 // no path (a trailing slash aside), query, fragment or user.
-func publicOrigin(s string) (string, error) {
+func PublicOrigin(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
