@@ -8,6 +8,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,6 +49,9 @@ type keySet struct {
 	lastErr   error             // of the last fetch, nil when it succeeded
 	inflight  *fetchCall        // the fetch running, if any
 }
+
+// errWaitEnded is a request that ended while it waited for a fetch.
+var errWaitEnded = errors.New("the request ended while the key set was being fetched")
 
 // fetchCall is one fetch of the key set; done closes when it ends.
 type fetchCall struct {
@@ -251,7 +255,7 @@ func (s *keySet) refetch(ctx context.Context) (keys []jose.JSONWebKey, fetched b
 	case <-c.done:
 		err = c.err
 	case <-ctx.Done():
-		err = fmt.Errorf("the request ended while the key set was being fetched: %w", ctx.Err())
+		err = fmt.Errorf("%w: %w", errWaitEnded, ctx.Err())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -287,6 +291,8 @@ func (s *keySet) lookup(ctx context.Context, kid, alg string) (jose.JSONWebKey, 
 	}
 	msg := fmt.Sprintf("the token's key id kid=%s is not in the issuer's key set", quote(kid))
 	switch {
+	case errors.Is(fetchErr, errWaitEnded):
+		msg += fmt.Sprintf(" as fetched at %s; it is being fetched again, and the request ended before it arrived; retry", stamp(fetched))
 	case fetchErr != nil:
 		msg += fmt.Sprintf(" as fetched at %s: the key set could not be fetched again; retry after %s", stamp(fetched), stamp(next))
 	case !refetched:
