@@ -138,15 +138,43 @@ func TestProtectedResourceMetadata(t *testing.T) {
 		}
 	})
 
+	// Mounted under /idem, as docs/embedding.md does it, with the root
+	// documents of ProtectedResourceMetadata beside it.
 	t.Run("base path", func(t *testing.T) {
-		url := serveWith(t, server.Config{Auth: auth, PublicURL: "https://example.com/", BasePath: "/idem"})
-		a := call(t, "GET", url+"/.well-known/oauth-protected-resource/mcp", "")
-		if !strings.Contains(a.body, `"resource":"https://example.com/idem/mcp"`) {
-			t.Fatalf("%d %s", a.status, a.body)
+		srv, err := server.New(t.Context(), server.Config{Operations: []idem.Operation{echoOp("echo.get", "/v1/echo")}, Store: openStore(t),
+			Auth: auth, PublicURL: "https://example.com/", BasePath: "/idem"})
+		if err != nil {
+			t.Fatal(err)
 		}
-		a = call(t, "POST", url+"/mcp", "")
-		if want := `Bearer realm="idem", resource_metadata="https://example.com/idem/.well-known/oauth-protected-resource/mcp"`; a.header.Get("WWW-Authenticate") != want {
-			t.Fatalf("WWW-Authenticate %q; want %q", a.header.Get("WWW-Authenticate"), want)
+		mux := http.NewServeMux()
+		mux.Handle("/idem/", http.StripPrefix("/idem", srv.Handler()))
+		mux.Handle(httpapi.WellKnownProtectedResource+"/", srv.ProtectedResourceMetadata())
+		hs := httptest.NewServer(mux)
+		t.Cleanup(hs.Close)
+		for _, c := range []struct{ path, resource string }{
+			{"/idem/.well-known/oauth-protected-resource/mcp", "https://example.com/idem/mcp"},
+			{"/idem/.well-known/oauth-protected-resource", "https://example.com/idem"},
+			{"/.well-known/oauth-protected-resource/idem/mcp", "https://example.com/idem/mcp"},
+			{"/.well-known/oauth-protected-resource/idem", "https://example.com/idem"},
+		} {
+			if a := call(t, "GET", hs.URL+c.path, ""); a.status != 200 || !strings.Contains(a.body, `"resource":"`+c.resource+`"`) {
+				t.Fatalf("GET %s: %d %s; want the resource %s", c.path, a.status, a.body, c.resource)
+			}
+		}
+		if a := call(t, "GET", hs.URL+"/.well-known/oauth-protected-resource/other", ""); a.status != 404 {
+			t.Fatalf("another resource's metadata: %d %s", a.status, a.body)
+		}
+		for path, want := range map[string]string{
+			"/idem/mcp":             `Bearer realm="idem", resource_metadata="https://example.com/idem/.well-known/oauth-protected-resource/mcp"`,
+			"/idem/v1/echo?word=hi": `Bearer realm="idem", resource_metadata="https://example.com/idem/.well-known/oauth-protected-resource"`,
+		} {
+			method := "GET"
+			if strings.HasSuffix(path, "/mcp") {
+				method = "POST"
+			}
+			if a := call(t, method, hs.URL+path, ""); a.status != 401 || a.header.Get("WWW-Authenticate") != want {
+				t.Fatalf("POST %s: %d WWW-Authenticate %q; want %q", path, a.status, a.header.Get("WWW-Authenticate"), want)
+			}
 		}
 	})
 

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,9 @@ type Server struct {
 	handler  http.Handler
 	reloadMu sync.Mutex // one Reload at a time
 	tools    tools
+	// resource is the server as an OAuth protected resource; nil when
+	// Auth names no authorization server.
+	resource *httpapi.ProtectedResource
 }
 
 // tools is the MCP server and what it lists.
@@ -168,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: Config.PublicURL: %w", err)
 		}
 	}
-	s := &Server{cfg: cfg, log: log, runner: runner}
+	s := &Server{cfg: cfg, log: log, runner: runner, resource: resource}
 	s.http = httpapi.Config{
 		Runner: runner, Store: mx.Store(cfg.Store), Auth: cfg.Auth, Logger: log, Version: cfg.Version,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: cfg.Routes,
@@ -211,6 +215,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // API's own, /mcp, and the console at /ui/. Mount it under a prefix with
 // http.StripPrefix, naming it in Config.BasePath.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// ProtectedResourceMetadata serves the protected resource metadata (RFC
+// 9728) at the host's root, where §3.1 puts it for a server mounted under
+// Config.BasePath: /.well-known/oauth-protected-resource followed by the
+// base path (the HTTP API) and by the base path and /mcp (MCP). Handler
+// serves the same documents under the base path, which is where the 401s
+// point; this is for clients that look only at the root. Mount it at
+// httpapi.WellKnownProtectedResource+"/"; other paths answer 404. It is
+// nil when Auth names no authorization server.
+func (s *Server) ProtectedResourceMetadata() http.Handler {
+	if s.resource == nil {
+		return nil
+	}
+	base := strings.TrimRight(s.cfg.BasePath, "/")
+	mux := http.NewServeMux()
+	mux.Handle(httpapi.WellKnownProtectedResource+base, s.resource.MetadataHandler(""))
+	mux.Handle(httpapi.WellKnownProtectedResource+base+mcpPath, s.resource.MetadataHandler(mcpPath))
+	mux.Handle("/", &s.api) // the API's 404
+	return mux
+}
 
 // Runner is the pipeline the surfaces call (for Go callers in the same
 // process: Runner().Call).
