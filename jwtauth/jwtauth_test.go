@@ -126,11 +126,13 @@ type issuer struct {
 	status int
 	raw    []byte        // served instead of keys when set
 	hang   chan struct{} // when set, a fetch waits for it to close
+	// hanging receives a value for each fetch that hangs (buffered).
+	hanging chan struct{}
 }
 
 func newIssuer(t testing.TB, keys ...signingKey) *issuer {
 	t.Helper()
-	is := &issuer{status: http.StatusOK}
+	is := &issuer{status: http.StatusOK, hanging: make(chan struct{}, 100)}
 	is.publish(keys...)
 	is.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		is.hits.Add(1)
@@ -138,6 +140,10 @@ func newIssuer(t testing.TB, keys ...signingKey) *issuer {
 		hang := is.hang
 		is.mu.Unlock()
 		if hang != nil { // a key endpoint that does not answer until released
+			select {
+			case is.hanging <- struct{}{}:
+			default:
+			}
 			select {
 			case <-hang:
 			case <-r.Context().Done():

@@ -71,6 +71,11 @@ func TestHungKeyEndpoint(t *testing.T) {
 	if worst > time.Second {
 		t.Fatalf("a known-key request waited %s for the hung key endpoint", worst)
 	}
+	select { // the refresh has reached the endpoint, and hangs there
+	case <-is.hanging:
+	case <-time.After(time.Minute):
+		t.Fatal("no refresh reached the key endpoint")
+	}
 	if n := is.hits.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2 (New's, then one refresh for all the requests)", n)
 	}
