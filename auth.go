@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -52,6 +53,39 @@ func (as Authenticators) Authenticate(r *http.Request) (Principal, error) {
 		first = Unrecognized(Errorf(CodeUnauthenticated, "no caller can authenticate: this server accepts no credentials"))
 	}
 	return Principal{}, first
+}
+
+// TokenIssuers is implemented by an Authenticator that accepts the access
+// tokens of OAuth 2.0 authorization servers (jwtauth: its issuer). The
+// surfaces name them to clients in their protected resource metadata (RFC
+// 9728), so that a client answered 401 finds where to get a token.
+type TokenIssuers interface {
+	// AuthorizationServers returns the issuer identifiers (RFC 8414).
+	AuthorizationServers() []string
+}
+
+// AuthorizationServers implements TokenIssuers: the issuers of every
+// authenticator of the chain, each once, in order.
+func (as Authenticators) AuthorizationServers() []string {
+	var out []string
+	for _, a := range as {
+		for _, s := range AuthorizationServersOf(a) {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// AuthorizationServersOf returns the authorization servers whose tokens a
+// accepts: none unless a implements TokenIssuers (the tokens file's tokens
+// come from no authorization server).
+func AuthorizationServersOf(a Authenticator) []string {
+	if ti, ok := a.(TokenIssuers); ok {
+		return ti.AuthorizationServers()
+	}
+	return nil
 }
 
 // Unrecognized marks an Authenticator's error as "the request carries no

@@ -54,6 +54,9 @@ type Config struct {
 	// NoDirectCLIOperations leaves the catalog's directCliOperations
 	// empty: the operations are an upstream's (idem proxy).
 	NoDirectCLIOperations bool
+	// ProtectedResource, when set, names the API's protected resource
+	// metadata in the challenge of every 401 (resource_metadata).
+	ProtectedResource *ProtectedResource
 }
 
 // handler is the HTTP surface.
@@ -306,7 +309,7 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Pri
 	p, err := h.cfg.Auth.Authenticate(r)
 	if err != nil {
 		resp := idem.ErrorResult(err, nil)
-		resp.Header.Set("WWW-Authenticate", Challenge(r))
+		resp.Header.Set("WWW-Authenticate", h.cfg.ProtectedResource.Challenge(r, ""))
 		write(w, resp)
 		return idem.Principal{}, false
 	}
@@ -476,10 +479,21 @@ func splitUnquoted(s string, sep byte) []string {
 func write(w http.ResponseWriter, res idem.Result) { writeCall(w, res, false) }
 
 // Write sends res as the HTTP API answers it (write), for the surfaces
-// that answer over HTTP beside it (MCP's refusals before a session).
-func Write(w http.ResponseWriter, res idem.Result) { write(w, res) }
+// that answer over HTTP beside it (MCP's refusals before a session),
+// without the insufficient_scope challenge: their 403 (a foreign Origin)
+// is not about the caller's roles.
+func Write(w http.ResponseWriter, res idem.Result) { writeAnswer(w, res, false) }
 
+// writeCall sends res as the HTTP API answers it; a 403 FORBIDDEN (a role
+// the caller lacks) carries the insufficient_scope challenge.
 func writeCall(w http.ResponseWriter, res idem.Result, raw bool) {
+	if res.Problem != nil && res.Problem.Code == idem.CodeForbidden {
+		w.Header().Set("WWW-Authenticate", insufficientScope)
+	}
+	writeAnswer(w, res, raw)
+}
+
+func writeAnswer(w http.ResponseWriter, res idem.Result, raw bool) {
 	h := w.Header()
 	for k, v := range res.Header {
 		if !ownHeaders[k] {

@@ -64,16 +64,20 @@ type Config struct {
 	// Claims maps the token's claims to the principal.
 	Claims ClaimMap
 	// RefreshInterval is how old the cached key set may grow before the
-	// next request refetches it; DefaultRefreshInterval when 0.
+	// next request starts refetching it (in the background: that request
+	// and the others are answered with the cached keys meanwhile);
+	// DefaultRefreshInterval when 0.
 	RefreshInterval time.Duration
-	// MinRefreshInterval is the least time between two fetches of the key
-	// set: a token naming an unknown kid refetches the set (the issuer may
-	// have rotated its keys) only when the last fetch is at least this
-	// old, so tokens with made-up kids cannot make this server hammer the
+	// MinRefreshInterval is the least time between the starts of two
+	// fetches of the key set: a token naming an unknown kid, or whose
+	// signature does not verify with the cached key of its kid, refetches
+	// the set (the issuer may have rotated or replaced its keys) only when
+	// the last fetch started at least this long ago, so tokens with
+	// made-up kids or signatures cannot make this server hammer the
 	// issuer. DefaultMinRefreshInterval when 0; at most RefreshInterval.
 	MinRefreshInterval time.Duration
-	// FetchTimeout bounds one fetch of the key set; DefaultFetchTimeout
-	// when 0.
+	// FetchTimeout bounds one fetch of the key set, and so the wait of a
+	// token whose key is not cached; DefaultFetchTimeout when 0.
 	FetchTimeout time.Duration
 	// HTTPClient fetches the key set; http.DefaultClient when nil.
 	HTTPClient *http.Client

@@ -31,15 +31,19 @@ import (
 )
 
 // Authenticator verifies JWT bearer tokens. It is safe for concurrent use
-// and starts no goroutine: the key set is refreshed by the requests that
-// need it, so there is nothing to close.
+// and has nothing to close: the key set is refreshed when requests find it
+// due, each fetch in a goroutine that ends within Config.FetchTimeout,
+// while requests whose key is cached are answered without waiting for it.
 type Authenticator struct {
 	cfg  Config
 	algs []jose.SignatureAlgorithm
 	keys *keySet
 }
 
-var _ idem.Authenticator = (*Authenticator)(nil)
+var (
+	_ idem.Authenticator = (*Authenticator)(nil)
+	_ idem.TokenIssuers  = (*Authenticator)(nil)
+)
 
 // New checks cfg and fetches the key set once, so that a wrong URL or an
 // unreadable set fails at start-up rather than as a 401 for every caller.
@@ -55,7 +59,7 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 	for _, alg := range cfg.Algorithms {
 		a.algs = append(a.algs, jose.SignatureAlgorithm(alg))
 	}
-	if _, err := a.keys.refreshNow(ctx); err != nil {
+	if err := a.keys.load(ctx); err != nil {
 		return nil, err // names the URL and what went wrong
 	}
 	return a, nil
@@ -63,6 +67,16 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 
 // Config returns the configuration in force, defaults filled in.
 func (a *Authenticator) Config() Config { return a.cfg }
+
+// AuthorizationServers implements idem.TokenIssuers: the issuer.
+func (a *Authenticator) AuthorizationServers() []string { return []string{a.cfg.Issuer} }
+
+// KeyCount returns how many usable keys the cached key set holds.
+func (a *Authenticator) KeyCount() int {
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	return len(a.keys.keys)
+}
 
 // header is the part of a JOSE header read before verification, to choose
 // the key and to tell a JWT from another kind of bearer token.
@@ -107,7 +121,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (idem.Principal, error) {
 	if err != nil {
 		return idem.Principal{}, refuse(err, "the token is not a well-formed signed JWT (JWS compact serialization); get a new one from the issuer")
 	}
-	key, err := a.keys.lookup(context.WithoutCancel(r.Context()), h.Kid, h.Alg)
+	key, err := a.keys.lookup(r.Context(), h.Kid, h.Alg)
 	if err != nil {
 		var le *lookupError
 		if errors.As(err, &le) {
@@ -117,7 +131,14 @@ func (a *Authenticator) Authenticate(r *http.Request) (idem.Principal, error) {
 	}
 	var std jwt.Claims
 	claims := map[string]any{}
-	if err := tok.Claims(key.Key, &std, &claims); err != nil {
+	err = tok.Claims(key.Key, &std, &claims)
+	if errors.Is(err, jose.ErrCryptoFailure) && h.Kid != "" {
+		// The issuer may have put a new key behind the same kid.
+		if next, ok := a.keys.replacement(r.Context(), h.Kid, h.Alg, key); ok {
+			key, err = next, tok.Claims(next.Key, &std, &claims)
+		}
+	}
+	if err != nil {
 		if errors.Is(err, jose.ErrCryptoFailure) {
 			return idem.Principal{}, refuse(err, "the token's signature does not verify with the issuer's key kid=%s; get a new token from the issuer", quote(key.KeyID))
 		}

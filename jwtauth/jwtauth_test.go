@@ -124,15 +124,32 @@ type issuer struct {
 	mu     sync.Mutex
 	keys   []jose.JSONWebKey
 	status int
-	raw    []byte // served instead of keys when set
+	raw    []byte        // served instead of keys when set
+	hang   chan struct{} // when set, a fetch waits for it to close
+	// hanging receives a value for each fetch that hangs (buffered).
+	hanging chan struct{}
 }
 
 func newIssuer(t testing.TB, keys ...signingKey) *issuer {
 	t.Helper()
-	is := &issuer{status: http.StatusOK}
+	is := &issuer{status: http.StatusOK, hanging: make(chan struct{}, 100)}
 	is.publish(keys...)
 	is.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		is.hits.Add(1)
+		is.mu.Lock()
+		hang := is.hang
+		is.mu.Unlock()
+		if hang != nil { // a key endpoint that does not answer until released
+			select {
+			case is.hanging <- struct{}{}:
+			default:
+			}
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		is.mu.Lock()
 		defer is.mu.Unlock()
 		if is.status != http.StatusOK {
@@ -426,12 +443,17 @@ func TestRotation(t *testing.T) {
 	}
 
 	// The issuer drops the old key: after RefreshInterval the next request
-	// refetches and tokens of the old key are refused.
+	// refetches the set, without waiting for it (its key is cached), and
+	// once the refresh landed tokens of the old key are refused.
 	is.publish(next)
 	clock.Advance(jwtauth.DefaultRefreshInterval)
+	if _, err := a.Authenticate(bearer(old.sign(t, claims(clock.Now(), nil)))); err != nil {
+		t.Fatalf("a cached key while its set is refreshed: %v", err)
+	}
+	jwtauth.WaitForRefresh(a)
 	token = old.sign(t, claims(clock.Now(), nil))
 	_, err = a.Authenticate(bearer(token))
-	refused(t, token, err, `kid="2026-11" is not in the issuer's key set; get a new token from the issuer`)
+	refused(t, token, err, `kid="2026-11" is not in the issuer's key set as fetched at 2026-12-02T06:15:10Z; if the issuer rotated its keys since, retry after 2026-12-02T06:15:20Z`)
 	if n := is.hits.Load(); n != 3 {
 		t.Fatalf("%d fetches, want 3 (one refresh for age; the unknown kid right after it does not fetch again)", n)
 	}
@@ -493,6 +515,7 @@ func TestIssuerOutage(t *testing.T) {
 	if _, err := a.Authenticate(bearer(rs.sign(t, claims(clock.Now(), nil)))); err != nil {
 		t.Fatalf("a known key is refused while the issuer is down: %v", err)
 	}
+	jwtauth.WaitForRefresh(a)
 	clock.Advance(jwtauth.DefaultMinRefreshInterval)
 	k := rs
 	k.kid = "rsa-2"
@@ -726,8 +749,9 @@ func TestChain(t *testing.T) {
 	}
 }
 
-// TestRefreshOutlivesNewContext: the key set is refreshed by requests,
-// with no goroutine started by New, so New's context ending stops nothing.
+// TestRefreshOutlivesNewContext: the key set is refreshed when requests
+// find it due, with no goroutine started by New, so New's context ending
+// stops nothing.
 func TestRefreshOutlivesNewContext(t *testing.T) {
 	clock := fakeclock.New(start)
 	rs := rsaKey(t, "rsa-1")
@@ -742,6 +766,7 @@ func TestRefreshOutlivesNewContext(t *testing.T) {
 	if _, err := a.Authenticate(bearer(rs.sign(t, claims(clock.Now(), nil)))); err != nil {
 		t.Fatalf("the key set is not refreshed after New's context ended: %v", err)
 	}
+	jwtauth.WaitForRefresh(a)
 	if n := is.hits.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2", n)
 	}

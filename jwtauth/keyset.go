@@ -2,11 +2,13 @@ package jwtauth
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,17 +17,23 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"golang.org/x/sync/singleflight"
 )
 
 // minRSABits is the smallest RSA key of a key set that is used.
 const minRSABits = 2048
 
-// keySet is the issuer's key set, cached. It is refreshed on the request
-// path, never in the background: when a request finds it older than
-// refresh, or names a kid it does not hold; in both cases at most once per
-// minRefresh, however many requests ask (one fetch, the others wait for
-// it). So no goroutine outlives a request and nothing needs closing.
+// keySet is the issuer's key set, cached. It is refreshed when a request
+// finds it older than refresh, or a token names a kid it does not hold (or
+// fails to verify with the key of its kid, which the issuer may have
+// replaced); in every case at most once per minRefresh, however many
+// requests ask, and one fetch at a time.
+//
+// A fetch runs in a goroutine of its own, bounded by timeout, so that no
+// request waits for it unless it must: a request whose key is cached is
+// answered with the cached set while the refresh runs behind it (a hung key
+// endpoint delays nobody whose key is known); only a token whose key is not
+// cached waits for the fetch, no longer than its own context. Nothing
+// outlives a fetch, so there is nothing to close.
 type keySet struct {
 	url        string
 	client     *http.Client
@@ -34,13 +42,21 @@ type keySet struct {
 	refresh    time.Duration
 	minRefresh time.Duration
 
-	group singleflight.Group
-
 	mu        sync.Mutex
 	keys      []jose.JSONWebKey // the usable public signing keys
-	fetched   time.Time         // of the keys
-	attempted time.Time         // the last fetch, successful or not
+	fetched   time.Time         // when the fetch of the keys started
+	attempted time.Time         // when the last fetch, successful or not, started
 	lastErr   error             // of the last fetch, nil when it succeeded
+	inflight  *fetchCall        // the fetch running, if any
+}
+
+// errWaitEnded is a request that ended while it waited for a fetch.
+var errWaitEnded = errors.New("the request ended while the key set was being fetched")
+
+// fetchCall is one fetch of the key set; done closes when it ends.
+type fetchCall struct {
+	done chan struct{}
+	err  error
 }
 
 // keySetError is a key set that could not be fetched or read.
@@ -164,52 +180,86 @@ func fits(k jose.JSONWebKey, alg string) bool {
 	return false
 }
 
-// refreshNow fetches the key set unless another fetch happened less than
-// minRefresh ago. It reports whether it fetched (or joined a concurrent
-// fetch), and the error of the last fetch. Concurrent callers share one
-// fetch.
-func (s *keySet) refreshNow(ctx context.Context) (fetched bool, err error) {
-	v, err, _ := s.group.Do("", func() (any, error) {
-		s.mu.Lock()
-		if s.limited() {
-			err := s.lastErr
-			s.mu.Unlock()
-			return false, err
-		}
-		s.mu.Unlock()
-		keys, err := s.fetch(ctx)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.attempted = s.now()
-		s.lastErr = err
-		if err == nil {
-			s.keys, s.fetched = keys, s.attempted
-		}
-		return true, err
-	})
-	return v.(bool), err
+// load fetches the key set and keeps it, in the caller's goroutine (New).
+func (s *keySet) load(ctx context.Context) error {
+	began := s.now()
+	keys, err := s.fetch(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempted, s.lastErr = began, err
+	if err == nil {
+		s.keys, s.fetched = keys, began
+	}
+	return err
 }
 
-// limited reports whether the last fetch is too recent for another; s.mu
-// is held.
+// startFetch returns the fetch in flight, else starts one, unless the last
+// one started less than minRefresh ago (then nil). s.mu is held. The fetch
+// keeps ctx's values, not its end: requests share it.
+func (s *keySet) startFetch(ctx context.Context) *fetchCall {
+	if s.inflight != nil {
+		return s.inflight
+	}
+	if s.limited() {
+		return nil
+	}
+	c := &fetchCall{done: make(chan struct{})}
+	began := s.now()
+	s.inflight, s.attempted = c, began
+	go func() {
+		keys, err := s.fetch(context.WithoutCancel(ctx)) // bounded by s.timeout
+		s.mu.Lock()
+		s.lastErr, s.inflight, c.err = err, nil, err
+		if err == nil {
+			s.keys, s.fetched = keys, began
+		}
+		s.mu.Unlock()
+		close(c.done)
+	}()
+	return c
+}
+
+// limited reports whether the last fetch started too recently for another;
+// s.mu is held.
 func (s *keySet) limited() bool {
 	return !s.attempted.IsZero() && s.now().Sub(s.attempted) < s.minRefresh
 }
 
-// current returns the cached keys, refreshed first when they are older
-// than refresh (then refetched is true). A failed refresh keeps the keys
-// it had: an issuer's outage does not refuse tokens signed with keys
+// cached returns the cached keys and, when they are older than refresh,
+// starts their refresh without waiting for it. A failed refresh keeps the
+// keys it had: an issuer's outage does not refuse tokens signed with keys
 // already known.
-func (s *keySet) current(ctx context.Context) (keys []jose.JSONWebKey, refetched bool, err error) {
+func (s *keySet) cached(ctx context.Context) []jose.JSONWebKey {
 	s.mu.Lock()
-	stale := s.now().Sub(s.fetched) >= s.refresh && !s.limited()
+	defer s.mu.Unlock()
+	if s.now().Sub(s.fetched) >= s.refresh {
+		s.startFetch(ctx)
+	}
+	return s.keys
+}
+
+// refetch waits for a fresh fetch of the key set (the one in flight, or a
+// new one unless the last started less than minRefresh ago), no longer
+// than ctx, and returns the keys then cached. fetched reports whether a
+// fetch ran for the caller; err is its error, or the last fetch's when
+// none could run.
+func (s *keySet) refetch(ctx context.Context) (keys []jose.JSONWebKey, fetched bool, err error) {
+	s.mu.Lock()
+	c := s.startFetch(ctx)
+	if c == nil {
+		defer s.mu.Unlock()
+		return s.keys, false, s.lastErr
+	}
 	s.mu.Unlock()
-	if stale {
-		refetched, err = s.refreshNow(ctx)
+	select {
+	case <-c.done:
+		err = c.err
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: %w", errWaitEnded, ctx.Err())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys, refetched, err
+	return s.keys, true, err
 }
 
 // lookupError is why no key verifies a token, in the caller's terms.
@@ -223,21 +273,15 @@ func (e *lookupError) Unwrap() error { return e.err }
 
 // lookup returns the key that verifies a token of kid and alg. A kid
 // the cached set lacks refetches the set (the issuer may have rotated its
-// keys), at most once per minRefresh.
+// keys), at most once per minRefresh; only then does the request wait.
 func (s *keySet) lookup(ctx context.Context, kid, alg string) (jose.JSONWebKey, error) {
-	keys, refetched, fetchErr := s.current(ctx)
-	k, found, err := pick(keys, kid, alg)
+	k, found, err := pick(s.cached(ctx), kid, alg)
 	if found || err != nil {
 		return k, err
 	}
-	if !refetched {
-		refetched, fetchErr = s.refreshNow(ctx)
-		s.mu.Lock()
-		keys = s.keys
-		s.mu.Unlock()
-		if k, found, err = pick(keys, kid, alg); found || err != nil {
-			return k, err
-		}
+	keys, refetched, fetchErr := s.refetch(ctx)
+	if k, found, err = pick(keys, kid, alg); found || err != nil {
+		return k, err
 	}
 	s.mu.Lock()
 	fetched, next := s.fetched, s.attempted.Add(s.minRefresh)
@@ -247,6 +291,8 @@ func (s *keySet) lookup(ctx context.Context, kid, alg string) (jose.JSONWebKey, 
 	}
 	msg := fmt.Sprintf("the token's key id kid=%s is not in the issuer's key set", quote(kid))
 	switch {
+	case errors.Is(fetchErr, errWaitEnded):
+		msg += fmt.Sprintf(" as fetched at %s; it is being fetched again, and the request ended before it arrived; retry", stamp(fetched))
 	case fetchErr != nil:
 		msg += fmt.Sprintf(" as fetched at %s: the key set could not be fetched again; retry after %s", stamp(fetched), stamp(next))
 	case !refetched:
@@ -255,6 +301,29 @@ func (s *keySet) lookup(ctx context.Context, kid, alg string) (jose.JSONWebKey, 
 		msg += "; get a new token from the issuer"
 	}
 	return k, &lookupError{msg: msg, err: fetchErr}
+}
+
+// replacement returns the key now behind kid when it is not old: a token
+// that does not verify with the cached key of its kid refetches the set
+// (the issuer may have replaced the key and kept the kid), at most once per
+// minRefresh, waiting as for an unknown kid. ok is false when no other key
+// could be found.
+func (s *keySet) replacement(ctx context.Context, kid, alg string, old jose.JSONWebKey) (key jose.JSONWebKey, ok bool) {
+	keys, refetched, err := s.refetch(ctx)
+	if !refetched || err != nil {
+		return key, false
+	}
+	k, found, err := pick(keys, kid, alg)
+	if !found || err != nil || samePublicKey(k, old) {
+		return key, false
+	}
+	return k, true
+}
+
+// samePublicKey reports whether a and b hold the same public key.
+func samePublicKey(a, b jose.JSONWebKey) bool {
+	eq, ok := a.Key.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && eq.Equal(b.Key)
 }
 
 // pick chooses the key for kid and alg among keys. found is false when no

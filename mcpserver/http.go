@@ -35,6 +35,10 @@ type HTTPOptions struct {
 	// AllowedOrigins are the origins (NormalizeOrigin) besides the
 	// server's own whose browser pages may call /mcp.
 	AllowedOrigins []string
+	// Challenge is the WWW-Authenticate value of a 401 answered to a
+	// request (with resource_metadata when the server publishes protected
+	// resource metadata); httpapi.Challenge when nil.
+	Challenge func(*http.Request) string
 }
 
 // HTTPHandler serves streamable HTTP MCP (at /mcp of idem serve) behind
@@ -44,6 +48,9 @@ type HTTPHandler struct {
 	next    http.Handler
 	origins map[string]bool // AllowedOrigins, normalized
 	book    *sessionBook
+
+	// challenge is the WWW-Authenticate value of a 401 (HTTPOptions.Challenge).
+	challenge func(*http.Request) string
 
 	// draining ends when the server drains (Drain).
 	draining context.Context
@@ -120,7 +127,10 @@ func Handler(srv *mcp.Server, authn idem.Authenticator, opts HTTPOptions) *HTTPH
 		origins[n] = true
 	}
 	draining, drain := context.WithCancel(context.Background())
-	return &HTTPHandler{authn: authn, next: auth.RequireBearerToken(verify, nil)(sdk), origins: origins, draining: draining, drain: drain,
+	if opts.Challenge == nil {
+		opts.Challenge = httpapi.Challenge
+	}
+	return &HTTPHandler{authn: authn, challenge: opts.Challenge, next: auth.RequireBearerToken(verify, nil)(sdk), origins: origins, draining: draining, drain: drain,
 		book: newSessionBook(opts.SessionTimeout, opts.MaxSessionsPerPrincipal, opts.MaxSessions)}
 }
 
@@ -173,7 +183,7 @@ func (h *HTTPHandler) Drain() { h.drain() }
 func (h *HTTPHandler) authenticate(w http.ResponseWriter, r *http.Request) (idem.Principal, bool) {
 	p, err := h.authn.Authenticate(r)
 	if err != nil {
-		unauthorized(w, err, httpapi.Challenge(r))
+		unauthorized(w, err, h.challenge(r))
 		return idem.Principal{}, false
 	}
 	return p, true

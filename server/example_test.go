@@ -55,8 +55,9 @@ func Example() {
 		Operations: ops, // idem.Define / idem.DefineRaw
 		Store:      store,
 		Auth:       auth,
-		Logger:     logger,  // nil: silent
-		BasePath:   "/idem", // where Handler is mounted; "" at the root
+		Logger:     logger,                    // nil: silent
+		BasePath:   "/idem",                   // where Handler is mounted; "" at the root
+		PublicURL:  "https://app.example.com", // the origin clients call (docs/auth.md, "Discovery")
 		Runner: pipeline.Config{
 			TracerProvider: tp,   // nil: no tracing (docs/tracing.md)
 			ReplayLogRate:  0.01, // log 1 % of successful replays

@@ -20,8 +20,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +77,13 @@ type Config struct {
 	// says it, and the console's links, redirects and cookie carry it
 	// (pages at /idem/ui/…).
 	BasePath string
+	// PublicURL is the origin clients reach the server at,
+	// scheme://host[:port] (the base path is BasePath). When Auth accepts
+	// the tokens of an authorization server (idem.TokenIssuers: jwtauth),
+	// the protected resource metadata (RFC 9728) and the resource_metadata
+	// of every 401 are built on it; without it they are built on a
+	// request's own Host only when that is a loopback host (docs/auth.md).
+	PublicURL string
 	// NoConsole leaves the web console out.
 	NoConsole bool
 	// Version names the API (OpenAPI info.version, MCP server version).
@@ -95,6 +104,9 @@ type Server struct {
 	handler  http.Handler
 	reloadMu sync.Mutex // one Reload at a time
 	tools    tools
+	// resource is the server as an OAuth protected resource; nil when
+	// Auth names no authorization server.
+	resource *httpapi.ProtectedResource
 }
 
 // tools is the MCP server and what it lists.
@@ -105,7 +117,10 @@ type tools struct {
 }
 
 // ownRoutes are the paths the server serves before the HTTP API's.
-var ownRoutes = []string{"/mcp", "/mcp/", webui.Prefix}
+var ownRoutes = []string{"/mcp", "/mcp/", webui.Prefix, httpapi.WellKnownProtectedResource, httpapi.WellKnownProtectedResource + mcpPath}
+
+// mcpPath is where MCP is served, under the handler.
+const mcpPath = "/mcp"
 
 // New checks cfg and builds the Runner and the surfaces. Nothing runs in
 // the background until Start (or Serve).
@@ -149,11 +164,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := httpapi.CheckRoutes(runner.Descriptors(), ownRoutes...); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, runner: runner}
+	var resource *httpapi.ProtectedResource
+	if issuers := idem.AuthorizationServersOf(cfg.Auth); len(issuers) > 0 {
+		if resource, err = httpapi.NewProtectedResource(httpapi.ProtectedResourceConfig{
+			AuthorizationServers: issuers, PublicURL: cfg.PublicURL, BasePath: cfg.BasePath,
+		}); err != nil {
+			return nil, fmt.Errorf("server: Config.PublicURL: %w", err)
+		}
+	}
+	s := &Server{cfg: cfg, log: log, runner: runner, resource: resource}
 	s.http = httpapi.Config{
 		Runner: runner, Store: mx.Store(cfg.Store), Auth: cfg.Auth, Logger: log, Version: cfg.Version,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: cfg.Routes,
 		OpenAPI: cfg.OpenAPI, NoDirectCLIOperations: cfg.NoDirectCLIOperations, BasePath: cfg.BasePath,
+		ProtectedResource: resource,
 	}
 	s.api.Store(httpapi.NewHandler(s.http))
 	backend := mcpserver.RunnerBackend{Runner: runner}
@@ -166,10 +190,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.tools = tools{srv: mcpSrv, backend: backend, published: published}
-	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{AllowedOrigins: cfg.AllowedOrigins})
+	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{
+		AllowedOrigins: cfg.AllowedOrigins,
+		Challenge:      func(r *http.Request) string { return resource.Challenge(r, mcpPath) },
+	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.mcp)
-	mux.Handle("/mcp/", s.mcp)
+	mux.Handle(mcpPath, s.mcp)
+	mux.Handle(mcpPath+"/", s.mcp)
+	if resource != nil {
+		// Only with an authorization server to name: a tokens file's
+		// tokens come from none, so there is nothing to discover.
+		mux.Handle(httpapi.WellKnownProtectedResource, resource.MetadataHandler(""))
+		mux.Handle(httpapi.WellKnownProtectedResource+mcpPath, resource.MetadataHandler(mcpPath))
+	}
 	if !cfg.NoConsole {
 		mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log, BasePath: cfg.BasePath}))
 	}
@@ -182,6 +215,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // API's own, /mcp, and the console at /ui/. Mount it under a prefix with
 // http.StripPrefix, naming it in Config.BasePath.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// ProtectedResourceMetadata serves the protected resource metadata (RFC
+// 9728) at the host's root, where §3.1 puts it for a server mounted under
+// Config.BasePath: /.well-known/oauth-protected-resource followed by the
+// base path (the HTTP API) and by the base path and /mcp (MCP). Handler
+// serves the same documents under the base path, which is where the 401s
+// point; this is for clients that look only at the root. Mount it at
+// httpapi.WellKnownProtectedResource+"/"; other paths answer 404. It is
+// nil when Auth names no authorization server.
+func (s *Server) ProtectedResourceMetadata() http.Handler {
+	if s.resource == nil {
+		return nil
+	}
+	base := strings.TrimRight(s.cfg.BasePath, "/")
+	mux := http.NewServeMux()
+	mux.Handle(httpapi.WellKnownProtectedResource+base, s.resource.MetadataHandler(""))
+	mux.Handle(httpapi.WellKnownProtectedResource+base+mcpPath, s.resource.MetadataHandler(mcpPath))
+	mux.Handle("/", &s.api) // the API's 404
+	return mux
+}
 
 // Runner is the pipeline the surfaces call (for Go callers in the same
 // process: Runner().Call).

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
-	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/jwtauth"
 )
 
@@ -58,12 +58,23 @@ func (m Main) jwtDefaults(o *jwtOptions) {
 	}
 }
 
+// logJWT says at start-up that JWTs are accepted, from whom and with how
+// many keys, and where MCP clients are told to get a token.
+func logJWT(logger *slog.Logger, a *jwtauth.Authenticator, publicURL string) {
+	cfg := a.Config()
+	logger.Info("JWT auth on", "issuer", cfg.Issuer, "audience", cfg.Audience, "keys", a.KeyCount(), "jwksUrl", cfg.JWKSURL)
+	if publicURL == "" {
+		logger.Info("no --public-url: the protected resource metadata that names the JWT issuer to MCP clients (/.well-known/oauth-protected-resource) is served " +
+			"only to requests for a loopback host (localhost, 127.0.0.1); give --public-url https://… (env IDEM_PUBLIC_URL) when clients reach this server by another name")
+	}
+}
+
 // authenticator returns the JWT authenticator the options ask for, its
 // key set fetched once, or nil without --jwks-url. Both --jwt-issuer and
 // --jwt-audience are required with it: without the issuer, any issuer
 // signing with keys of a shared key set would be accepted; without the
 // audience, a token the issuer minted for another service.
-func (o jwtOptions) authenticator(ctx context.Context) (idem.Authenticator, error) {
+func (o jwtOptions) authenticator(ctx context.Context) (*jwtauth.Authenticator, error) {
 	if o.jwksURL == "" {
 		for _, f := range []struct{ name, value string }{{"--jwt-issuer", o.issuer}, {"--jwt-audience", o.audience}, {"--jwt-claims", o.claims}} {
 			if f.value != "" {

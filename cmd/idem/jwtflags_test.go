@@ -13,8 +13,6 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/spf13/pflag"
-
-	"github.com/idem-run/idem/jwtauth"
 )
 
 // parseJWTFlags parses args as the JWT flags, then fills them from env.
@@ -66,7 +64,7 @@ func TestJWTFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := a.(*jwtauth.Authenticator).Config()
+		cfg := a.Config()
 		if cfg.Leeway != 0 || cfg.Claims.Org != "tenant" || cfg.Claims.Roles != "groups" || cfg.Claims.Subject != "sub" || strings.Join(cfg.Algorithms, ",") != "RS256,PS256" {
 			t.Fatalf("config %+v", cfg)
 		}
@@ -96,5 +94,55 @@ func TestJWTFlags(t *testing.T) {
 				t.Fatalf("%v, %v; want a usage error (%v) saying %q", a, err, c.usage, c.want)
 			}
 		})
+	}
+}
+
+// TestServeLogsJWTAuth (issue 26, item 8): with --jwks-url, idem serve
+// (and idem proxy, which starts the same way) says at start-up that JWTs
+// are accepted: the issuer, the audience, how many keys the set gave and
+// where it is; and, without --public-url, where MCP clients will and will
+// not find the authorization server. A malformed --public-url is a usage
+// error naming the flag.
+func TestServeLogsJWTAuth(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
+			{Key: &key.PublicKey, KeyID: "k1", Use: "sig"}, {Key: &other.PublicKey, KeyID: "k2", Use: "sig"},
+		}})
+	}))
+	defer jwks.Close()
+	args := []string{"--jwks-url", jwks.URL, "--jwt-issuer", "https://login.example.com/", "--jwt-audience", "https://idem.example.com"}
+
+	out := serveUntilListening(t, args...)
+	var line map[string]any
+	for l := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(l, `"msg":"JWT auth on"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line["issuer"] != "https://login.example.com/" || line["audience"] != "https://idem.example.com" || line["keys"] != float64(2) || line["jwksUrl"] != jwks.URL {
+		t.Fatalf("no start-up line for JWT auth, or a wrong one (%v):\n%s", line, out)
+	}
+	if !strings.Contains(out, "no --public-url") {
+		t.Fatalf("no word on --public-url:\n%s", out)
+	}
+	if out := serveUntilListening(t, append(args, "--public-url", "https://idem.example.com")...); strings.Contains(out, "no --public-url") {
+		t.Fatalf("a word on --public-url although it is given:\n%s", out)
+	}
+	if out := serveUntilListening(t, "--tokens-file", "/dev/null"); strings.Contains(out, "JWT auth on") {
+		t.Fatalf("JWT auth said to be on without --jwks-url:\n%s", out)
+	}
+	code, _, stderr := run(t, nil, "serve", "--public-url", "https://idem.example.com/idem")
+	if code != exitUsage || !strings.Contains(stderr, "--public-url") {
+		t.Fatalf("a public URL with a path: exit %d, %s; want exit 2 naming --public-url", code, stderr)
 	}
 }

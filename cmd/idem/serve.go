@@ -37,6 +37,7 @@ type serveOptions struct {
 	sweepInterval  time.Duration
 	replayCacheMB  int
 	allowedOrigins string
+	publicURL      string
 	decodeBudgetMB int
 	maxExecutions  int
 	admissionWait  time.Duration
@@ -82,6 +83,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.DurationVar(&o.approvalExpiry, "approval-expiry", 15*time.Minute, "how long an approval stays decidable and usable")
 	f.IntVar(&o.replayCacheMB, "replay-cache-mb", pipeline.DefaultReplayCacheBytes>>20, "MiB of memory for completed records that answer replays without a store read (0 turns the cache off)")
 	f.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated origins (https://app.example.com) besides the server's own whose browser pages may call /mcp; any other Origin is refused (env IDEM_ALLOWED_ORIGINS)")
+	f.StringVar(&o.publicURL, "public-url", "", "the origin clients reach this server at, https://idem.example.com (env IDEM_PUBLIC_URL): with --jwks-url, the protected resource metadata that tells an MCP client where to get a token (/.well-known/oauth-protected-resource) is built on it; without it, only for requests to a loopback host")
 	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", pipeline.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once (a body counts its Content-Length, at least 1 KiB); beyond it a request answers 429 RATE_LIMITED before its body is read (0: no bound)")
 	f.IntVar(&o.maxExecutions, "max-executions", pipeline.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
 	f.DurationVar(&o.admissionWait, "admission-wait", pipeline.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
@@ -106,6 +108,9 @@ func (m Main) defaults(o *serveOptions) {
 	}
 	if o.allowedOrigins == "" {
 		o.allowedOrigins = m.Getenv("IDEM_ALLOWED_ORIGINS")
+	}
+	if o.publicURL == "" {
+		o.publicURL = m.Getenv("IDEM_PUBLIC_URL")
 	}
 	m.jwtDefaults(&o.jwt)
 }
@@ -142,6 +147,11 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
+	if o.publicURL != "" {
+		if _, err := httpapi.PublicOrigin(o.publicURL); err != nil {
+			return usagef("--public-url: %v", err)
+		}
+	}
 	logger, err := o.logger(m.Stderr)
 	if err != nil {
 		return err
@@ -176,6 +186,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	}
 	if jwtAuth != nil {
 		auth = append(auth, jwtAuth)
+		logJWT(logger, jwtAuth, o.publicURL)
 	}
 	if tokens.Len() == 0 && jwtAuth == nil {
 		logger.Warn("no caller can authenticate: no token is known, so every operation, approval, execution and attempt route and /mcp answer 401; " +
@@ -215,7 +226,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			AdmissionWait: admissionWait(o.admissionWait), SweepInterval: o.sweepInterval, AuditRetention: o.auditRetention,
 			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
 		},
-		AllowedOrigins: origins, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
+		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
 		Version: buildVersion(),
 	})
 	if err != nil {
