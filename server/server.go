@@ -175,6 +175,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	mux.Handle("/", &s.api)
 	s.handler = mux
+	if tp := cfg.Runner.TracerProvider; tp != nil {
+		s.handler = traced(mux, tp)
+	}
 	return s, nil
 }
 

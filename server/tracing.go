@@ -1,0 +1,96 @@
+package server
+
+// Tracing of every HTTP request Handler serves (docs/tracing.md), when the
+// Runner traces (Config.Runner.TracerProvider): a server span by
+// OpenTelemetry's own instrumentation of net/http (otelhttp), with the
+// HTTP semantic conventions' attributes, named by method and route
+// template ("POST /v1/orders", "GET /v1/attempts/{key}", "GET" for a path
+// no route matched). The call's idem.call span is its child. Off, Handler
+// is not wrapped at all.
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/felixge/httpsnoop"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// traced serves next under a server span of tp for each request, which
+// continues the caller's trace (W3C traceparent). Metrics stay
+// Prometheus's: otelhttp's own go to a no-op meter.
+func traced(next http.Handler, tp trace.TracerProvider) http.Handler {
+	return otelhttp.NewHandler(routed(next), "idem",
+		otelhttp.WithTracerProvider(tp),
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithMeterProvider(noopmetric.NewMeterProvider()),
+	)
+}
+
+// redacted stands for a path parameter in url.path (the word OpenTelemetry's
+// conventions use for scrubbed URL parts).
+const redacted = "REDACTED"
+
+// routed adds to the request's span what otelhttp leaves out or cannot
+// know before the mux has routed the request: http.route (the pattern that
+// matched, which otelhttp only names the span by), error.type for a 5xx,
+// and url.path without its parameters, which are inputs and, on
+// /v1/attempts/{key}, a key: never attributes (SPEC §13).
+func routed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		span := trace.SpanFromContext(r.Context())
+		if !span.IsRecording() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		status := 0
+		w = httpsnoop.Wrap(w, httpsnoop.Hooks{WriteHeader: func(write httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
+			return func(code int) {
+				if status == 0 && code >= 200 {
+					status = code
+				}
+				write(code)
+			}
+		}})
+		next.ServeHTTP(w, r)
+		// r is the request otelhttp passed on: the muxes (this server's,
+		// the HTTP API's, the console's) set its Pattern, and otelhttp
+		// names the span by it once this returns.
+		route := ""
+		if i := strings.IndexByte(r.Pattern, '/'); i >= 0 {
+			route = r.Pattern[i:]
+		}
+		switch route {
+		case "":
+		case "/":
+			// The catch-all that answers 404: no route matched.
+			r.Pattern = ""
+		default:
+			span.SetAttributes(semconv.HTTPRoute(route))
+			if strings.Contains(route, "{") {
+				span.SetAttributes(semconv.URLPath(withoutParams(route)))
+			}
+		}
+		if status >= 500 {
+			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+		}
+	})
+}
+
+// withoutParams is the path of route with each parameter redacted:
+// /v1/orders/{id}/refund → /v1/orders/REDACTED/refund.
+func withoutParams(route string) string {
+	route = strings.TrimSuffix(route, "{$}")
+	segs := strings.Split(route, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+			segs[i] = redacted
+		}
+	}
+	return strings.Join(segs, "/")
+}
