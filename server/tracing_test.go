@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -221,5 +222,99 @@ func TestServerSpanOfEveryAnswer(t *testing.T) {
 		if s.Name() == "idem.call thing.create" {
 			wantAttrs(t, s, map[attribute.Key]string{"error.type": string(idem.CodeExecutionFailed)})
 		}
+	}
+}
+
+// bearerTransport sends the agent's token.
+type bearerTransport struct{}
+
+func (bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer tok")
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPToolCallSpan: over /mcp a tools/call is a server span named
+// "tools/call <tool>" with the MCP semantic conventions' attributes, under
+// the agent's span from _meta and linked to the HTTP request's span
+// ("POST /mcp"), or under the latter without _meta; idem.call is its child.
+// An error result is error.type tool_error.
+func TestMCPToolCallSpan(t *testing.T) {
+	ts, rec := tracedServer(t)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	find := func(name string) []sdktrace.ReadOnlySpan {
+		var out []sdktrace.ReadOnlySpan
+		for _, s := range rec.Ended() {
+			if s.Name() == name {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name    string
+		meta    mcp.Meta
+		args    map[string]any
+		isError bool
+	}{
+		{"with _meta", mcp.Meta{"traceparent": "00-" + callerTrace + "-" + callerSpan + "-01"}, map[string]any{"shop": shopInput, "name": "a", "idempotencyKey": keyInput}, false},
+		{"without _meta", nil, map[string]any{"shop": shopInput, "name": "b", "idempotencyKey": keyInput + "b"}, false},
+		{"error result", nil, map[string]any{"shop": shopInput, "name": "c"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec.Reset()
+			res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Meta: c.meta, Name: "thing.create", Arguments: c.args})
+			if err != nil || res.IsError != c.isError {
+				t.Fatalf("call: %v, isError %v", err, res.IsError)
+			}
+			tool := find("tools/call thing.create")
+			if len(tool) != 1 {
+				t.Fatalf("%d tools/call spans among %d", len(tool), len(rec.Ended()))
+			}
+			// The HTTP request's span: the POST that carried the call,
+			// started (it may end after the client has the result), among
+			// others the client sends (notifications).
+			post := map[trace.SpanID]bool{}
+			for _, s := range rec.Started() {
+				if s.SpanKind() == trace.SpanKindServer && strings.HasPrefix(s.Name(), "POST") {
+					post[s.SpanContext().SpanID()] = true
+				}
+			}
+			span := tool[0]
+			if span.SpanKind() != trace.SpanKindServer {
+				t.Errorf("tools/call span is %s, want server", span.SpanKind())
+			}
+			if c.meta != nil {
+				if span.SpanContext().TraceID().String() != callerTrace || span.Parent().SpanID().String() != callerSpan {
+					t.Errorf("tools/call span in trace %s under %s, want the agent's %s under %s", span.SpanContext().TraceID(), span.Parent().SpanID(), callerTrace, callerSpan)
+				}
+				if l := span.Links(); len(l) != 1 || !post[l[0].SpanContext.SpanID()] {
+					t.Errorf("tools/call span links %v, want the HTTP request's span", l)
+				}
+			} else if !post[span.Parent().SpanID()] {
+				t.Errorf("tools/call span under %s, want a POST /mcp span", span.Parent().SpanID())
+			}
+			errorType := ""
+			if c.isError {
+				errorType = "tool_error"
+			}
+			wantAttrs(t, span, map[attribute.Key]string{
+				"mcp.method.name": "tools/call", "gen_ai.tool.name": "thing.create", "gen_ai.operation.name": "execute_tool",
+				"network.transport": "tcp", "mcp.protocol.version": cs.InitializeResult().ProtocolVersion, "error.type": errorType,
+			})
+			if id := attrs(span)["mcp.session.id"].AsString(); id == "" || id == cs.ID() {
+				t.Errorf("mcp.session.id = %q, want a digest of the session id %q", id, cs.ID())
+			}
+			call := find("idem.call thing.create")
+			if len(call) != 1 || call[0].Parent().SpanID() != span.SpanContext().SpanID() || call[0].SpanKind() != trace.SpanKindInternal {
+				t.Errorf("idem.call is not the tools/call span's internal child")
+			}
+			noInputs(t, rec)
+		})
 	}
 }
