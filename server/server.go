@@ -175,7 +175,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	mux.Handle("/", &s.api)
 	s.handler = mux
-	if tp := cfg.Runner.TracerProvider; tp != nil {
+	if tp := cfg.Runner.TracerProvider; tracing(tp) {
 		s.handler = traced(mux, tp)
 	}
 	return s, nil

@@ -5,8 +5,8 @@ package server
 // OpenTelemetry's own instrumentation of net/http (otelhttp), with the
 // HTTP semantic conventions' attributes, named by method and route
 // template ("POST /v1/orders", "GET /v1/attempts/{key}", "GET" for a path
-// no route matched). The call's idem.call span is its child. Off, Handler
-// is not wrapped at all.
+// no route matched). The call's idem.call span is its child. Off (no
+// provider, or the no-op one), Handler is not wrapped at all.
 
 import (
 	"net/http"
@@ -19,7 +19,16 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
 )
+
+// tracing reports whether tp may record a span: it is neither nil nor
+// OpenTelemetry's no-op provider, with which otelhttp would cost dozens of
+// allocations a request for nothing.
+func tracing(tp trace.TracerProvider) bool {
+	_, noop := tp.(nooptrace.TracerProvider)
+	return tp != nil && !noop
+}
 
 // traced serves next under a server span of tp for each request, which
 // continues the caller's trace (W3C traceparent). Metrics stay
