@@ -93,7 +93,8 @@ type Server struct {
 	api      swappable
 	mcp      *mcpserver.HTTPHandler
 	handler  http.Handler
-	reloadMu sync.Mutex // one Reload at a time
+	routes   routeTemplates // for the HTTP server spans (tracing.go)
+	reloadMu sync.Mutex     // one Reload at a time
 	tools    tools
 }
 
@@ -176,7 +177,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle("/", &s.api)
 	s.handler = mux
 	if tp := cfg.Runner.TracerProvider; tracing(tp) {
-		s.handler = traced(mux, tp)
+		s.routes.set(runner.Descriptors())
+		s.handler = traced(mux, tp, &s.routes)
 	}
 	return s, nil
 }
@@ -231,6 +233,7 @@ func (s *Server) Reload(ctx context.Context, ops []idem.Operation, openapi []byt
 	}
 	cfg := s.http
 	cfg.OpenAPI = openapi
+	s.routes.set(reg.Descriptors())
 	s.api.Store(httpapi.NewHandler(cfg))
 	published, err := mcpserver.Update(ctx, s.tools.srv, s.tools.backend, s.tools.published)
 	s.tools.published = published

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/felixge/httpsnoop"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -20,6 +21,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	nooptrace "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/idem-run/idem"
 )
 
 // tracing reports whether tp may record a span: it is neither nil nor
@@ -33,8 +36,8 @@ func tracing(tp trace.TracerProvider) bool {
 // traced serves next under a server span of tp for each request, which
 // continues the caller's trace (W3C traceparent). Metrics stay
 // Prometheus's: otelhttp's own go to a no-op meter.
-func traced(next http.Handler, tp trace.TracerProvider) http.Handler {
-	return otelhttp.NewHandler(routed(next), "idem",
+func traced(next http.Handler, tp trace.TracerProvider, routes *routeTemplates) http.Handler {
+	return otelhttp.NewHandler(routed(next, routes), "idem",
 		otelhttp.WithTracerProvider(tp),
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithMeterProvider(noopmetric.NewMeterProvider()),
@@ -50,7 +53,7 @@ const redacted = "REDACTED"
 // matched, which otelhttp only names the span by), error.type for a 5xx,
 // and url.path without its parameters, which are inputs and, on
 // /v1/attempts/{key}, a key: never attributes (SPEC §13).
-func routed(next http.Handler) http.Handler {
+func routed(next http.Handler, routes *routeTemplates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		span := trace.SpanFromContext(r.Context())
 		if !span.IsRecording() {
@@ -74,6 +77,11 @@ func routed(next http.Handler) http.Handler {
 		if i := strings.IndexByte(r.Pattern, '/'); i >= 0 {
 			route = r.Pattern[i:]
 		}
+		if t, ok := routes.of(route); ok {
+			// Named by its declared template, not by the wildcards the
+			// mux needed instead ({_p0} for {order-id}).
+			route, r.Pattern = t, t
+		}
 		switch route {
 		case "":
 		case "/":
@@ -89,6 +97,32 @@ func routed(next http.Handler) http.Handler {
 			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
 		}
 	})
+}
+
+// routeTemplates maps the mux patterns of the operations' routes that
+// differ from their route templates (idem.MuxPattern renames a parameter
+// that is not a Go identifier) back to the templates. Reload replaces it.
+type routeTemplates struct {
+	m atomic.Pointer[map[string]string]
+}
+
+func (t *routeTemplates) set(descs []idem.Descriptor) {
+	m := map[string]string{}
+	for _, d := range descs {
+		if pattern, _ := idem.MuxPattern(d.Path); pattern != d.Path {
+			m[pattern] = d.Path
+		}
+	}
+	t.m.Store(&m)
+}
+
+func (t *routeTemplates) of(pattern string) (string, bool) {
+	m := t.m.Load()
+	if m == nil {
+		return "", false
+	}
+	template, ok := (*m)[pattern]
+	return template, ok
 }
 
 // withoutParams is the path of route with each parameter redacted:

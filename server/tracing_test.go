@@ -43,6 +43,14 @@ var thingOp = idem.Define(idem.Metadata{
 	return thingOut{Name: in.Name}, nil
 })
 
+type storeIn struct {
+	StoreID string `json:"store-id" in:"path"`
+}
+
+// storeOp's parameter is no Go identifier: the mux's wildcard is another.
+var storeOp = idem.Define(idem.Metadata{Name: "store.get", Method: "GET", Path: "/v1/stores/{store-id}", Summary: "A store", SideEffect: idem.SideEffectRead},
+	func(ctx context.Context, call *idem.Call, in storeIn) (storeIn, error) { return in, nil })
+
 const (
 	callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	callerSpan  = "00f067aa0ba902b7"
@@ -60,7 +68,7 @@ func tracedServer(t *testing.T) (*httptest.Server, *tracetest.SpanRecorder) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	srv, err := server.New(t.Context(), server.Config{
-		Operations: []idem.Operation{thingOp, echoOp("thing.list", "/v1/things")}, Store: openStore(t), Auth: httpapi.NewTokens(agentToken),
+		Operations: []idem.Operation{thingOp, echoOp("thing.list", "/v1/things"), storeOp}, Store: openStore(t), Auth: httpapi.NewTokens(agentToken),
 		Runner: pipeline.Config{TracerProvider: tp}, NoConsole: true,
 	})
 	if err != nil {
@@ -201,6 +209,8 @@ func TestServerSpanOfEveryAnswer(t *testing.T) {
 		{"catalog", "GET", "/v1/operations", "", false, 200, "GET /v1/operations",
 			map[attribute.Key]string{"http.route": "/v1/operations", "url.path": "/v1/operations"}},
 		{"health", "GET", "/healthz", "", false, 200, "GET /healthz", map[attribute.Key]string{"http.route": "/healthz"}},
+		{"declared template", "GET", "/v1/stores/" + shopInput, "", true, 200, "GET /v1/stores/{store-id}",
+			map[attribute.Key]string{"http.route": "/v1/stores/{store-id}", "url.path": "/v1/stores/REDACTED"}},
 		{"server failure", "POST", "/v1/shops/" + shopInput + "/things", `{"name":"boom"}`, true, 500, "POST /v1/shops/{shop}/things",
 			map[attribute.Key]string{"http.response.status_code": "500", "error.type": "500"}},
 	} {
