@@ -22,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.handler = mux
 	if tp := cfg.Runner.TracerProvider; tracing(tp) {
 		s.routes.set(runner.Descriptors())
-		s.handler = traced(mux, tp, &s.routes)
+		s.handler = traced(mux, tp, &s.routes, strings.TrimRight(cfg.BasePath, "/"))
 	}
 	return s, nil
 }

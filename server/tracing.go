@@ -33,11 +33,12 @@ func tracing(tp trace.TracerProvider) bool {
 	return tp != nil && !noop
 }
 
-// traced serves next under a server span of tp for each request, which
-// continues the caller's trace (W3C traceparent). Metrics stay
+// traced serves next, mounted under base (Config.BasePath), under a
+// server span of tp for each request, which continues the caller's trace
+// (W3C traceparent). Metrics stay
 // Prometheus's: otelhttp's own go to a no-op meter.
-func traced(next http.Handler, tp trace.TracerProvider, routes *routeTemplates) http.Handler {
-	return otelhttp.NewHandler(routed(next, routes), "idem",
+func traced(next http.Handler, tp trace.TracerProvider, routes *routeTemplates, base string) http.Handler {
+	return otelhttp.NewHandler(routed(next, routes, base), "idem",
 		otelhttp.WithTracerProvider(tp),
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithMeterProvider(noopmetric.NewMeterProvider()),
@@ -53,7 +54,7 @@ const redacted = "REDACTED"
 // matched, which otelhttp only names the span by), error.type for a 5xx,
 // and url.path without its parameters, which are inputs and, on
 // /v1/attempts/{key}, a key: never attributes (SPEC §13).
-func routed(next http.Handler, routes *routeTemplates) http.Handler {
+func routed(next http.Handler, routes *routeTemplates, base string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		span := trace.SpanFromContext(r.Context())
 		if !span.IsRecording() {
@@ -82,12 +83,21 @@ func routed(next http.Handler, routes *routeTemplates) http.Handler {
 			// mux needed instead ({_p0} for {order-id}).
 			route, r.Pattern = t, t
 		}
+		if base != "" {
+			// Handler is mounted under base (http.StripPrefix): the
+			// paths and routes the caller sees have it.
+			span.SetAttributes(semconv.URLPath(base + r.URL.Path))
+		}
 		switch route {
 		case "":
 		case "/":
 			// The catch-all that answers 404: no route matched.
 			r.Pattern = ""
 		default:
+			if base != "" {
+				route = base + route
+				r.Pattern = route
+			}
 			span.SetAttributes(semconv.HTTPRoute(route))
 			if strings.Contains(route, "{") {
 				span.SetAttributes(semconv.URLPath(withoutParams(route)))

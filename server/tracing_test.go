@@ -64,17 +64,29 @@ const (
 // recorded.
 func tracedServer(t *testing.T) (*httptest.Server, *tracetest.SpanRecorder) {
 	t.Helper()
+	return tracedServerAt(t, "")
+}
+
+// tracedServerAt is tracedServer mounted under base.
+func tracedServerAt(t *testing.T, base string) (*httptest.Server, *tracetest.SpanRecorder) {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	srv, err := server.New(t.Context(), server.Config{
 		Operations: []idem.Operation{thingOp, echoOp("thing.list", "/v1/things"), storeOp}, Store: openStore(t), Auth: httpapi.NewTokens(agentToken),
-		Runner: pipeline.Config{TracerProvider: tp}, NoConsole: true,
+		Runner: pipeline.Config{TracerProvider: tp}, NoConsole: true, BasePath: base,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv.Handler())
+	h := srv.Handler()
+	if base != "" {
+		mux := http.NewServeMux()
+		mux.Handle(base+"/", http.StripPrefix(base, h))
+		h = mux
+	}
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 	return ts, rec
 }
@@ -232,6 +244,33 @@ func TestServerSpanOfEveryAnswer(t *testing.T) {
 		if s.Name() == "idem.call thing.create" {
 			wantAttrs(t, s, map[attribute.Key]string{"error.type": string(idem.CodeExecutionFailed)})
 		}
+	}
+}
+
+// TestServerSpanUnderABasePath: mounted under Config.BasePath (with
+// http.StripPrefix in a mux), the spans name the routes and paths the
+// caller sees, with the prefix.
+func TestServerSpanUnderABasePath(t *testing.T) {
+	ts, rec := tracedServerAt(t, "/idem")
+	for _, c := range []struct {
+		path, span string
+		status     int
+		want       map[attribute.Key]string
+	}{
+		{"/idem/v1/shops/" + shopInput + "/things", "POST /idem/v1/shops/{shop}/things", 200,
+			map[attribute.Key]string{"http.route": "/idem/v1/shops/{shop}/things", "url.path": "/idem/v1/shops/REDACTED/things"}},
+		// No route of idem's matched: the route is the mount's, which did.
+		{"/idem/v1/nothing", "POST /idem/", 404, map[attribute.Key]string{"http.route": "/idem/", "url.path": "/idem/v1/nothing"}},
+	} {
+		rec.Reset()
+		if got := send(t, ts, "POST", c.path, `{"name":"a"}`, true, "Idempotency-Key", keyInput); got != c.status {
+			t.Fatalf("POST %s: %d, want %d", c.path, got, c.status)
+		}
+		srv := serverSpan(t, rec)
+		if srv.Name() != c.span {
+			t.Errorf("server span %q, want %q", srv.Name(), c.span)
+		}
+		wantAttrs(t, srv, c.want)
 	}
 }
 
