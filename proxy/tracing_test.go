@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -15,8 +16,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/proxy"
+	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
 )
 
@@ -235,4 +238,74 @@ func mustSpanID(t *testing.T, s string) trace.SpanID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// TestProxiedCallTrace: through server.Handler, as idem proxy serves it,
+// a proxied call is one trace under the caller's span: the HTTP server
+// span, idem.call, the attempt, the upstream's client span, and the
+// upstream's traceparent names the last, in the caller's trace.
+func TestProxiedCallTrace(t *testing.T) {
+	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"id":"t1"}`))
+	})
+	f := &proxy.Forwarder{Upstream: mustURL(t, up.URL), Client: proxy.NewClient()}
+	built, err := proxy.Build(loadDoc(t, shopDoc), nil, proxy.Options{Forward: f.Handler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	srv, err := server.New(t.Context(), server.Config{
+		Operations: built.Operations, Store: store, Auth: httpapi.NewTokens(map[string]idem.Principal{"tok": agent}),
+		Runner: pipeline.Config{TracerProvider: tp}, NoConsole: true, NoDirectCLIOperations: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	req, _ := http.NewRequest("POST", ts.URL+"/shops/shop-4711/things", strings.NewReader(`{"name":"a"}`))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "key-0815")
+	req.Header.Set("Traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("POST: %d", resp.StatusCode)
+	}
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		byName[s.Name()] = s
+		if s.SpanContext().TraceID().String() != callerTrace {
+			t.Errorf("span %q is in trace %s, not the caller's", s.Name(), s.SpanContext().TraceID())
+		}
+	}
+	parent := callerSpan
+	for _, name := range []string{"POST /shops/{shop}/things", "idem.call createThing", "idem.attempt"} {
+		s, ok := byName[name]
+		if !ok {
+			t.Fatalf("no span %q among %v", name, byName)
+		}
+		if s.Parent().SpanID().String() != parent {
+			t.Errorf("span %q under %s, want %s", name, s.Parent().SpanID(), parent)
+		}
+		parent = s.SpanContext().SpanID().String()
+	}
+	client := clientSpan(t, rec)
+	if got := up.last(t).header.Get("Traceparent"); got != "00-"+callerTrace+"-"+client.SpanContext().SpanID().String()+"-01" {
+		t.Errorf("the upstream got traceparent %q, want the client span's", got)
+	}
 }
