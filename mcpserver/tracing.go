@@ -47,7 +47,10 @@ func startToolCall(ctx context.Context, tool string, req *mcp.CallToolRequest) (
 	}
 	var transport trace.Span
 	if c, ok := callerOf(req); ok {
+		// The SDK's ctx may carry another request's span (the session's
+		// first): this request's, or none, is the ambient one.
 		transport = trace.SpanFromContext(c.stream)
+		ctx = trace.ContextWithSpan(ctx, transport)
 	}
 	if transport == nil || !transport.IsRecording() {
 		if agent.IsValid() {
@@ -66,9 +69,7 @@ func startToolCall(ctx context.Context, tool string, req *mcp.CallToolRequest) (
 		attrs = append(attrs, attrProtocolVersion.String(p.ProtocolVersion))
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...)}
-	// The SDK's ctx may carry another request's span (the session's
-	// first): the parent is set here, whatever it holds.
-	parent := trace.ContextWithSpan(ctx, transport)
+	parent := ctx
 	if agent.IsValid() {
 		parent = trace.ContextWithRemoteSpanContext(ctx, agent)
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: transport.SpanContext()}))
