@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/pipeline"
@@ -258,8 +259,10 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 		// The connection's end is Invocation.Connection's to honour: a
 		// keyed call outlives it once reserved.
 		ctx := context.WithoutCancel(r.Context())
-		if h.cfg.Runner.Tracing() {
-			// The call's span continues the caller's trace (W3C traceparent).
+		if h.cfg.Runner.Tracing() && !trace.SpanContextFromContext(ctx).IsValid() {
+			// The call's span continues the caller's trace (W3C
+			// traceparent), unless the request's own span (server.Handler's
+			// instrumentation) already does: then it is that span's child.
 			ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
 		}
 		writeCall(w, h.cfg.Runner.Call(ctx, inv), d.Raw)

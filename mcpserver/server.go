@@ -26,7 +26,6 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/canonical"
@@ -266,13 +265,15 @@ func description(t Tool) string {
 func handler(b Backend, t Tool) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		meta := &idem.Meta{Operation: t.Name}
-		if m := req.Params.Meta; m != nil {
-			// The call continues the agent's trace (traceparent in _meta).
-			ctx = propagation.TraceContext{}.Extract(ctx, metaCarrier(m))
-		}
+		// The call continues the agent's trace (traceparent in _meta),
+		// under its tools/call span when the request is traced.
+		ctx, span := startToolCall(ctx, t.Name, req)
+		var out *mcp.CallToolResult
+		defer func() { endToolCall(span, out) }()
 		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
 		if err != nil {
-			return result(idem.ErrorResult(err, meta)), nil
+			out = result(idem.ErrorResult(err, meta))
+			return out, nil
 		}
 		if c, ok := callerOf(req); ok {
 			// The stream is the call's connection (idem.Invocation.Connection):
@@ -287,7 +288,8 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			}
 			res = idem.ErrorResult(err, meta)
 		}
-		return result(res), nil
+		out = result(res)
+		return out, nil
 	}
 }
 

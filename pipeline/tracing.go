@@ -14,6 +14,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -48,6 +49,8 @@ const (
 	attrAttempts      = attribute.Key("idem.attempts")
 	attrAttempt       = attribute.Key("idem.attempt")
 	attrStoreResult   = attribute.Key("idem.store.result")
+	// attrErrorType is OpenTelemetry's error.type: the code of a failure.
+	attrErrorType = attribute.Key("error.type")
 )
 
 // The values of idem.outcome, those of the metrics' outcome label.
@@ -70,9 +73,12 @@ const (
 	stateUnreserved    = "unreserved"    // answered before any reservation: the key is not consumed
 )
 
-// startCall starts the span of a call, a child of the span ctx carries (the
-// caller's, from a traceparent). Its kind is server for a call that came
-// over the wire (HTTP, MCP), internal for the Go API's.
+// startCall starts the span of a call, a child of the span ctx carries:
+// the surface's own server span (the HTTP request's, the MCP tool call's),
+// or the caller's from a traceparent. Its kind is server for a call that
+// came over the wire with no server span of this process above it (a
+// surface mounted without server.Handler's instrumentation), internal
+// otherwise and for the Go API's.
 func (x *execution) startCall(ctx context.Context) (context.Context, trace.Span) {
 	name := spanCall
 	attrs := make([]attribute.KeyValue, 0, 3)
@@ -83,7 +89,9 @@ func (x *execution) startCall(ctx context.Context) (context.Context, trace.Span)
 	}
 	kind := trace.SpanKindInternal
 	if x.inv.Surface != "" {
-		kind = trace.SpanKindServer
+		if parent := trace.SpanContextFromContext(ctx); !parent.IsValid() || parent.IsRemote() {
+			kind = trace.SpanKindServer
+		}
 		attrs = append(attrs, attrSurface.String(string(x.inv.Surface)))
 	}
 	attrs = append(attrs, attrPrincipalKind.String(string(x.inv.Principal.Kind)))
@@ -111,7 +119,7 @@ func (x *execution) endCall(span trace.Span, resp idem.Result) {
 		attrs = append(attrs, attrExecutionID.String(x.executionID))
 	}
 	if resp.Problem != nil {
-		attrs = append(attrs, attrCode.String(string(resp.Problem.Code)))
+		attrs = append(attrs, attrCode.String(string(resp.Problem.Code)), attrErrorType.String(string(resp.Problem.Code)))
 	}
 	span.SetAttributes(attrs...)
 	if resp.Status >= 500 {
@@ -169,7 +177,7 @@ func (x *execution) endAttempt(span trace.Span, out any, err error) {
 	case !span.IsRecording():
 	case err != nil:
 		e := classify(x.op.meta, err)
-		span.SetAttributes(attrCode.String(string(e.Code)), attrStatus.Int(e.Status))
+		span.SetAttributes(attrCode.String(string(e.Code)), attrErrorType.String(string(e.Code)), attrStatus.Int(e.Status))
 		recordError(span, e.Code, e.Retryable)
 		if e.Status >= 500 {
 			span.SetStatus(codes.Error, string(e.Code))
@@ -178,6 +186,7 @@ func (x *execution) endAttempt(span trace.Span, out any, err error) {
 		if raw, ok := out.(idem.RawResponse); ok {
 			span.SetAttributes(attrStatus.Int(raw.Status))
 			if raw.Status >= 500 {
+				span.SetAttributes(attrErrorType.String(strconv.Itoa(raw.Status)))
 				span.SetStatus(codes.Error, "")
 			}
 		}
@@ -221,6 +230,7 @@ func endStore(span trace.Span, err error) {
 		result, failed := storeResult(err)
 		span.SetAttributes(attrStoreResult.String(result))
 		if failed {
+			span.SetAttributes(attrErrorType.String(result))
 			span.AddEvent("exception", trace.WithAttributes(attribute.String("exception.type", result)))
 			span.SetStatus(codes.Error, result)
 		}

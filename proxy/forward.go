@@ -11,9 +11,9 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-run/idem"
@@ -33,6 +33,9 @@ type Forwarder struct {
 	// UpstreamAuth, when set, is the Authorization header the upstream
 	// receives. The caller's own is never forwarded (see hopByHop).
 	UpstreamAuth string
+
+	tracedOnce sync.Once
+	traced     *http.Client // Client with the instrumented transport (tracing.go)
 }
 
 // hopByHop are the headers of one connection (RFC 9110 §7.6.1), never
@@ -108,18 +111,21 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 		// gets end-to-end safety; never re-sent by net/http itself.
 		idem.SetOutgoingKey(out.Header, call.IdempotencyKey)
 	}
+	client := f.client()
 	if trace.SpanContextFromContext(ctx).IsValid() {
-		// The upstream continues the trace under this attempt's span (or
-		// the caller's, when idem does not trace).
+		// The upstream continues the trace under a client span of this
+		// attempt's (or under the caller's span, when idem does not
+		// trace), which the instrumented transport injects.
 		out.Header.Del("Traceparent")
 		out.Header.Del("Tracestate")
-		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(out.Header))
+		client = f.tracedClient()
+		ctx = f.withRoute(ctx, op, target)
 	}
 	var connected atomic.Bool
 	out = out.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
 	}))
-	resp, err := f.client().Do(out)
+	resp, err := client.Do(out)
 	if err != nil {
 		if !connected.Load() && ctx.Err() == nil {
 			// No connection was ever made: not a byte reached the

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -12,6 +13,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/demo"
@@ -31,7 +36,28 @@ import (
 // cpu-µs/op is the process's CPU time (user and system, every goroutine:
 // SQLite's engine, the garbage collector) per call, as the harness reads
 // the server's from /proc.
-func BenchmarkServerCall(b *testing.B) {
+func BenchmarkServerCall(b *testing.B) { benchServerCall(b, nil) }
+
+// BenchmarkServerCallTracing is BenchmarkServerCall traced: noop with the
+// no-op provider (the runner's spans, not recording; no otelhttp),
+// dropped with the SDK's sampling nothing (otelhttp's server span and the
+// runner's, not recording), sdk with the SDK's, every span recorded and
+// none exported.
+func BenchmarkServerCallTracing(b *testing.B) {
+	b.Run("noop", func(b *testing.B) { benchServerCall(b, nooptrace.NewTracerProvider()) })
+	b.Run("dropped", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+		defer tp.Shutdown(context.Background())
+		benchServerCall(b, tp)
+	})
+	b.Run("sdk", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider()
+		defer tp.Shutdown(context.Background())
+		benchServerCall(b, tp)
+	})
+}
+
+func benchServerCall(b *testing.B, tp trace.TracerProvider) {
 	dir := b.TempDir()
 	store, err := sqlitestore.Open(b.Context(), filepath.Join(dir, "idem.db"), idem.StoreConfig{})
 	if err != nil {
@@ -53,7 +79,7 @@ func BenchmarkServerCall(b *testing.B) {
 	srv, err := server.New(b.Context(), server.Config{
 		Operations: app.Operations(), Store: store, Auth: tokens, Routes: app.Routes(),
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Runner: pipeline.Config{Sealer: box},
+		Runner: pipeline.Config{Sealer: box, TracerProvider: tp},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -68,9 +94,10 @@ func BenchmarkServerCall(b *testing.B) {
 		h.ServeHTTP(w, req)
 		return w.Code
 	}
-	run := rand.Text()[:8]
 	b.Run("first", func(b *testing.B) {
 		b.ReportAllocs()
+		// Per run: with -count, a run's keys would be the last's, replays.
+		run := rand.Text()[:8]
 		i := 0
 		cpu := cpuTime()
 		for b.Loop() {

@@ -102,7 +102,8 @@ type Server struct {
 	api      swappable
 	mcp      *mcpserver.HTTPHandler
 	handler  http.Handler
-	reloadMu sync.Mutex // one Reload at a time
+	routes   routeTemplates // for the HTTP server spans (tracing.go)
+	reloadMu sync.Mutex     // one Reload at a time
 	tools    tools
 	// resource is the server as an OAuth protected resource; nil when
 	// Auth names no authorization server.
@@ -208,6 +209,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	mux.Handle("/", &s.api)
 	s.handler = mux
+	if tp := cfg.Runner.TracerProvider; tracing(tp) {
+		s.routes.set(runner.Descriptors())
+		s.handler = traced(mux, tp, &s.routes, strings.TrimRight(cfg.BasePath, "/"))
+	}
 	return s, nil
 }
 
@@ -281,6 +286,7 @@ func (s *Server) Reload(ctx context.Context, ops []idem.Operation, openapi []byt
 	}
 	cfg := s.http
 	cfg.OpenAPI = openapi
+	s.routes.set(reg.Descriptors())
 	s.api.Store(httpapi.NewHandler(cfg))
 	published, err := mcpserver.Update(ctx, s.tools.srv, s.tools.backend, s.tools.published)
 	s.tools.published = published
