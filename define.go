@@ -293,8 +293,11 @@ func (c *Compiled) Policies() []Policy { return c.policies }
 func (c *Compiled) Raw() *RawSpec { return c.raw }
 
 // ValidateInput validates the flat argument object against the input
-// schema; nil when it conforms.
-func (c *Compiled) ValidateInput(args []byte) []schema.FieldError { return c.input.Validate(args) }
+// schema: nil when it conforms, else at most schema.MaxErrors errors and
+// how many there were in all.
+func (c *Compiled) ValidateInput(args []byte) ([]schema.FieldError, int) {
+	return c.input.ValidateCounted(args)
+}
 
 // RequiresInput reports whether the input schema requires the argument.
 func (c *Compiled) RequiresInput(name string) bool { return c.input.Requires(name) }

@@ -164,14 +164,20 @@ const maxListedErrors = 100
 // message}: the first in its message, at most maxListedErrors in
 // details.errors.
 func InvalidInput(problems []map[string]string) *Error {
+	return InvalidInputOf(problems, len(problems))
+}
+
+// InvalidInputOf is InvalidInput of the first of total problems, when the
+// rest were counted but not listed.
+func InvalidInputOf(problems []map[string]string, total int) *Error {
 	msg := problems[0]["message"]
 	if p := problems[0]["path"]; p != "" {
 		msg = p + ": " + msg
 	}
-	switch n := len(problems); {
+	switch n := max(total, len(problems)); {
 	case n > maxListedErrors:
 		msg += fmt.Sprintf(" (and %d more; details.errors lists the first %d)", n-1, maxListedErrors)
-		problems = problems[:maxListedErrors]
+		problems = problems[:min(len(problems), maxListedErrors)]
 	case n > 1:
 		msg += fmt.Sprintf(" (and %d more in details.errors)", n-1)
 	}

@@ -167,11 +167,11 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 		}
 		raw, _ = json.Marshal(args)
 	}
-	if errs := x.op.ValidateInput(raw); len(errs) > 0 {
+	if errs, total := x.op.ValidateInput(raw); len(errs) > 0 {
 		for _, e := range errs {
 			bad(e.Path, "%s", e.Message)
 		}
-		return nil, nil, idem.InvalidInput(problems)
+		return nil, nil, idem.InvalidInputOf(problems, len(problems)+total-len(errs))
 	}
 	if x.op.raw != nil {
 		return raw, x.rawRequest(), nil

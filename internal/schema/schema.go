@@ -142,30 +142,92 @@ func (s *Schema) Requires(name string) bool {
 // Errors are leaf causes only, sorted by path then message. An empty or
 // unparsable instance yields one error at "".
 func (s *Schema) Validate(instance []byte) []FieldError {
+	errs, _ := s.ValidateCounted(instance)
+	return errs
+}
+
+// ValidateCounted is Validate, with the number of errors found in all
+// (more than len(errs) when the list was cut at MaxErrors).
+func (s *Schema) ValidateCounted(instance []byte) (errs []FieldError, total int) {
 	v, err := santhosh.UnmarshalJSON(bytes.NewReader(instance))
 	if err != nil {
-		return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}
+		return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}, 1
 	}
 	if fe := checkNumbers(v, nil); fe != nil {
-		return []FieldError{*fe}
+		return []FieldError{*fe}, 1
 	}
 	err = s.validator.Validate(v)
 	if err == nil {
-		return nil
+		return nil, 0
 	}
 	var ve *santhosh.ValidationError
 	if !errors.As(err, &ve) {
-		return []FieldError{{Path: "", Message: err.Error()}}
+		return []FieldError{{Path: "", Message: err.Error()}}, 1
 	}
+	var found []cause
+	collect(ve, &found)
+	return render(found)
+}
+
+// MaxErrors bounds the errors Validate returns: an instance with more (a
+// list of 250,000 items off an enum, say) gets the first MaxErrors by path,
+// and ValidateCounted says how many there were in all, so that neither
+// the answer nor the memory spent on it grows with the instance.
+const MaxErrors = 100
+
+// A cause is one leaf of the validator's error tree, its message not yet
+// rendered (fixed when collect already wrote it).
+type cause struct {
+	path  string
+	e     *santhosh.ValidationError
+	fixed *FieldError
+}
+
+// render renders the first MaxErrors causes in path order (then message
+// order), and counts the rest without rendering them.
+func render(found []cause) ([]FieldError, int) {
+	slices.SortStableFunc(found, func(a, b cause) int { return strings.Compare(a.path, b.path) })
 	var out []FieldError
-	collect(ve, &out)
+	rest := 0
+	for _, c := range found {
+		if len(out) >= MaxErrors {
+			rest += c.count()
+			continue
+		}
+		if c.fixed != nil {
+			out = append(out, *c.fixed)
+		} else {
+			out = append(out, leaf(c.e)...)
+		}
+	}
 	slices.SortFunc(out, func(a, b FieldError) int {
 		if c := strings.Compare(a.Path, b.Path); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Message, b.Message)
 	})
-	return slices.Compact(out)
+	out = slices.Compact(out)
+	if len(out) > MaxErrors {
+		rest += len(out) - MaxErrors
+		out = out[:MaxErrors]
+	}
+	return out, len(out) + rest
+}
+
+// count is how many errors c renders to, without rendering them.
+func (c cause) count() int {
+	if c.fixed != nil {
+		return 1
+	}
+	switch k := c.e.ErrorKind.(type) {
+	case *kind.Required:
+		return len(k.Missing)
+	case *kind.AdditionalProperties:
+		return len(k.Properties)
+	case *kind.DependentRequired:
+		return len(k.Missing)
+	}
+	return 1
 }
 
 func syntaxMessage(err error) string {
@@ -224,9 +286,9 @@ func checkNumbers(v any, path []string) *FieldError {
 }
 
 // collect appends the leaf causes of e to out.
-func collect(e *santhosh.ValidationError, out *[]FieldError) {
+func collect(e *santhosh.ValidationError, out *[]cause) {
 	if len(e.Causes) == 0 {
-		*out = append(*out, leaf(e)...)
+		*out = append(*out, cause{path: pointer(e.InstanceLocation), e: e})
 		return
 	}
 	switch k := e.ErrorKind.(type) {
@@ -234,7 +296,8 @@ func collect(e *santhosh.ValidationError, out *[]FieldError) {
 		collectAlternatives(e, out)
 		return
 	case *kind.PropertyNames:
-		*out = append(*out, FieldError{pointer(e.InstanceLocation), fmt.Sprintf("property name %s is not allowed", strconv.Quote(k.Property))})
+		at := pointer(e.InstanceLocation)
+		*out = append(*out, cause{path: at, fixed: &FieldError{Path: at, Message: fmt.Sprintf("property name %s is not allowed", strconv.Quote(k.Property))}})
 		return
 	}
 	for _, c := range e.Causes {
@@ -246,7 +309,7 @@ func collect(e *santhosh.ValidationError, out *[]FieldError) {
 // that failed only on type are dropped when another branch got the type
 // right (that is the one the caller meant); when all failed on type, one
 // message lists every accepted type ("must be integer or null, got string").
-func collectAlternatives(e *santhosh.ValidationError, out *[]FieldError) {
+func collectAlternatives(e *santhosh.ValidationError, out *[]cause) {
 	var want []string
 	var got string
 	var others []*santhosh.ValidationError
@@ -268,17 +331,21 @@ func collectAlternatives(e *santhosh.ValidationError, out *[]FieldError) {
 		}
 		return
 	}
-	*out = append(*out, FieldError{pointer(e.InstanceLocation), typeMessage(want, got)})
+	at := pointer(e.InstanceLocation)
+	*out = append(*out, cause{path: at, fixed: &FieldError{Path: at, Message: typeMessage(want, got)}})
 }
 
 var printer = message.NewPrinter(language.English)
+
+// maxListedValues bounds the values an enum's message lists.
+const maxListedValues = 10
 
 // leaf renders one leaf cause; required and additionalProperties give one
 // error per property.
 func leaf(e *santhosh.ValidationError) []FieldError {
 	at := pointer(e.InstanceLocation)
 	one := func(format string, args ...any) []FieldError {
-		return []FieldError{{at, fmt.Sprintf(format, args...)}}
+		return []FieldError{{Path: at, Message: fmt.Sprintf(format, args...)}}
 	}
 	switch k := e.ErrorKind.(type) {
 	case *kind.Type:
@@ -287,9 +354,12 @@ func leaf(e *santhosh.ValidationError) []FieldError {
 		if len(k.Want) == 1 {
 			return one("value must be %s", jsonText(k.Want[0]))
 		}
-		vals := make([]string, len(k.Want))
-		for i, w := range k.Want {
-			vals[i] = jsonText(w)
+		vals := make([]string, 0, min(len(k.Want), maxListedValues))
+		for _, w := range k.Want[:min(len(k.Want), maxListedValues)] {
+			vals = append(vals, jsonText(w))
+		}
+		if len(k.Want) > maxListedValues {
+			return one("value must be one of %s, … (%d values in all; the schema lists them)", strings.Join(vals, ", "), len(k.Want))
 		}
 		return one("value must be one of %s", strings.Join(vals, ", "))
 	case *kind.Const:
@@ -297,19 +367,19 @@ func leaf(e *santhosh.ValidationError) []FieldError {
 	case *kind.Required:
 		var out []FieldError
 		for _, p := range k.Missing {
-			out = append(out, FieldError{at, "missing property " + strconv.Quote(p)})
+			out = append(out, FieldError{Path: at, Message: "missing property " + strconv.Quote(p)})
 		}
 		return out
 	case *kind.AdditionalProperties:
 		var out []FieldError
 		for _, p := range k.Properties {
-			out = append(out, FieldError{at, fmt.Sprintf("additional property %s is not allowed", strconv.Quote(p))})
+			out = append(out, FieldError{Path: at, Message: fmt.Sprintf("additional property %s is not allowed", strconv.Quote(p))})
 		}
 		return out
 	case *kind.DependentRequired:
 		var out []FieldError
 		for _, p := range k.Missing {
-			out = append(out, FieldError{at, fmt.Sprintf("missing property %s, required when %s is present", strconv.Quote(p), strconv.Quote(k.Prop))})
+			out = append(out, FieldError{Path: at, Message: fmt.Sprintf("missing property %s, required when %s is present", strconv.Quote(p), strconv.Quote(k.Prop))})
 		}
 		return out
 	case *kind.Minimum:

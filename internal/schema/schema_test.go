@@ -288,3 +288,58 @@ func BenchmarkValidate(b *testing.B) {
 		}
 	})
 }
+
+// hugeOffEnum is a body of n list items, none of them in the enum.
+func hugeOffEnum(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"x"`)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+const listOfEnum = `{"type":"object","properties":{"items":{"type":"array","items":{"enum":["a","b","c","d","e","f","g","h","i","j","k","l"]}}}}`
+
+// TestValidateBoundsItsErrors: an instance with far more errors than an
+// answer can use gets MaxErrors of them, first by path, and one that
+// counts the rest; an enum's message lists at most ten values (issue 28,
+// item 12: 250,000 off-enum items made a quarter of a million messages,
+// each listing the whole enum).
+func TestValidateBoundsItsErrors(t *testing.T) {
+	s, err := Compile(json.RawMessage(listOfEnum))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 250_000
+	errs, total := s.ValidateCounted(hugeOffEnum(n))
+	if len(errs) != MaxErrors || total != n {
+		t.Fatalf("%d errors of %d; want %d of %d", len(errs), total, MaxErrors, n)
+	}
+	if errs[0].Path != "/items/0" || !strings.Contains(errs[0].Message, `"j", … (12 values in all`) || strings.Contains(errs[0].Message, `"k"`) {
+		t.Fatalf("the first error is %+v", errs[0])
+	}
+	if few := s.Validate(hugeOffEnum(3)); len(few) != 3 {
+		t.Fatalf("3 items off the enum: %v", few)
+	}
+}
+
+// BenchmarkValidateManyErrors reports what validating 250,000 off-enum
+// items costs (the validator's own error tree, then MaxErrors messages).
+func BenchmarkValidateManyErrors(b *testing.B) {
+	s, err := Compile(json.RawMessage(listOfEnum))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := hugeOffEnum(250_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(s.Validate(body)) != MaxErrors {
+			b.Fatal("not bounded")
+		}
+	}
+}
