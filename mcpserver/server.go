@@ -271,6 +271,9 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			ctx = propagation.TraceContext{}.Extract(ctx, metaCarrier(m))
 		}
 		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
+		if err == nil {
+			key, err = keyOutsideArguments(t, req.Params.Meta, key)
+		}
 		if err != nil {
 			return result(idem.ErrorResult(err, meta)), nil
 		}
@@ -339,6 +342,9 @@ func invalid(path, message string) error {
 // "CODE: message", read from the typed answer.
 func result(res idem.Result) *mcp.CallToolResult {
 	if res.Raw {
+		if tr, ok := toolResultOf(res); ok {
+			return tr // an upstream MCP server's own result (idem gateway)
+		}
 		return rawResult(res)
 	}
 	if (res.Status < 200 || res.Status >= 400) && res.Problem == nil {
