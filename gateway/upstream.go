@@ -105,7 +105,7 @@ func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
-		return nil, idem.NotDispatched(errors.New("the gateway's upstream connection is closed"))
+		return nil, unavailable(errors.New("the gateway's upstream connection is closed"))
 	}
 	if u.session != nil {
 		return u.session, nil
@@ -114,7 +114,7 @@ func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
 	defer cancel()
 	cs, err := u.client.Connect(cctx, u.transport(), nil)
 	if err != nil {
-		return nil, idem.NotDispatched(fmt.Errorf("connect to the upstream MCP server %s: %w", u.Describe(), err))
+		return nil, unavailable(fmt.Errorf("connect to the upstream MCP server %s: %w", u.Describe(), err))
 	}
 	u.session = cs
 	go func() {
@@ -197,11 +197,11 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 			if try == 0 {
 				continue
 			}
-			return nil, idem.NotDispatched(err)
+			return nil, unavailable(err)
 		}
 		if u.cfg.URL != "" && !sent.wrote.Load() {
 			u.forget(cs)
-			return nil, idem.NotDispatched(err)
+			return nil, unavailable(err)
 		}
 		if errors.Is(err, mcp.ErrConnectionClosed) {
 			u.forget(cs)
@@ -245,4 +245,11 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 		r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
 	}
 	return t.next.RoundTrip(r)
+}
+
+// unavailable is the error of a call that never reached the upstream: 503
+// UPSTREAM_UNAVAILABLE, retryable, and (NotDispatched) the key stays free.
+func unavailable(err error) error {
+	return idem.NotDispatched(idem.Errorf(idem.CodeUpstreamUnavailable,
+		"the upstream MCP server could not be reached, so the call was not sent (%v); nothing ran and the key is free: send the same call again later", err))
 }

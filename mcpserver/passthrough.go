@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
 )
 
 // What idem gateway (SPEC §17) needs of this surface, kept apart from the
@@ -109,9 +110,9 @@ func LiftParamsKey(next http.Handler) http.Handler {
 	})
 }
 
-// httpMaxLift bounds the body LiftParamsKey reads (the HTTP handler's own
-// limit applies after it).
-const httpMaxLift = 8 << 20
+// httpMaxLift bounds the body LiftParamsKey reads: Handler's default
+// limit, which applies again after it.
+const httpMaxLift = httpapi.DefaultMaxBodyBytes + 64<<10
 
 // liftKeys rewrites one JSON-RPC message or a batch; anything it cannot
 // read passes as it is, for the SDK to answer.

@@ -168,8 +168,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.tools = tools{srv: mcpSrv, backend: backend, published: published}
 	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{AllowedOrigins: cfg.AllowedOrigins})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.mcp)
-	mux.Handle("/mcp/", s.mcp)
+	// A tools/call may carry its key as params.idempotencyKey (SPEC §17).
+	mcpHandler := mcpserver.LiftParamsKey(s.mcp)
+	mux.Handle("/mcp", mcpHandler)
+	mux.Handle("/mcp/", mcpHandler)
 	if !cfg.NoConsole {
 		mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log, BasePath: cfg.BasePath}))
 	}
