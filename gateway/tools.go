@@ -147,8 +147,14 @@ func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (idem.Operation, not
 		meta.SideEffect = idem.SideEffectWrite
 	}
 	kind := kindOf(t, overlay)
-	if inOverlay && entry.Kind != "" && kind == idem.RetryFreshRead && entry.SideEffect == "" {
-		meta.SideEffect = idem.SideEffectRead // a declared read reads
+	if inOverlay && entry.Kind != "" && entry.SideEffect == "" {
+		// The overlay's kind outweighs the hints: a declared read reads, a
+		// tool declared to replay by key (or converge…) writes.
+		if kind == idem.RetryFreshRead {
+			meta.SideEffect = idem.SideEffectRead
+		} else if !meta.SideEffect.Writes() {
+			meta.SideEffect = idem.SideEffectWrite
+		}
 	}
 	if inOverlay && entry.SideEffect != "" {
 		meta.SideEffect = entry.SideEffect
