@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -475,4 +477,52 @@ func TestGatewayTwoInstances(t *testing.T) {
 	if n := strings.Count(string(r.raw), `\"name\": \"storm\"`); n != 1 {
 		t.Fatalf("the graph holds %d storm entities: %s", n, r.raw)
 	}
+}
+
+// TestGatewayListChanged: the upstream's notifications/tools/list_changed
+// updates the tools served and reaches the gateway's MCP clients; a
+// periodic re-list that finds nothing new sends nothing. The upstream is
+// e2e/testdata/gwupstream (a go-sdk server whose tool grow adds a tool):
+// the npm servers offer no way to change their tools on demand.
+func TestGatewayListChanged(t *testing.T) {
+	dir := gatewayDir(t)
+	bin := filepath.Join(t.TempDir(), "gwupstream")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/gwupstream").CombinedOutput(); err != nil {
+		t.Fatalf("build gwupstream: %v\n%s", err, out)
+	}
+	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", bin, "--reload-interval", "300ms")
+	changed := make(chan struct{}, 10)
+	transport := &mcp.StreamableClientTransport{Endpoint: g.url + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{gatewayToken}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	}).Connect(t.Context(), transport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	quiet := func(d time.Duration) {
+		select {
+		case <-changed:
+			t.Fatal("tools/list_changed while the upstream's tools did not change")
+		case <-time.After(d):
+		}
+	}
+	quiet(time.Second) // three re-lists find nothing new
+	if res := mcpCall(t, cs, &mcp.CallToolParams{Name: "grow", Arguments: map[string]any{}}); res.IsError {
+		t.Fatalf("grow: %s", resultJSON(res))
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no tools/list_changed reached the client:\n%s", g.logs())
+	}
+	names, _ := toolNames(t, cs)
+	if !strings.Contains(strings.Join(names, ","), "extra_1") {
+		t.Fatalf("tools after grow: %v", names)
+	}
+	if res := mcpCall(t, cs, &mcp.CallToolParams{Name: "extra_1", Arguments: map[string]any{}}); res.IsError || !strings.Contains(resultJSON(res), "extra_1") {
+		t.Fatalf("extra_1: %s", resultJSON(res))
+	}
+	g.do(t, "POST", "/tools/extra_1", gatewayToken, `{}`).want(t, 200, "")
+	quiet(time.Second)
 }
