@@ -67,6 +67,12 @@ func newUpstream(t *testing.T) *upstream {
 			u.effects.Store(0)
 			return &mcp.CallToolResult{Content: []mcp.Content{}}, nil
 		})
+	u.srv.AddTool(&mcp.Tool{Name: "slow", Description: "Holds the call until it is cancelled.", InputSchema: obj(`{}`)},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.effects.Add(1)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +173,7 @@ func (bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 var overlay = proxy.Overlay{
 	"add":  {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Adding twice would count twice."},
 	"fail": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Replays by key."},
+	"slow": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Replays by key.", TimeoutMs: 200},
 }
 
 func call(t *testing.T, cs *mcp.ClientSession, p *mcp.CallToolParams) (*mcp.CallToolResult, string) {
@@ -356,4 +363,21 @@ func mustBuild(t *testing.T, up *gateway.Upstream) []idem.Operation {
 		t.Fatal(err)
 	}
 	return built.Operations
+}
+
+func TestGatewayTimeoutIsIndeterminate(t *testing.T) {
+	u := newUpstream(t)
+	g := newGateway(t, u, overlay)
+	args := map[string]any{"idempotencyKey": "s-1"}
+	res, raw := call(t, g.client, &mcp.CallToolParams{Name: "slow", Arguments: args})
+	if code := problemCode(res); code != "TIMEOUT" || !strings.Contains(raw, `"retryable":false`) {
+		t.Fatalf("a call past its timeout: %s", raw)
+	}
+	res, raw = call(t, g.client, &mcp.CallToolParams{Name: "slow", Arguments: args})
+	if code := problemCode(res); code != "IDEMPOTENCY_RESULT_INDETERMINATE" {
+		t.Fatalf("same key after a timeout: %s", raw)
+	}
+	if u.effects.Load() != 1 {
+		t.Fatalf("the slow tool ran %d times", u.effects.Load())
+	}
 }

@@ -28,6 +28,7 @@ type gatewayOptions struct {
 	upstreamHeaders []string
 	contracts       string
 	reloadEvery     time.Duration
+	cfg             gateway.UpstreamConfig // from the flags above
 }
 
 func (m Main) gatewayCommand() *cobra.Command {
@@ -51,6 +52,14 @@ func (m Main) gatewayCommand() *cobra.Command {
 			if (o.upstream == "") == (o.upstreamCommand == "") {
 				return usagef("give the MCP server to front with --upstream URL (streamable HTTP) or --upstream-command \"CMD ARGS\" (spawned, stdio), one of them")
 			}
+			if o.reloadEvery < 0 {
+				return usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
+			}
+			cfg, err := o.upstreamConfig()
+			if err != nil {
+				return err
+			}
+			o.cfg = cfg
 			return m.serve(cmd.Context(), o.serveOptions, o.application)
 		},
 	}
@@ -64,36 +73,40 @@ func (m Main) gatewayCommand() *cobra.Command {
 	return cmd
 }
 
-// application connects to the upstream and declares its tools.
-func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
-	if o.reloadEvery < 0 {
-		return application{}, usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
-	}
-	cfg := gateway.UpstreamConfig{Logger: logger, Version: buildVersion()}
+// upstreamConfig checks the upstream's flags (before anything is opened).
+func (o gatewayOptions) upstreamConfig() (gateway.UpstreamConfig, error) {
+	var cfg gateway.UpstreamConfig
 	if o.upstream != "" {
 		u, err := url.Parse(o.upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return application{}, usagef("--upstream %q is not an http(s) URL", o.upstream)
+			return cfg, usagef("--upstream %q is not an http(s) URL", o.upstream)
 		}
 		cfg.URL = o.upstream
 		cfg.Header = http.Header{}
 		for _, h := range o.upstreamHeaders {
 			name, value, ok := strings.Cut(h, "=")
 			if !ok || strings.TrimSpace(name) == "" {
-				return application{}, usagef("--upstream-header %q: want NAME=VALUE", h)
+				return cfg, usagef("--upstream-header %q: want NAME=VALUE", h)
 			}
 			cfg.Header.Add(strings.TrimSpace(name), value)
 		}
-	} else {
-		if len(o.upstreamHeaders) > 0 {
-			return application{}, usagef("--upstream-header is for an HTTP upstream; a spawned one takes its credentials from the environment")
-		}
-		args, err := splitCommand(o.upstreamCommand)
-		if err != nil {
-			return application{}, usagef("--upstream-command: %v", err)
-		}
-		cfg.Command = args
+		return cfg, nil
 	}
+	if len(o.upstreamHeaders) > 0 {
+		return cfg, usagef("--upstream-header is for an HTTP upstream; a spawned one takes its credentials from the environment")
+	}
+	args, err := splitCommand(o.upstreamCommand)
+	if err != nil {
+		return cfg, usagef("--upstream-command: %v", err)
+	}
+	cfg.Command = args
+	return cfg, nil
+}
+
+// application connects to the upstream and declares its tools.
+func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
+	cfg := o.cfg
+	cfg.Logger, cfg.Version = logger, buildVersion()
 	changed := make(chan struct{}, 1)
 	cfg.OnToolsChanged = func() {
 		select {
