@@ -33,6 +33,10 @@ type upstream struct {
 	addr    string
 	http    *http.Server
 	release chan struct{}
+	// header is the X-Upstream-Token of the last request.
+	header atomic.Value
+	// key is the _meta.idempotencyKey of add's last call.
+	key atomic.Value
 }
 
 func newUpstream(t *testing.T) *upstream {
@@ -46,6 +50,8 @@ func newUpstream(t *testing.T) *upstream {
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var args struct{ N int64 }
 			json.Unmarshal(req.Params.Arguments, &args)
+			k, _ := req.Params.Meta["idempotencyKey"].(string)
+			u.key.Store(k)
 			v := u.effects.Add(args.N)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}},
 				StructuredContent: map[string]any{"total": v, "z": 1, "a": 2}}, nil
@@ -85,7 +91,10 @@ func newUpstream(t *testing.T) *upstream {
 
 func (u *upstream) serve(t *testing.T, ln net.Listener) {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, nil)
-	u.http = &http.Server{Handler: h}
+	u.http = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.header.Store(r.Header.Get("X-Upstream-Token"))
+		h.ServeHTTP(w, r)
+	})}
 	go u.http.Serve(ln)
 	t.Cleanup(func() { u.http.Close() })
 }
@@ -109,7 +118,8 @@ func newGateway(t *testing.T, u *upstream, overlay proxy.Overlay) *gw {
 	ctx := t.Context()
 	g := &gw{changed: make(chan struct{}, 10)}
 	var reload func()
-	up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: u.url, OnToolsChanged: func() { reload() }})
+	up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: u.url, OnToolsChanged: func() { reload() },
+		Header: http.Header{"X-Upstream-Token": {"s3cr3t"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +211,12 @@ func TestGatewayReplaysTheStoredToolResult(t *testing.T) {
 	first, firstRaw := call(t, g.client, &mcp.CallToolParams{Name: "add", Arguments: args})
 	if first.IsError || u.effects.Load() != 5 {
 		t.Fatalf("first call: %s, effects %d", firstRaw, u.effects.Load())
+	}
+	if h, _ := u.header.Load().(string); h != "s3cr3t" {
+		t.Fatalf("the upstream got X-Upstream-Token %q", h)
+	}
+	if k, _ := u.key.Load().(string); !strings.HasPrefix(k, "ik_") {
+		t.Fatalf("the upstream got _meta.idempotencyKey %q, want the execution's handler key", k)
 	}
 	// structuredContent is the upstream's, not an idem envelope.
 	if !strings.Contains(firstRaw, `"structuredContent":{"a":2,"total":5,"z":1}`) {
