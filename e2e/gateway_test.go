@@ -225,6 +225,11 @@ func TestGatewayMemory(t *testing.T) {
 		if !strings.Contains(g.logs(), "idempotentHint but name no reconcile") || !strings.Contains(g.logs(), "delete_observations") {
 			t.Errorf("no start-up warning about delete_observations:\n%s", g.logs())
 		}
+		doc := g.do(t, "GET", "/openapi.json", "", "").want(t, 200, "")
+		if field(doc.body, "paths./tools/create_entities.post.x-idem-agent-retry.kind") != "same_key_replay" ||
+			!strings.Contains(fmt.Sprint(field(doc.body, "paths./tools/create_entities.post.responses.200.content")), "application/vnd.idem.mcp-tool-result+json") {
+			t.Errorf("the OpenAPI document's create_entities: %v", field(doc.body, "paths./tools/create_entities"))
+		}
 		list, err := cs.ListTools(t.Context(), nil)
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/mcpserver"
 	"github.com/idem-run/idem/proxy"
 )
 
@@ -87,5 +89,36 @@ func TestBuildContracts(t *testing.T) {
 	}
 	if _, err := idem.NewRegistry(built.Operations...); err != nil {
 		t.Fatalf("the declared operations do not register: %v", err)
+	}
+}
+
+func TestDocumentSaysToolResults(t *testing.T) {
+	obj := json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}}}`)
+	built, err := gateway.Build([]*mcp.Tool{{Name: "read", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}}, nil, noCall{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := gateway.Document(built.Operations, httpapi.OpenAPIInfo{Version: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Paths map[string]map[string]struct {
+			OperationID string                                      `json:"operationId"`
+			Extension   map[string]any                              `json:"x-idem-agent-retry"`
+			Responses   map[string]struct{ Content map[string]any } `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	op := d.Paths["/tools/read"]["post"]
+	if op.OperationID != "read" || op.Extension["kind"] != "fresh_read" {
+		t.Fatalf("/tools/read: %+v", op)
+	}
+	for _, status := range []string{"200", "502"} {
+		if _, ok := op.Responses[status].Content[mcpserver.ToolResultMediaType]; !ok || len(op.Responses[status].Content) != 1 {
+			t.Errorf("response %s: %v", status, op.Responses[status].Content)
+		}
 	}
 }

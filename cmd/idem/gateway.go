@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
+	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/proxy"
 	"github.com/idem-run/idem/secretbox"
 )
@@ -152,8 +153,12 @@ func (o gatewayOptions) declare(ctx context.Context, up *gateway.Upstream, logge
 		}
 		*warned = built.Warnings
 	}
+	doc, err := gateway.Document(built.Operations, httpapi.OpenAPIInfo{Title: "idem gateway", Version: buildVersion()})
+	if err != nil {
+		return application{}, fmt.Errorf("idem gateway: %w", err)
+	}
 	logger.Info("gateway", "upstream", up.Describe(), "tools", len(built.Operations))
-	return application{operations: built.Operations, proxied: true}, nil
+	return application{operations: built.Operations, openapi: doc, proxied: true}, nil
 }
 
 // splitCommand splits a command line on spaces, keeping what '…' or "…"
