@@ -531,3 +531,50 @@ func TestGatewayListChanged(t *testing.T) {
 	g.do(t, "POST", "/tools/extra_1", gatewayToken, `{}`).want(t, 200, "")
 	quiet(time.Second)
 }
+
+// TestGatewayStdioUpstreamDies spawns server-everything over stdio and
+// kills it (SIGKILL) while it holds a keyed call: the call is
+// indeterminate, never sent again, and the next call spawns the upstream
+// anew.
+func TestGatewayStdioUpstreamDies(t *testing.T) {
+	dir := gatewayDir(t)
+	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", "node "+everythingServer(t)+" stdio")
+	body := `{"duration":20,"steps":20}`
+	answered := make(chan reply, 1)
+	go func() {
+		r, _ := g.try("POST", "/tools/trigger-long-running-operation", gatewayToken, body, "Idempotency-Key", "die-1")
+		answered <- r
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := g.do(t, "GET", "/v1/attempts/die-1", gatewayToken, "")
+		if r.status == 200 && r.get("data.state") == "in_flight" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call was never in flight: %s", r.raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the upstream holds the call
+	out, err := exec.Command("pgrep", "-P", fmt.Sprint(g.cmd.Process.Pid), "node").Output()
+	if err != nil {
+		t.Fatalf("find the spawned server: %v", err)
+	}
+	for _, pid := range strings.Fields(string(out)) {
+		exec.Command("kill", "-9", pid).Run()
+	}
+	select {
+	case r := <-answered:
+		if r.status != 500 || r.get("code") != "EXECUTION_FAILED" || r.get("retryable") != false || r.get("details.reconcile") != "echo" {
+			t.Fatalf("the call the dead upstream held: %d %s", r.status, r.raw)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer after the upstream died")
+	}
+	g.do(t, "POST", "/tools/trigger-long-running-operation", gatewayToken, body, "Idempotency-Key", "die-1").want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
+	r := g.do(t, "POST", "/tools/echo", gatewayToken, `{"message":"again"}`).want(t, 200, "")
+	if !strings.Contains(string(r.raw), "again") {
+		t.Fatalf("echo after the respawn: %s", r.raw)
+	}
+}
