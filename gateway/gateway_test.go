@@ -33,6 +33,9 @@ type upstream struct {
 	addr    string
 	http    *http.Server
 	release chan struct{}
+	// slowStarted gets a value when slow starts; slowEnded when its
+	// context ends (the gateway cancelled it).
+	slowStarted, slowEnded chan struct{}
 	// header is the X-Upstream-Token of the last request.
 	header atomic.Value
 	// key is the _meta.idempotencyKey of add's last call.
@@ -41,8 +44,9 @@ type upstream struct {
 
 func newUpstream(t *testing.T) *upstream {
 	t.Helper()
-	u := &upstream{release: make(chan struct{})}
-	u.srv = mcp.NewServer(&mcp.Implementation{Name: "counter", Version: "1"}, nil)
+	u := &upstream{release: make(chan struct{}), slowStarted: make(chan struct{}, 10), slowEnded: make(chan struct{}, 10)}
+	// Two tools a page: the gateway must read every page of tools/list.
+	u.srv = mcp.NewServer(&mcp.Implementation{Name: "counter", Version: "1"}, &mcp.ServerOptions{PageSize: 2})
 	obj := func(props string) json.RawMessage {
 		return json.RawMessage(`{"type":"object","properties":` + props + `}`)
 	}
@@ -76,7 +80,9 @@ func newUpstream(t *testing.T) *upstream {
 	u.srv.AddTool(&mcp.Tool{Name: "slow", Description: "Holds the call until it is cancelled.", InputSchema: obj(`{}`)},
 		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			u.effects.Add(1)
+			u.slowStarted <- struct{}{}
 			<-ctx.Done()
+			u.slowEnded <- struct{}{}
 			return nil, ctx.Err()
 		})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -392,6 +398,37 @@ func TestGatewayTimeoutIsIndeterminate(t *testing.T) {
 	res, raw = call(t, g.client, &mcp.CallToolParams{Name: "slow", Arguments: args})
 	if code := problemCode(res); code != "IDEMPOTENCY_RESULT_INDETERMINATE" {
 		t.Fatalf("same key after a timeout: %s", raw)
+	}
+	if u.effects.Load() != 1 {
+		t.Fatalf("the slow tool ran %d times", u.effects.Load())
+	}
+}
+
+func TestGatewayCancellationReachesTheUpstream(t *testing.T) {
+	u := newUpstream(t)
+	ov := proxy.Overlay{"slow": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Replays by key.", TimeoutMs: 20000}}
+	g := newGateway(t, u, ov)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.client.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"idempotencyKey": "c-1"}})
+		done <- err
+	}()
+	select {
+	case <-u.slowStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call never reached the upstream")
+	}
+	cancel() // the SDK client sends notifications/cancelled
+	select {
+	case <-u.slowEnded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream's call was not cancelled")
+	}
+	<-done
+	res, raw := call(t, g.client, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"idempotencyKey": "c-1"}})
+	if code := problemCode(res); code != "IDEMPOTENCY_RESULT_INDETERMINATE" && code != "IDEMPOTENCY_KEY_IN_FLIGHT" {
+		t.Fatalf("same key after a cancelled call: %s", raw)
 	}
 	if u.effects.Load() != 1 {
 		t.Fatalf("the slow tool ran %d times", u.effects.Load())
