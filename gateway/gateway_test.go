@@ -434,3 +434,20 @@ func TestGatewayCancellationReachesTheUpstream(t *testing.T) {
 		t.Fatalf("the slow tool ran %d times", u.effects.Load())
 	}
 }
+
+func TestGatewayUpstreamRestartOpensANewSession(t *testing.T) {
+	u := newUpstream(t)
+	g := newGateway(t, u, overlay)
+	call(t, g.client, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"n": 1, "idempotencyKey": "r-1"}})
+	// The upstream restarts at once: it forgot the gateway's session.
+	u.http.Close()
+	ln, err := net.Listen("tcp", u.addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", u.addr, err)
+	}
+	u.serve(t, ln)
+	res, raw := call(t, g.client, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"n": 1, "idempotencyKey": "r-2"}})
+	if res.IsError || u.effects.Load() != 2 {
+		t.Fatalf("a call after the upstream restarted: %s (effects %d)", raw, u.effects.Load())
+	}
+}

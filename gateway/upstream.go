@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
@@ -157,8 +156,7 @@ func (u *Upstream) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 		return nil, err
 	}
 	var out []*mcp.Tool
-	var next iter.Seq2[*mcp.Tool, error] = cs.Tools(ctx, nil)
-	for t, err := range next {
+	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) {
 				u.forget(cs)
