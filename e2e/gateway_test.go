@@ -225,6 +225,14 @@ func TestGatewayMemory(t *testing.T) {
 		if !strings.Contains(g.logs(), "idempotentHint but name no reconcile") || !strings.Contains(g.logs(), "delete_observations") {
 			t.Errorf("no start-up warning about delete_observations:\n%s", g.logs())
 		}
+		g.do(t, "GET", "/healthz", "", "").want(t, 200, "")
+		g.do(t, "GET", "/readyz", "", "").want(t, 200, "")
+		if m := g.do(t, "GET", "/metrics", "", ""); m.status != 200 || !strings.Contains(string(m.raw), "idem_") {
+			t.Errorf("/metrics: %d", m.status)
+		}
+		if ui := g.do(t, "GET", "/ui/", "", ""); ui.status != 200 && ui.status != 303 {
+			t.Errorf("/ui/: %d", ui.status)
+		}
 		doc := g.do(t, "GET", "/openapi.json", "", "").want(t, 200, "")
 		if field(doc.body, "paths./tools/create_entities.post.x-idem-agent-retry.kind") != "same_key_replay" ||
 			!strings.Contains(fmt.Sprint(field(doc.body, "paths./tools/create_entities.post.responses.200.content")), "application/vnd.idem.mcp-tool-result+json") {
