@@ -82,7 +82,8 @@ const instructions = "Each tool is one idem operation. Read a tool's description
 	"operation's retry contract and the tool to reconcile with. Tools that take idempotencyKey replay by key: generate " +
 	"a key, keep it in durable task state before the first call, and resend identical arguments with the same key " +
 	"after an ambiguous outcome (a replay reports the original attempt; reconcile before reporting current state). " +
-	"structuredContent is the idem envelope {data, meta}; an error (isError) carries the problem object with a " +
+	"structuredContent is the idem envelope {data, meta} (behind idem gateway, a tool's result is the upstream " +
+	"server's own, replayed as stored); an error that idem answers (isError) carries the problem object with a " +
 	"stable code. Approvals are decided by people, outside MCP."
 
 // New returns an MCP server with one tool per operation of b that is
@@ -271,6 +272,9 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 		var out *mcp.CallToolResult
 		defer func() { endToolCall(span, out) }()
 		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
+		if err == nil {
+			key, err = keyOutsideArguments(t, req.Params.Meta, key)
+		}
 		if err != nil {
 			out = result(idem.ErrorResult(err, meta))
 			return out, nil
@@ -341,6 +345,9 @@ func invalid(path, message string) error {
 // "CODE: message", read from the typed answer.
 func result(res idem.Result) *mcp.CallToolResult {
 	if res.Raw {
+		if tr, ok := toolResultOf(res); ok {
+			return tr // an upstream MCP server's own result (idem gateway)
+		}
 		return rawResult(res)
 	}
 	if (res.Status < 200 || res.Status >= 400) && res.Problem == nil {

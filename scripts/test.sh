@@ -103,6 +103,15 @@ if [[ ${CI:-} == true && $EUID -eq 0 ]]; then
 	export IDEM_TEST_REQUIRE_BROWSER=1
 fi
 
+# ---- Node (idem gateway's tests against npm MCP servers, e2e/gateway_test.go). ----
+
+# The tests install pinned MCP servers from npm into the user cache and run
+# them with node; without node and npm they skip, saying why, except in CI,
+# where IDEM_TEST_REQUIRE_NODE=1 turns the skip into a failure.
+if [[ ${CI:-} == true ]]; then
+	export IDEM_TEST_REQUIRE_NODE=1
+fi
+
 no_pg() {
 	cat >&2 <<-'EOF'
 		test.sh: no PostgreSQL server binaries found (looked at `pg_config --bindir`,

@@ -12,7 +12,8 @@ import (
 )
 
 // reloadLoop declares an application's operations again on SIGHUP and
-// every app.reloadEvery (idem proxy, SPEC §15): a declaration that fails
+// every app.reloadEvery (idem proxy, SPEC §15), and when app.reloadNow
+// fires (idem gateway, SPEC §17): a declaration that fails
 // to load or to register leaves the running one in place and says why.
 func reloadLoop(ctx context.Context, srv *server.Server, app application, logger *slog.Logger) {
 	hup := make(chan os.Signal, 1)
@@ -33,6 +34,8 @@ func reloadLoop(ctx context.Context, srv *server.Server, app application, logger
 			why = "SIGHUP"
 		case <-tick:
 			why = "interval"
+		case <-app.reloadNow:
+			why = "upstream tools/list_changed"
 		}
 		next, err := app.reload(ctx)
 		if err == nil {

@@ -24,7 +24,7 @@ func (m Main) rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.proxyCommand(), m.keyCommand(), m.webhookCommand(), m.mcpCommand())
+	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.proxyCommand(), m.gatewayCommand(), m.keyCommand(), m.webhookCommand(), m.mcpCommand())
 	root.AddCommand(m.operationsCommand(), m.callCommand(), m.approvalsCommand(), m.executionsCommand(), m.attemptsCommand())
 	root.AddCommand(m.catalogCommand())
 	return root

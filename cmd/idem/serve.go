@@ -320,7 +320,10 @@ type application struct {
 	// document re-read) on SIGHUP and every reloadEvery (when positive).
 	reload      func(context.Context) (application, error)
 	reloadEvery time.Duration
-	// proxied: the operations are an upstream's (idem proxy), so the
+	// reloadNow, when set, asks for a reload at once (idem gateway: the
+	// upstream's tools/list_changed).
+	reloadNow <-chan struct{}
+	// proxied: the operations are an upstream's (idem proxy, idem gateway), so the
 	// catalog lists no direct CLI operations.
 	proxied bool
 	close   func()

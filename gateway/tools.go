@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/schema"
+	"github.com/idem-run/idem/mcpserver"
+	"github.com/idem-run/idem/proxy"
+)
+
+// ToolPathPrefix is where each tool's HTTP route lives: POST
+// /tools/{tool name}, with the arguments as the JSON body.
+const ToolPathPrefix = "/tools/"
+
+// Built is what Build declares.
+type Built struct {
+	// Operations are one raw operation per served tool, in name order.
+	Operations []idem.Operation
+	// Warnings are for the start-up log: tools without a declared
+	// contract, tools left out, overlay entries for no tool.
+	Warnings []string
+}
+
+// toolName is the rule of tool names the gateway can serve (the MCP
+// specification's recommended characters; an idem raw operation's name).
+var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// Build declares one raw operation per upstream tool (SPEC §17), named as
+// the tool, at POST /tools/{name}, its contract from overlay (keyed by
+// tool name) or else from the tool's annotations, each call forwarded to
+// up. A tool the gateway cannot serve (a name outside [A-Za-z0-9_.-], an
+// input schema that is not an object, an argument named idempotencyKey
+// or dryRun) is left out with a warning, as is an overlay entry that
+// names no tool: the upstream's list is live, and one odd tool must not
+// take the others down.
+func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller) (*Built, error) {
+	if up == nil {
+		return nil, errors.New("gateway: Build needs the upstream to call")
+	}
+	out := &Built{}
+	byName := map[string]*mcp.Tool{}
+	for _, t := range tools {
+		if t == nil {
+			continue
+		}
+		if _, dup := byName[t.Name]; dup {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("the upstream lists tool %q twice; the first is served", t.Name))
+			continue
+		}
+		byName[t.Name] = t
+	}
+	var undeclared, noReconcile []string
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		t := byName[name]
+		op, note, err := declare(t, overlay, up)
+		if err != nil {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("tool %q is not served: %v", name, err))
+			continue
+		}
+		switch note {
+		case noteUndeclared:
+			undeclared = append(undeclared, name)
+		case noteNoReconcile:
+			noReconcile = append(noReconcile, name)
+		}
+		out.Operations = append(out.Operations, op)
+	}
+	for _, name := range slices.Sorted(maps.Keys(overlay)) {
+		if _, ok := byName[name]; !ok {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("the contracts overlay declares %q, which is no tool of the upstream (now)", name))
+		}
+	}
+	if len(undeclared) > 0 {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing tools have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one in --contracts",
+			len(undeclared), strings.Join(undeclared, ", ")))
+	}
+	if len(noReconcile) > 0 {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%d tools say idempotentHint but name no reconcile read tool, so they are no_automatic_retry rather than convergent: %s; give each a reconcile in --contracts",
+			len(noReconcile), strings.Join(noReconcile, ", ")))
+	}
+	// Reconcile names that are not (served) reads are caught by the
+	// registry with the tool's name; a tool left out above takes its
+	// dependents with it there, which is a start-up error worth seeing.
+	return out, nil
+}
+
+type note int
+
+const (
+	noteNone note = iota
+	noteUndeclared
+	noteNoReconcile
+)
+
+// kindOf is the retry kind a tool gets: the overlay's, else the one its
+// annotations suggest.
+func kindOf(t *mcp.Tool, overlay proxy.Overlay) idem.RetryKind {
+	if e, ok := overlay[t.Name]; ok && e.Kind != "" {
+		return e.Kind
+	}
+	a := t.Annotations
+	switch {
+	case a != nil && a.ReadOnlyHint:
+		return idem.RetryFreshRead
+	case a != nil && a.IdempotentHint:
+		return idem.RetryConvergent
+	}
+	return idem.RetryNoAutomaticRetry
+}
+
+// undeclaredRationale is the rationale of a writing tool without a
+// declared contract.
+const undeclaredRationale = "No retry contract is declared for this tool (no overlay entry, no readOnlyHint or idempotentHint): never retry it automatically; after an ambiguous result, check the current state and decide."
+
+// declare builds one tool's operation.
+func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (idem.Operation, note, error) {
+	if !toolName.MatchString(t.Name) {
+		return nil, noteNone, errors.New("its name is not 1 to 128 letters, digits, '_', '.' or '-'")
+	}
+	input, params, err := inputOf(t)
+	if err != nil {
+		return nil, noteNone, err
+	}
+	entry, inOverlay := overlay[t.Name]
+	a := t.Annotations
+	if a == nil {
+		a = &mcp.ToolAnnotations{}
+	}
+	meta := idem.Metadata{Name: t.Name, Method: "POST", Path: ToolPathPrefix + t.Name, Summary: summaryOf(t)}
+	// The side effect, from the hints unless the overlay says.
+	switch {
+	case a.ReadOnlyHint:
+		meta.SideEffect = idem.SideEffectRead
+	case a.DestructiveHint != nil && *a.DestructiveHint:
+		meta.SideEffect = idem.SideEffectDestructive
+	default:
+		meta.SideEffect = idem.SideEffectWrite
+	}
+	kind := kindOf(t, overlay)
+	if inOverlay && entry.Kind != "" && entry.SideEffect == "" {
+		// The overlay's kind outweighs the hints: a declared read reads, a
+		// tool declared to replay by key (or converge…) writes.
+		if kind == idem.RetryFreshRead {
+			meta.SideEffect = idem.SideEffectRead
+		} else if !meta.SideEffect.Writes() {
+			meta.SideEffect = idem.SideEffectWrite
+		}
+	}
+	if inOverlay && entry.SideEffect != "" {
+		meta.SideEffect = entry.SideEffect
+	}
+	n := noteNone
+	switch {
+	case inOverlay && entry.Kind != "":
+		meta.Retry = idem.RetryContract{Kind: entry.Kind, Reconcile: entry.Reconcile, Rationale: entry.Rationale, Preview: entry.Preview}
+	case kind == idem.RetryFreshRead:
+		meta.Retry = idem.RetryContract{Kind: kind, Rationale: "The upstream marks this tool readOnlyHint: it always runs and is never cached."}
+	case kind == idem.RetryConvergent && entry.Reconcile != "":
+		meta.Retry = idem.RetryContract{Kind: kind, Reconcile: entry.Reconcile,
+			Rationale: orDefault(entry.Rationale, "The upstream marks this tool idempotentHint: repeating it with the same arguments has no further effect.")}
+	case kind == idem.RetryConvergent:
+		meta.Retry = idem.RetryContract{Kind: idem.RetryNoAutomaticRetry,
+			Rationale: "The upstream marks this tool idempotentHint, but no reconcile read tool is declared for it: never retry it automatically; after an ambiguous result, check the current state and decide."}
+		n = noteNoReconcile
+	default:
+		meta.Retry = idem.RetryContract{Kind: idem.RetryNoAutomaticRetry, Rationale: orDefault(entry.Rationale, undeclaredRationale)}
+		if meta.SideEffect.Writes() && !inOverlay {
+			n = noteUndeclared
+		}
+	}
+	if inOverlay {
+		meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
+		meta.Approval = entry.Approval
+	}
+	if meta.Retry.Preview {
+		return nil, noteNone, errors.New("the overlay asks for preview, which an MCP tool call cannot carry (there is no dry run of tools/call)")
+	}
+	spec := idem.RawSpec{Params: params, InputSchema: input, Handler: forward(up, t.Name, meta.SideEffect.Writes())}
+	return idem.DefineRaw(meta, spec), n, nil
+}
+
+func orDefault(s, def string) string {
+	if strings.TrimSpace(s) != "" {
+		return s
+	}
+	return def
+}
+
+// summaryOf is the tool's description, else its title, else its name.
+func summaryOf(t *mcp.Tool) string {
+	for _, s := range []string{t.Description, t.Title} {
+		if s = strings.TrimSpace(s); s != "" {
+			return s
+		}
+	}
+	if t.Annotations != nil && strings.TrimSpace(t.Annotations.Title) != "" {
+		return strings.TrimSpace(t.Annotations.Title)
+	}
+	return "The upstream tool " + t.Name + "."
+}
+
+// inputOf is the tool's input schema as the operation's (every argument a
+// body member) and its flat arguments. A schema the validator cannot
+// compile is refused: the gateway validates every call before it is
+// stored.
+func inputOf(t *mcp.Tool) (json.RawMessage, []idem.Param, error) {
+	raw, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return nil, nil, fmt.Errorf("input schema: %w", err)
+	}
+	if string(raw) == "null" {
+		raw = json.RawMessage(`{"type":"object"}`)
+	}
+	var s struct {
+		Type       any                        `json:"type"`
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, nil, fmt.Errorf("input schema is not a JSON object: %w", err)
+	}
+	if s.Type != "object" {
+		return nil, nil, fmt.Errorf(`input schema: "type" is %v, not "object"`, s.Type)
+	}
+	var params []idem.Param
+	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
+		if name == mcpserver.ArgIdempotencyKey || name == mcpserver.ArgDryRun {
+			return nil, nil, fmt.Errorf("its argument %q is idem's own (the MCP surface reserves it)", name)
+		}
+		params = append(params, idem.Param{Name: name, In: "body"})
+	}
+	if _, err := schema.Compile(raw); err != nil {
+		return nil, nil, fmt.Errorf("input schema: %w", err)
+	}
+	return raw, params, nil
+}

@@ -1,0 +1,169 @@
+package mcpserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/httpapi"
+)
+
+// What idem gateway (SPEC §17) needs of this surface, kept apart from the
+// rest: a tool whose answer is an upstream MCP server's own tool result,
+// and idempotency keys that arrive outside the arguments.
+
+// ToolResultMediaType is the Content-Type of a raw operation's answer whose
+// body is an MCP CallToolResult (idem gateway's tools). Over MCP such an
+// answer is that result as it is, stored and replayed, rather than the
+// {status, data, meta} wrapping of other raw answers; over HTTP it is the
+// body, a JSON object.
+const ToolResultMediaType = "application/vnd.idem.mcp-tool-result+json"
+
+// MetaIdempotencyKey is the member of a tools/call request's _meta that
+// may carry the call's idempotency key, as the flat idempotencyKey
+// argument does.
+const MetaIdempotencyKey = "idempotencyKey"
+
+// liftedKey is the _meta member LiftParamsKey moves a key given as a
+// top-level member of the params (params.idempotencyKey) into, since the
+// SDK keeps only the members it knows.
+const liftedKey = "io.idem/params.idempotencyKey"
+
+// toolResultOf reads an answer of media type ToolResultMediaType as the
+// tool result it holds. structuredContent keeps its bytes.
+func toolResultOf(res idem.Result) (*mcp.CallToolResult, bool) {
+	if res.Header == nil {
+		return nil, false
+	}
+	if mt, _ := idem.MediaType(res.Header.Get("Content-Type")); mt != ToolResultMediaType {
+		return nil, false
+	}
+	body := res.Body()
+	var out mcp.CallToolResult
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, false
+	}
+	var sc struct {
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	}
+	if json.Unmarshal(body, &sc) == nil && len(sc.StructuredContent) > 0 && string(sc.StructuredContent) != "null" {
+		out.StructuredContent = sc.StructuredContent
+	}
+	if out.Content == nil {
+		out.Content = []mcp.Content{} // content is required on the wire
+	}
+	return &out, true
+}
+
+// keyOutsideArguments returns the key a tools/call request carries in its
+// _meta (idempotencyKey, or the params' own idempotencyKey that
+// LiftParamsKey moved there), checked against the key of the arguments:
+// the same key given twice is one key, two different keys are refused.
+func keyOutsideArguments(t Tool, meta mcp.Meta, key string) (string, error) {
+	if !t.Retry.ReadsKey() || meta == nil {
+		return key, nil
+	}
+	for _, name := range []string{MetaIdempotencyKey, liftedKey} {
+		v, ok := meta[name]
+		if !ok {
+			continue
+		}
+		s, isString := v.(string)
+		if !isString || s == "" {
+			return "", idem.Errorf(idem.CodeIdempotencyKeyInvalid, "the idempotency key in the call's params must be a string of 1 to %d characters", idem.MaxKeyLength)
+		}
+		if key != "" && key != s {
+			return "", idem.Errorf(idem.CodeIdempotencyKeyInvalid, "the call carries two different idempotency keys (in its arguments, its params or its _meta); send one")
+		}
+		key = s
+	}
+	return key, nil
+}
+
+// LiftParamsKey lets a tools/call request carry its key as a top-level
+// member of its params ({"name": …, "arguments": …, "idempotencyKey": …}):
+// it moves that member into _meta, where the tool handler finds it, before
+// the SDK (which drops members it does not know) reads the message. Other
+// requests pass unchanged.
+func LiftParamsKey(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, httpMaxLift))
+		if err != nil {
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if bytes.Contains(body, []byte(`"idempotencyKey"`)) {
+			body = liftKeys(body)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// httpMaxLift bounds the body LiftParamsKey reads: Handler's default
+// limit, which applies again after it.
+const httpMaxLift = httpapi.DefaultMaxBodyBytes + 64<<10
+
+// liftKeys rewrites one JSON-RPC message or a batch; anything it cannot
+// read passes as it is, for the SDK to answer.
+func liftKeys(body []byte) []byte {
+	trimmed := bytes.TrimSpace(body)
+	if strings.HasPrefix(string(trimmed), "[") {
+		var batch []json.RawMessage
+		if json.Unmarshal(trimmed, &batch) != nil {
+			return body
+		}
+		for i, m := range batch {
+			batch[i] = liftKey(m)
+		}
+		out, err := json.Marshal(batch)
+		if err != nil {
+			return body
+		}
+		return out
+	}
+	return liftKey(body)
+}
+
+func liftKey(msg []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil || string(m["method"]) != `"tools/call"` {
+		return msg
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(m["params"], &params) != nil {
+		return msg
+	}
+	key, ok := params[MetaIdempotencyKey]
+	if !ok {
+		return msg
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := params["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
+		return msg
+	}
+	meta[liftedKey] = key
+	delete(params, MetaIdempotencyKey)
+	var err error
+	if params["_meta"], err = json.Marshal(meta); err != nil {
+		return msg
+	}
+	if m["params"], err = json.Marshal(params); err != nil {
+		return msg
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return msg
+	}
+	return out
+}
