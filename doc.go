@@ -20,6 +20,7 @@
 // conformance suite), canonical (RFC 8785 JSON and request fingerprints),
 // secretbox (sealed secret results), jwtauth (JWT bearer tokens), metrics
 // (Prometheus), telemetry (OpenTelemetry from the environment), proxy (idem
-// in front of an OpenAPI service), catalogdiff (catalog drift), webhooksig
-// (webhook signatures) and demo (the reference application).
+// in front of an OpenAPI service), gateway (idem in front of an MCP server),
+// catalogdiff (catalog drift), webhooksig (webhook signatures) and demo
+// (the reference application).
 package idem
