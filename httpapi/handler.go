@@ -358,9 +358,15 @@ func (h *handler) readAdmitted(w http.ResponseWriter, r *http.Request, meta *ide
 		return nil, nil, false
 	}
 	src := http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
+	// What the body may still need: its declared length, or the limit,
+	// and a byte more to see its end (or that it is over the limit).
+	need := h.cfg.MaxBodyBytes + 1
+	if r.ContentLength > 0 && r.ContentLength < h.cfg.MaxBodyBytes {
+		need = r.ContentLength + 1
+	}
 	for {
 		if int64(len(body)) >= charge.Held() {
-			if err := charge.Grow(); err != nil {
+			if err := charge.Grow(need); err != nil {
 				charge.Release()
 				write(w, idem.ErrorResult(err, meta))
 				return nil, nil, false

@@ -131,23 +131,55 @@ func (r *Runner) ChargeBody(ctx context.Context) (*BodyCharge, error) {
 func (c *BodyCharge) Held() int64 { return c.held }
 
 // Grow takes more of the budget once the bytes read fill what is held: as
-// much again, at most maxBodyStep. It waits for room as admission does,
-// and returns RATE_LIMITED when there is none in time.
-func (c *BodyCharge) Grow() error {
-	if !c.take(min(c.held, maxBodyStep)) {
-		return idem.Errorf(idem.CodeRateLimited, "the server is decoding as many request bodies as it admits at once, and this body outgrew its share; send the same request again after Retry-After seconds (nothing was stored and no key was consumed)")
+// much again, at most maxBodyStep, if the budget has that free now. When
+// it has not, waiting while holding a part could leave bodies that each
+// hold a part waiting for one another, so the part is given back and the
+// body waits, first come first served as any admission, for all it may
+// still need (need: its declared length, or the body limit, and a byte to
+// see its end), then holds that. It returns RATE_LIMITED when there is no
+// room in time.
+func (c *BodyCharge) Grow(need int64) error {
+	if c.tryTake(min(c.held, maxBodyStep)) {
+		return nil
+	}
+	had := c.held
+	c.giveBack()
+	if !c.take(max(need, had+1)) {
+		return idem.Errorf(idem.CodeRateLimited, "the server is decoding as many request bodies as it admits at once; send the same request again after Retry-After seconds (nothing was stored and no key was consumed)")
 	}
 	return nil
 }
 
-func (c *BodyCharge) take(n int64) bool {
-	if c.b.sem == nil {
-		c.held += n
-		return true
+// tryTake takes n more if the budget has it free now.
+func (c *BodyCharge) tryTake(n int64) bool {
+	if a := c.taking(n); a > 0 && !c.b.sem.TryAcquire(a) {
+		return false
 	}
-	// One body never takes more than the whole budget: past it, the room
-	// grows without taking more (what is taken is min(held, max)).
-	if a := min(n, c.b.max-min(c.held, c.b.max)); a > 0 && !c.b.sem.TryAcquire(a) {
+	c.held += n
+	return true
+}
+
+// taking is how much of n more room the budget must give: nothing when it
+// is unbounded, and one body never takes more than the whole budget (past
+// it the room grows without taking more: what is taken is min(held, max)).
+func (c *BodyCharge) taking(n int64) int64 {
+	if c.b.sem == nil {
+		return 0
+	}
+	return min(n, c.b.max-min(c.held, c.b.max))
+}
+
+// giveBack returns what is held, to take it again.
+func (c *BodyCharge) giveBack() {
+	if c.b.sem != nil && c.held > 0 {
+		c.b.sem.Release(min(c.held, c.b.max))
+	}
+	c.held = 0
+}
+
+// take takes n more, waiting for room up to the admission wait.
+func (c *BodyCharge) take(n int64) bool {
+	if a := c.taking(n); a > 0 && !c.b.sem.TryAcquire(a) {
 		if c.wait <= 0 {
 			return false
 		}
