@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/pipeline"
@@ -115,5 +116,67 @@ func TestExecutionBoundLeavesReplays(t *testing.T) {
 	}
 	if resp := r.Call(t.Context(), fresh); resp.Status != 201 {
 		t.Fatalf("the refused key once there is room = %d %s", resp.Status, resp.Body())
+	}
+}
+
+// TestBodiesGrowingAtOnceDoNotWaitForEachOther: two bodies that each hold
+// half the decode budget and need more both get it in turn: the first to
+// find no room gives its part back and waits for all it needs, instead of
+// waiting while holding, which would leave each waiting for the other
+// until both were refused.
+func TestBodiesGrowingAtOnceDoNotWaitForEachOther(t *testing.T) {
+	f := newFixture(t, nil)
+	reg, err := idem.NewRegistry(showOp())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := pipeline.New(reg, pipeline.Config{Store: f.store, Clock: f.clock, DecodeBudget: 4 << 10, AdmissionWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := func() *pipeline.BodyCharge {
+		c, err := r.ChargeBody(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Grow(2 << 10); err != nil || c.Held() != 2<<10 { // 1 KiB, then as much again
+			t.Fatalf("grow to 2 KiB: held %d, %v", c.Held(), err)
+		}
+		return c
+	}
+	a, b := charge(), charge() // the budget is full
+	const need = 3<<10 + 1
+	grown := make(chan *pipeline.BodyCharge, 2)
+	errs := make(chan error, 2)
+	for _, c := range []*pipeline.BodyCharge{a, b} {
+		go func() {
+			if err := c.Grow(need); err != nil {
+				errs <- err
+				return
+			}
+			grown <- c
+		}()
+	}
+	select {
+	case first := <-grown:
+		if first.Held() < need {
+			t.Fatalf("the first body holds %d, want %d", first.Held(), need)
+		}
+		first.Release()
+	case err := <-errs:
+		t.Fatalf("a growing body was refused: %v", err)
+	case <-time.After(4 * time.Second):
+		t.Fatal("neither body grew: each waits for the other")
+	}
+	select {
+	case second := <-grown:
+		second.Release()
+	case err := <-errs:
+		t.Fatalf("the second body was refused: %v", err)
+	case <-time.After(4 * time.Second):
+		t.Fatal("the second body did not grow after the first was done")
+	}
+	if _, err := r.AdmitBody(t.Context(), 4<<10); err != nil {
+		t.Fatalf("the budget was not given back whole: %v", err)
 	}
 }
