@@ -48,6 +48,7 @@ type HTTPHandler struct {
 	next    http.Handler
 	origins map[string]bool // AllowedOrigins, normalized
 	book    *sessionBook
+	maxBody int64
 
 	// challenge is the WWW-Authenticate value of a 401 (HTTPOptions.Challenge).
 	challenge func(*http.Request) string
@@ -131,7 +132,7 @@ func Handler(srv *mcp.Server, authn idem.Authenticator, opts HTTPOptions) *HTTPH
 		opts.Challenge = httpapi.Challenge
 	}
 	return &HTTPHandler{authn: authn, challenge: opts.Challenge, next: auth.RequireBearerToken(verify, nil)(sdk), origins: origins, draining: draining, drain: drain,
-		book: newSessionBook(opts.SessionTimeout, opts.MaxSessionsPerPrincipal, opts.MaxSessions)}
+		book: newSessionBook(opts.SessionTimeout, opts.MaxSessionsPerPrincipal, opts.MaxSessions), maxBody: opts.MaxBodyBytes}
 }
 
 // ServeHTTP implements http.Handler.
@@ -147,6 +148,12 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	done, err := h.book.admit(r, p)
 	if err != nil {
 		writeProblem(w, err)
+		return
+	}
+	// A key given as params.idempotencyKey (SPEC §17) moves to _meta,
+	// read only now that the caller is known and admitted.
+	if !liftParamsKey(w, r, h.maxBody) {
+		done(w.Header())
 		return
 	}
 	ctx := r.Context()

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idem-run/idem"
-	"github.com/idem-run/idem/httpapi"
 )
 
 // What idem gateway (SPEC §17) needs of this surface, kept apart from the
@@ -29,7 +29,7 @@ const ToolResultMediaType = "application/vnd.idem.mcp-tool-result+json"
 // argument does.
 const MetaIdempotencyKey = "idempotencyKey"
 
-// liftedKey is the _meta member LiftParamsKey moves a key given as a
+// liftedKey is the _meta member liftParamsKey moves a key given as a
 // top-level member of the params (params.idempotencyKey) into, since the
 // SDK keeps only the members it knows.
 const liftedKey = "io.idem/params.idempotencyKey"
@@ -62,7 +62,7 @@ func toolResultOf(res idem.Result) (*mcp.CallToolResult, bool) {
 
 // keyOutsideArguments returns the key a tools/call request carries in its
 // _meta (idempotencyKey, or the params' own idempotencyKey that
-// LiftParamsKey moved there), checked against the key of the arguments:
+// liftParamsKey moved there), checked against the key of the arguments:
 // the same key given twice is one key, two different keys are refused.
 func keyOutsideArguments(t Tool, meta mcp.Meta, key string) (string, error) {
 	if !t.Retry.ReadsKey() || meta == nil {
@@ -85,34 +85,29 @@ func keyOutsideArguments(t Tool, meta mcp.Meta, key string) (string, error) {
 	return key, nil
 }
 
-// LiftParamsKey lets a tools/call request carry its key as a top-level
+// liftParamsKey lets a tools/call request carry its key as a top-level
 // member of its params ({"name": …, "arguments": …, "idempotencyKey": …}):
 // it moves that member into _meta, where the tool handler finds it, before
 // the SDK (which drops members it does not know) reads the message. Other
-// requests pass unchanged.
-func LiftParamsKey(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Body == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, httpMaxLift))
-		if err != nil {
-			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		if bytes.Contains(body, []byte(`"idempotencyKey"`)) {
-			body = liftKeys(body)
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		next.ServeHTTP(w, r)
-	})
+// requests pass unchanged. HTTPHandler calls it once the caller is
+// authenticated and admitted, so that no body is read for a caller it
+// refuses; the stdio bridge calls liftKeys on each line.
+func liftParamsKey(w http.ResponseWriter, r *http.Request, limit int64) bool {
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("request body exceeds %d bytes", limit), http.StatusRequestEntityTooLarge)
+		return false
+	}
+	if bytes.Contains(body, []byte(`"idempotencyKey"`)) {
+		body = liftKeys(body)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return true
 }
-
-// httpMaxLift bounds the body LiftParamsKey reads: Handler's default
-// limit, which applies again after it.
-const httpMaxLift = httpapi.DefaultMaxBodyBytes + 64<<10
 
 // liftKeys rewrites one JSON-RPC message or a batch; anything it cannot
 // read passes as it is, for the SDK to answer.

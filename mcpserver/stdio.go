@@ -163,7 +163,7 @@ func filterLines(in io.Reader, out *io.PipeWriter, w *lineWriter) {
 					out.CloseWithError(werr)
 					return
 				}
-			} else if _, werr := out.Write(append(line, '\n')); werr != nil {
+			} else if _, werr := out.Write(append(liftLine(line), '\n')); werr != nil {
 				return // the connection is closed
 			}
 		}
@@ -175,6 +175,15 @@ func filterLines(in io.Reader, out *io.PipeWriter, w *lineWriter) {
 			return
 		}
 	}
+}
+
+// liftLine moves a tools/call's params.idempotencyKey into _meta, as
+// HTTPHandler does (liftParamsKey).
+func liftLine(line []byte) []byte {
+	if !bytes.Contains(line, []byte(`"idempotencyKey"`)) {
+		return line
+	}
+	return liftKeys(line)
 }
 
 // readLine reads one line of r without its newline, at most maxLine bytes

@@ -205,3 +205,37 @@ func closedGate() <-chan struct{} {
 	close(c)
 	return c
 }
+
+// keyBackend records the key each call came with.
+type keyBackend struct {
+	fakeBackend
+	keys chan string
+}
+
+func (b keyBackend) Call(_ context.Context, name string, _ map[string]json.RawMessage, key string, _ bool) (idem.Result, error) {
+	b.keys <- key
+	return idem.Result{Status: 200, Data: json.RawMessage(`{}`), Meta: &idem.Meta{Operation: name}}, nil
+}
+
+// The stdio bridge takes a key given as a top-level params.idempotencyKey
+// of tools/call, as /mcp does (SPEC §17): the SDK would drop that member.
+func TestStdioTakesTheKeyOfTheParams(t *testing.T) {
+	b := keyBackend{fakeBackend: fakeBackend{tool(idem.RetrySameKeyReplay, `{"type":"object"}`)}, keys: make(chan string, 1)}
+	srv, err := mcpserver.New(t.Context(), b, mcpserver.Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := pipedSession(0) + `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"thing.do","arguments":{},"idempotencyKey":"k-params"}}` + "\n"
+	var out bytes.Buffer
+	if err := srv.Run(t.Context(), &mcpserver.StdioTransport{Reader: io.NopCloser(strings.NewReader(session)), Writer: nopWriteCloser{&out}}); err != nil && err != io.EOF {
+		t.Fatalf("run: %v", err)
+	}
+	select {
+	case key := <-b.keys:
+		if key != "k-params" {
+			t.Fatalf("the call came with key %q, want k-params", key)
+		}
+	default:
+		t.Fatalf("the call never reached the backend:\n%s", out.String())
+	}
+}

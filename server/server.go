@@ -196,10 +196,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Challenge:      func(r *http.Request) string { return resource.Challenge(r, mcpPath) },
 	})
 	mux := http.NewServeMux()
-	// A tools/call may carry its key as params.idempotencyKey (SPEC §17).
-	mcpHandler := mcpserver.LiftParamsKey(s.mcp)
-	mux.Handle(mcpPath, mcpHandler)
-	mux.Handle(mcpPath+"/", mcpHandler)
+	mux.Handle(mcpPath, s.mcp)
+	mux.Handle(mcpPath+"/", s.mcp)
 	if resource != nil {
 		// Only with an authorization server to name: a tokens file's
 		// tokens come from none, so there is nothing to discover.

@@ -5,8 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -255,5 +257,32 @@ func TestAuthenticatorWithoutBearerTokens(t *testing.T) {
 	if _, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(),
 		&mcp.StreamableClientTransport{Endpoint: base + "/mcp"}, nil); err == nil {
 		t.Fatal("MCP around the gateway connected")
+	}
+}
+
+// readSignal is a request body that records whether it was read.
+type readSignal struct {
+	r    io.Reader
+	read atomic.Bool
+}
+
+func (b *readSignal) Read(p []byte) (int, error) { b.read.Store(true); return b.r.Read(p) }
+func (b *readSignal) Close() error               { return nil }
+
+// TestMCPReadsNoBodyBeforeTheCallerIsKnown: /mcp reads a request's body
+// (to move a params key into _meta, SPEC §17) only for a caller it has
+// authenticated; a caller it refuses costs no read of what it sent.
+func TestMCPReadsNoBodyBeforeTheCallerIsKnown(t *testing.T) {
+	srv, err := server.New(t.Context(), server.Config{Operations: []idem.Operation{echoOp("echo.get", "/v1/echo")}, Store: openStore(t), Auth: httpapi.NewTokens(agentToken)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &readSignal{r: strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo.get","idempotencyKey":"k"}}`)}
+	req := httptest.NewRequest("POST", "/mcp", body)
+	req.Header.Set("Authorization", "Bearer wrong")
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != 401 || body.read.Load() {
+		t.Fatalf("unauthenticated: %d, body read %v", rec.Code, body.read.Load())
 	}
 }
