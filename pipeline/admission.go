@@ -222,6 +222,72 @@ func (x *execution) admitInput(ctx context.Context) (func(), *idem.Error) {
 	return release, nil
 }
 
+// bytesPerValue is what a JSON value counts against the decode budget at
+// the least: decoding and validating cost per value, not per byte, so a
+// body of many tiny values (250,000 one-letter strings in 1 MiB, each off
+// an enum: a quarter of a million validation errors) costs far more than
+// its bytes say. With 16, such a body counts as 4 MiB, the whole default
+// budget, and decodes alone; a body of ordinary objects (tens of bytes a
+// value) is charged its bytes as before.
+const bytesPerValue = 16
+
+// admitDense makes the call's share of the decode budget cover its body's
+// values (valueCount of the canonical body, bytesPerValue each) when that
+// is more than its bytes: the share the surface took is given back and the
+// whole taken again, in turn, so that a call never waits while it holds a
+// part (see BodyCharge.Grow). It returns the release of the share the call
+// holds now.
+func (x *execution) admitDense(ctx context.Context, release func()) (func(), *idem.Error) {
+	cost := int64(valueCount(x.canon)) * bytesPerValue
+	if cost <= max(int64(len(x.inv.Intent.Body)), minBodyCost) || x.r.decoding.sem == nil {
+		return release, nil // charged enough already (at least its bytes, or minBodyCost)
+	}
+	release()
+	more := x.r.decoding.take(ctx, cost, x.r.cfg.AdmissionWait)
+	if more == nil {
+		return func() {}, idem.Errorf(idem.CodeRateLimited, "the server is decoding as many request bodies as it admits at once (this body's %d values count as %d bytes); send the same request again after Retry-After seconds (nothing was stored and no key was consumed)", cost/bytesPerValue, cost)
+	}
+	return more, nil
+}
+
+// valueCount is the number of JSON values in canonical (no whitespace):
+// the root, one after each ':', and in arrays one after each '[' that does
+// not close at once and each ','.
+func valueCount(canonical []byte) int {
+	if len(canonical) == 0 {
+		return 0
+	}
+	n, inString, escaped := 1, false, false
+	var open []byte // the containers around the current byte
+	for i, c := range canonical {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			open = append(open, c)
+			if c == '[' && i+1 < len(canonical) && canonical[i+1] != ']' {
+				n++
+			}
+		case c == ']' || c == '}':
+			open = open[:max(len(open)-1, 0)]
+		case c == ':':
+			n++
+		case c == ',' && len(open) > 0 && open[len(open)-1] == '[':
+			n++
+		}
+	}
+	return n
+}
+
 // admitExecution takes a place among the executions running at once.
 func (x *execution) admitExecution(ctx context.Context) (func(), *idem.Error) {
 	release := x.r.executions.take(ctx, 1, x.r.cfg.AdmissionWait)

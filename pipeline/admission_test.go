@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,5 +180,60 @@ func TestBodiesGrowingAtOnceDoNotWaitForEachOther(t *testing.T) {
 	}
 	if _, err := r.AdmitBody(t.Context(), 4<<10); err != nil {
 		t.Fatalf("the budget was not given back whole: %v", err)
+	}
+}
+
+func TestValueCount(t *testing.T) {
+	for in, want := range map[string]int{
+		``: 0, `1`: 1, `[]`: 1, `{}`: 1, `[1]`: 2, `[1,2,3]`: 4, `{"a":1}`: 2, `{"a":1,"b":[true,null]}`: 5,
+		`["a,b",":","[x]"]`: 4, `{"k\"[,":"v\\"}`: 2, `[[],{},[[]]]`: 5,
+	} {
+		if got := pipeline.ValueCount([]byte(in)); got != want {
+			t.Errorf("valueCount(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// TestDenseBodyCountsItsValues: a body of many tiny values counts
+// bytesPerValue a value against the decode budget, not its bytes (its
+// decoding and its validation errors cost per value): with half the budget
+// held elsewhere, such a body is refused RATE_LIMITED before it is decoded,
+// while a body of the same bytes in few values runs; once the budget is
+// free the dense body runs too (issue 28, item 12).
+func TestDenseBodyCountsItsValues(t *testing.T) {
+	f := newFixture(t, nil)
+	var mu sync.Mutex
+	var got []valuesIn
+	reg, err := idem.NewRegistry(valuesOp(&mu, &got), showOp())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := pipeline.New(reg, pipeline.Config{Store: f.store, Clock: f.clock, DecodeBudget: 64 << 10, AdmissionWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := make([]string, 2000)
+	for i := range items {
+		items[i] = `{"q":1}`
+	}
+	dense := `{"items":[` + strings.Join(items, ",") + `]}` // 16 KB, 4,002 values: 64 KB
+	sparse := `{"text":"` + strings.Repeat("n", len(dense)-12) + `"}`
+	held, err := r.AdmitBody(t.Context(), 32<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(key, body string) idem.Result {
+		return r.Call(t.Context(), idem.Invocation{Operation: "value.put", Principal: agent, Key: key,
+			Intent: idem.Intent{PathParams: map[string]string{"id": "a"}, Body: []byte(body)}})
+	}
+	if res := call("k-dense", dense); res.Status != 429 || res.Problem.Code != idem.CodeRateLimited {
+		t.Fatalf("a dense body with half the budget held: %d %.200s", res.Status, res.Body())
+	}
+	if res := call("k-sparse", sparse); res.Status != 200 {
+		t.Fatalf("a body of the same bytes in few values was refused: %.200s", res.Body())
+	}
+	held()
+	if res := call("k-dense", dense); res.Status != 200 {
+		t.Fatalf("the dense body with the budget free: %d %.200s", res.Status, res.Body())
 	}
 }

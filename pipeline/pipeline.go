@@ -154,6 +154,10 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	x.opaque = x.opaqueBody()
 	if body := inv.Intent.Body; len(body) > 0 && x.opaque == "" {
 		x.canon, x.canonErr = canonical.TransformStrict(body)
+		if releaseInput, aerr = x.admitDense(ctx, releaseInput); aerr != nil {
+			return x.fail(aerr)
+		}
+		defer releaseInput()
 	}
 	fp, ferr := x.fingerprintOf()
 	if x.key != "" && ferr == nil {

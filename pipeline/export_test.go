@@ -1,0 +1,4 @@
+package pipeline
+
+// ValueCount is valueCount, for the tests.
+var ValueCount = valueCount
