@@ -67,6 +67,9 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 	if opts.Forward == nil {
 		return nil, errors.New("proxy: Options.Forward is required")
 	}
+	if n := countOperations(doc); n > MaxOperations {
+		return nil, fmt.Errorf("the document declares %d operations, more than %d, the most idem proxy serves (each holds its schemas, validator, catalog entry and MCP tool in memory): serve the API through several proxies, each with a document of a part of its operations", n, MaxOperations)
+	}
 	components, err := componentsOf(doc)
 	if err != nil {
 		return nil, err
@@ -124,7 +127,7 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 	out.Warnings = append(out.Warnings, droppedWarnings(dropped)...)
 	if len(undeclared) > 0 {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in --contracts",
-			len(undeclared), strings.Join(undeclared, ", ")))
+			len(undeclared), namedList(undeclared)))
 	}
 	// The document describes the proxy (httpapi.OpenAPIOver): clients
 	// reach the operations through it, not at the upstream.
@@ -418,6 +421,18 @@ func (d droppedEnumIn) String() string {
 	return fmt.Sprintf("%s schema at %s (%d values)", d.schema, d.at, d.values)
 }
 
+// maxNamed is the most operations a start-up warning names; it counts
+// the rest, so that a warning does not grow with the document.
+const maxNamed = 50
+
+// namedList joins names, at most maxNamed of them, and counts the rest.
+func namedList(names []string) string {
+	if len(names) <= maxNamed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxNamed], ", "), len(names)-maxNamed)
+}
+
 // droppedWarnings are the start-up warnings of the enums left out: one
 // for each place, naming the operations whose schema had it.
 func droppedWarnings(dropped map[string][]string) []string {
@@ -426,10 +441,7 @@ func droppedWarnings(dropped map[string][]string) []string {
 		ops := dropped[where]
 		named := "operation " + ops[0]
 		if len(ops) > 1 {
-			named = "operations " + strings.Join(ops[:min(len(ops), 5)], ", ")
-			if len(ops) > 5 {
-				named += fmt.Sprintf(" and %d more", len(ops)-5)
-			}
+			named = "operations " + namedList(ops)
 		}
 		out = append(out, fmt.Sprintf("%s: the enum of the %s has more than %d values: idem does not check it, and its catalog entry, MCP tool and validated schema leave it out (the upstream still checks it; the served OpenAPI document keeps it)",
 			named, where, MaxEnum))
@@ -459,12 +471,19 @@ type documentCost struct {
 	largestBytes int
 }
 
-// add counts one more operation, and refuses it beyond the bounds.
+// countOperations counts doc's operations.
+func countOperations(doc *Document) int {
+	n := 0
+	for _, item := range doc.Paths.Map() {
+		n += len(item.Operations())
+	}
+	return n
+}
+
+// add counts one more operation's schemas, and refuses them beyond
+// MaxSchemaBytes.
 func (c *documentCost) add(name string, d idem.Descriptor) error {
 	c.operations++
-	if c.operations > MaxOperations {
-		return fmt.Errorf("the document declares more than %d operations, the most idem proxy serves (each holds its schemas, validator, catalog entry and MCP tool in memory): serve the API through several proxies, each with a document of a part of its operations", MaxOperations)
-	}
 	n := len(d.InputSchema) + len(d.OutputSchema)
 	c.schemaBytes += n
 	if n > c.largestBytes {
