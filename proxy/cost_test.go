@@ -233,3 +233,33 @@ func BenchmarkLongEnumCall(b *testing.B) {
 		})
 	}
 }
+
+// TestWarningsDoNotGrowWithTheDocument: the warning about writing
+// operations without a declared contract named every one of them (2,500
+// names on one log line for opsDoc's 5,000 operations). It names 50 and
+// counts the rest.
+func TestWarningsDoNotGrowWithTheDocument(t *testing.T) {
+	paths := map[string]any{}
+	for i := range 60 {
+		paths[fmt.Sprintf("/w%02d", i)] = map[string]any{"post": map[string]any{"operationId": fmt.Sprintf("write%02d", i),
+			"responses": map[string]any{"201": map[string]any{"description": "done"}}}}
+	}
+	data, _ := json.Marshal(map[string]any{"openapi": "3.1.0", "info": map[string]any{"title": "w", "version": "1"}, "paths": paths})
+	built, err := proxy.Build(loadBytes(t, data), nil, proxy.Options{Forward: noForward})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range built.Warnings {
+		if !strings.HasPrefix(w, "60 writing operations have no declared retry contract") {
+			continue
+		}
+		if n := strings.Count(w, "write"); n != 50 {
+			t.Errorf("the warning names %d operations, want 50: %q", n, w)
+		}
+		if !strings.Contains(w, " and 10 more; declare one") {
+			t.Errorf("the warning does not count the rest: %q", w)
+		}
+		return
+	}
+	t.Fatalf("no warning about the undeclared operations: %q", built.Warnings)
+}
