@@ -17,7 +17,7 @@ DOC=$1; N=${2:-10}; BODY=${3:-'{"code":"c0000005"}'}; P=${4:-/things}; BIN=${BIN
 DIR=$(mktemp -d); trap 'rm -rf "$DIR"' EXIT
 printf 'sha256:%s acme agent-1 agent\n' "$(printf 'tok' | sha256sum | cut -d' ' -f1)" > "$DIR/tokens"
 T0=$(date +%s.%N)
-$BIN proxy --upstream http://127.0.0.1:9311 --openapi "$DOC" --tokens-file "$DIR/tokens" --addr 127.0.0.1:$PORT --store "sqlite:$DIR/m.db" > "$DIR/log" 2>&1 &
+$BIN proxy --upstream http://127.0.0.1:9311 --openapi "$DOC" --tokens-file "$DIR/tokens" --addr 127.0.0.1:$PORT --store "sqlite:$DIR/m.db" --secret-key-file "$DIR/idem.key" > "$DIR/log" 2>&1 &
 PID=$!
 until grep -q listening "$DIR/log"; do sleep 0.05; kill -0 $PID 2>/dev/null || { cat "$DIR/log"; exit 1; }; done
 T1=$(date +%s.%N)
