@@ -39,9 +39,7 @@ func Load(ctx context.Context, source string, upstream *url.URL, client *http.Cl
 	if err != nil {
 		return nil, fmt.Errorf("openapi document %s: %w", source, err)
 	}
-	loader := openapi3.NewLoader()
-	loader.IsExternalRefsAllowed = false
-	doc, err := loader.LoadFromData(data)
+	doc, err := parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("openapi document %s: %w", source, err)
 	}
@@ -52,6 +50,28 @@ func Load(ctx context.Context, source string, upstream *url.URL, client *http.Cl
 		return nil, fmt.Errorf("openapi document %s: it has no paths", source)
 	}
 	return &Document{T: doc, Source: data}, nil
+}
+
+// parse parses an OpenAPI document and resolves its references. A JSON
+// document is decoded as JSON: kin-openapi reads every document as YAML
+// first, which for a large JSON document costs many times its size (a
+// 14 MB document took 2.3 GB of allocations and a 1.5 GiB peak).
+// kin-openapi itself falls back to JSON for what YAML refuses, so a JSON
+// document means the same either way.
+func parse(data []byte) (*openapi3.T, error) {
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = false
+	if !json.Valid(data) {
+		return loader.LoadFromData(data)
+	}
+	doc := &openapi3.T{}
+	if err := json.Unmarshal(data, doc); err != nil {
+		return nil, err
+	}
+	if err := loader.ResolveRefsIn(doc, nil); err != nil {
+		return nil, err
+	}
+	return doc, nil
 }
 
 // read returns the bytes at source (see Load).

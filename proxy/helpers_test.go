@@ -76,7 +76,7 @@ func noForward(proxy.Operation) idem.RawHandler {
 }
 
 // newRunner registers ops and runs them on a fresh SQLite store.
-func newRunner(t *testing.T, ops []idem.Operation) *pipeline.Runner {
+func newRunner(t testing.TB, ops []idem.Operation) *pipeline.Runner {
 	t.Helper()
 	reg, err := idem.NewRegistry(ops...)
 	if err != nil {
@@ -104,7 +104,7 @@ func newRunner(t *testing.T, ops []idem.Operation) *pipeline.Runner {
 
 // buildRunner builds doc with the recorder as upstream and returns a
 // runner on the operations.
-func buildRunner(t *testing.T, doc *proxy.Document, overlay proxy.Overlay) (*pipeline.Runner, *proxy.Built, *recorder) {
+func buildRunner(t testing.TB, doc *proxy.Document, overlay proxy.Overlay) (*pipeline.Runner, *proxy.Built, *recorder) {
 	t.Helper()
 	rec := &recorder{}
 	built, err := proxy.Build(doc, overlay, proxy.Options{Forward: rec.forward})

@@ -67,15 +67,17 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 	if opts.Forward == nil {
 		return nil, errors.New("proxy: Options.Forward is required")
 	}
-	requests, err := newConverter(doc, true)
+	if n := countOperations(doc); n > MaxOperations {
+		return nil, fmt.Errorf("the document declares %d operations, more than %d, the most idem proxy serves (each holds its schemas, validator, catalog entry and MCP tool in memory): serve the API through several proxies, each with a document of a part of its operations", n, MaxOperations)
+	}
+	components, err := componentsOf(doc)
 	if err != nil {
 		return nil, err
 	}
-	answers, err := newConverter(doc, false)
-	if err != nil {
-		return nil, err
-	}
+	requests, answers := newConverter(doc, components, true), newConverter(doc, components, false)
 	var descs []idem.Descriptor
+	var cost documentCost
+	dropped := map[string][]string{} // the operations that left out each enum, by where and how long
 	var undeclared []string
 	for _, path := range doc.Paths.InMatchingOrder() {
 		item := doc.Paths.Value(path)
@@ -96,6 +98,13 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 				errs = append(errs, err)
 				continue
 			}
+			if err := cost.add(op.OperationID, def.descriptor); err != nil {
+				return nil, err
+			}
+			for _, d := range def.dropped {
+				k := d.String()
+				dropped[k] = append(dropped[k], op.OperationID)
+			}
 			if warn != "" {
 				out.Warnings = append(out.Warnings, warn)
 			}
@@ -115,9 +124,10 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	out.Warnings = append(out.Warnings, droppedWarnings(dropped)...)
 	if len(undeclared) > 0 {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in --contracts",
-			len(undeclared), strings.Join(undeclared, ", ")))
+			len(undeclared), namedList(undeclared)))
 	}
 	// The document describes the proxy (httpapi.OpenAPIOver): clients
 	// reach the operations through it, not at the upstream.
@@ -136,6 +146,8 @@ type declared struct {
 	proxied Operation
 	// descriptor is what the served document reads of the operation.
 	descriptor idem.Descriptor
+	// dropped are the enums longer than MaxEnum left out of its schemas.
+	dropped []droppedEnumIn
 }
 
 // declare builds one operation.
@@ -174,20 +186,30 @@ func declare(in, out *converter, method, path string, item *openapi3.PathItem, o
 		meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
 		meta.Approval = entry.Approval
 	}
+	in.take()
 	params, schema, validate, why, err := inputOf(in, path, item, op)
 	if err != nil {
 		return declared{}, "", fail("%v", err)
+	}
+	var dropped []droppedEnumIn
+	for _, d := range in.take() {
+		dropped = append(dropped, droppedEnumIn{droppedEnum: d, schema: "input"})
+	}
+	out.take()
+	output := outputOf(out, op)
+	for _, d := range out.take() {
+		dropped = append(dropped, droppedEnumIn{droppedEnum: d, schema: "answer"})
 	}
 	warn := ""
 	if !validate && !opts.Unvalidated {
 		warn = fmt.Sprintf("operation %q: input is forwarded without validation: %s", name, why)
 	}
 	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
-	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: outputOf(out, op),
+	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: output,
 		Unvalidated: opts.Unvalidated || !validate, Handler: opts.Forward(p)}
 	d := idem.Descriptor{Metadata: meta.WithDefaults(), InputSchema: spec.InputSchema, OutputSchema: spec.OutputSchema,
 		Params: spec.Params, Raw: true}
-	return declared{op: idem.DefineRaw(meta, spec), proxied: p, descriptor: d}, warn, nil
+	return declared{op: idem.DefineRaw(meta, spec), proxied: p, descriptor: d, dropped: dropped}, warn, nil
 }
 
 // summaryOf is the operation's summary, else the first line of its
@@ -230,7 +252,7 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 		var s any = map[string]any{}
 		typ := "string"
 		if p.Schema != nil {
-			if s, err = c.of(p.Schema); err != nil {
+			if s, err = c.of(p.Schema, "/properties/"+pointerToken(p.Name)); err != nil {
 				return nil, nil, false, "", err
 			}
 			if v := p.Schema.Value; v != nil && v.Type != nil {
@@ -281,7 +303,7 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 		default:
 			v := media.Schema.Value
 			for _, prop := range slices.Sorted(maps.Keys(v.Properties)) {
-				s, err := c.of(v.Properties[prop])
+				s, err := c.of(v.Properties[prop], "/properties/"+pointerToken(prop))
 				if err != nil {
 					return nil, nil, false, "", err
 				}
@@ -300,7 +322,7 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 			if v.AdditionalProperties.Has != nil && !*v.AdditionalProperties.Has {
 				root["additionalProperties"] = false
 			} else if v.AdditionalProperties.Schema != nil {
-				s, err := c.of(v.AdditionalProperties.Schema)
+				s, err := c.of(v.AdditionalProperties.Schema, "/additionalProperties")
 				if err != nil {
 					return nil, nil, false, "", err
 				}
@@ -330,7 +352,7 @@ func outputOf(c *converter, op *openapi3.Operation) json.RawMessage {
 			continue
 		}
 		if _, media := jsonMedia(r.Value.Content); media != nil && media.Schema != nil {
-			s, err := c.of(media.Schema)
+			s, err := c.of(media.Schema, "")
 			if err != nil {
 				return nil
 			}
@@ -385,4 +407,91 @@ func jsonMedia(content openapi3.Content) (string, *openapi3.MediaType) {
 
 func isObject(s *openapi3.Schema) bool {
 	return s.Type != nil && s.Type.Is("object") || s.Type == nil && len(s.Properties) > 0
+}
+
+// droppedEnumIn is an enum left out of an operation's input or answer
+// schema.
+type droppedEnumIn struct {
+	droppedEnum
+	schema string // "input" or "answer"
+}
+
+// String says where the enum was, for grouping the operations that had it.
+func (d droppedEnumIn) String() string {
+	return fmt.Sprintf("%s schema at %s (%d values)", d.schema, d.at, d.values)
+}
+
+// maxNamed is the most operations a start-up warning names; it counts
+// the rest, so that a warning does not grow with the document.
+const maxNamed = 50
+
+// namedList joins names, at most maxNamed of them, and counts the rest.
+func namedList(names []string) string {
+	if len(names) <= maxNamed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxNamed], ", "), len(names)-maxNamed)
+}
+
+// droppedWarnings are the start-up warnings of the enums left out: one
+// for each place, naming the operations whose schema had it.
+func droppedWarnings(dropped map[string][]string) []string {
+	var out []string
+	for _, where := range slices.Sorted(maps.Keys(dropped)) {
+		ops := dropped[where]
+		named := "operation " + ops[0]
+		if len(ops) > 1 {
+			named = "operations " + namedList(ops)
+		}
+		out = append(out, fmt.Sprintf("%s: the enum of the %s has more than %d values: idem does not check it, and its catalog entry, MCP tool and validated schema leave it out (the upstream still checks it; the served OpenAPI document keeps it)",
+			named, where, MaxEnum))
+	}
+	return out
+}
+
+// The bounds of a document's cost (docs/proxy.md): every operation holds
+// its input and answer schemas (each with the component schemas it
+// reaches), its validator, its catalog entry and its MCP tool for as long
+// as the proxy runs, so that memory follows the operations and the size
+// of their schemas, not the document's bytes (a large component reached
+// by every operation is copied into each).
+const (
+	// MaxOperations is the most operations a document may declare.
+	MaxOperations = 5000
+	// MaxSchemaBytes bounds the sum of the operations' input and answer
+	// schemas, as JSON.
+	MaxSchemaBytes = 32 << 20
+)
+
+// documentCost adds up what the operations declared so far cost.
+type documentCost struct {
+	operations   int
+	schemaBytes  int
+	largest      string
+	largestBytes int
+}
+
+// countOperations counts doc's operations.
+func countOperations(doc *Document) int {
+	n := 0
+	for _, item := range doc.Paths.Map() {
+		n += len(item.Operations())
+	}
+	return n
+}
+
+// add counts one more operation's schemas, and refuses them beyond
+// MaxSchemaBytes.
+func (c *documentCost) add(name string, d idem.Descriptor) error {
+	c.operations++
+	n := len(d.InputSchema) + len(d.OutputSchema)
+	c.schemaBytes += n
+	if n > c.largestBytes {
+		c.largest, c.largestBytes = name, n
+	}
+	if c.schemaBytes > MaxSchemaBytes {
+		return fmt.Errorf("the input and answer schemas of the document's first %d operations, each with the component schemas it reaches, add up to more than %d MiB, the most idem proxy holds (the largest: operation %q, %d KiB): have fewer operations reach large components, or serve the API through several proxies, each with a document of a part of its operations",
+			c.operations, MaxSchemaBytes>>20, c.largest, c.largestBytes>>10)
+	}
+	return nil
 }

@@ -28,6 +28,22 @@ var (
 	dropped30 = map[string]bool{"nullable": true, "discriminator": true, "xml": true, "externalDocs": true, "example": true}
 )
 
+// MaxEnum is the most values an enum idem checks may have. A longer
+// enum (a country, currency or time-zone list has a few hundred values)
+// is left out of the schemas idem validates and publishes (the catalog,
+// the MCP tools): checking a value against it, and holding it once per
+// operation that reaches it, would cost in proportion to the list on
+// every call and at start. The upstream, whose document it is, still
+// checks it, and the start-up log names each one (docs/proxy.md).
+const MaxEnum = 1000
+
+// droppedEnum is an enum longer than MaxEnum, left out of a schema: at is
+// its JSON Pointer in the operation's input or answer schema.
+type droppedEnum struct {
+	at     string
+	values int
+}
+
 // converter turns a document's schemas into JSON Schema 2020-12, for
 // requests (readOnly properties are not required of a request) or for
 // answers (nor writeOnly ones of an answer).
@@ -35,13 +51,25 @@ type converter struct {
 	openapi30, request bool
 	// components are the document's component schemas as generic JSON.
 	components map[string]any
+	// converted are the components converted so far, by name: each is
+	// converted once and shared by every operation that reaches it.
+	converted map[string]converted
+	// dropped collects the enums left out of the schemas converted since
+	// the last take: the operation being declared.
+	dropped []droppedEnum
 }
 
-// newConverter reads doc's component schemas.
-func newConverter(doc *Document, request bool) (*converter, error) {
-	c := &converter{openapi30: doc.IsOpenAPI30(), request: request, components: map[string]any{}}
+// converted is a converted component and the enums left out of it.
+type converted struct {
+	schema  any
+	dropped []droppedEnum
+}
+
+// componentsOf reads doc's component schemas as generic JSON.
+func componentsOf(doc *Document) (map[string]any, error) {
+	out := map[string]any{}
 	if doc.Components == nil {
-		return c, nil
+		return out, nil
 	}
 	for name, ref := range doc.Components.Schemas {
 		if ref.Ref != "" && !strings.HasPrefix(ref.Ref, componentRef) {
@@ -51,13 +79,26 @@ func newConverter(doc *Document, request bool) (*converter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("components.schemas.%s: %w", name, err)
 		}
-		c.components[name] = v
+		out[name] = v
 	}
-	return c, nil
+	return out, nil
 }
 
-// of converts one schema of the document.
-func (c *converter) of(ref *openapi3.SchemaRef) (any, error) {
+// newConverter converts doc's schemas, whose components componentsOf read.
+func newConverter(doc *Document, components map[string]any, request bool) *converter {
+	return &converter{openapi30: doc.IsOpenAPI30(), request: request, components: components, converted: map[string]converted{}}
+}
+
+// take returns the enums dropped since the last take, and forgets them.
+func (c *converter) take() []droppedEnum {
+	d := c.dropped
+	c.dropped = nil
+	return d
+}
+
+// of converts one schema of the document, at (a JSON Pointer) in the
+// operation's schema.
+func (c *converter) of(ref *openapi3.SchemaRef, at string) (any, error) {
 	if ref.Ref != "" && !strings.HasPrefix(ref.Ref, componentRef) {
 		return nil, fmt.Errorf("schema reference %q: only references to #/components/schemas/… are supported", ref.Ref)
 	}
@@ -65,7 +106,7 @@ func (c *converter) of(ref *openapi3.SchemaRef) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.convert(v), nil
+	return c.convert(v, at), nil
 }
 
 // defsFor returns the converted components that root refers to, directly
@@ -79,15 +120,28 @@ func (c *converter) defsFor(root any) map[string]any {
 		if _, done := defs[name]; done {
 			continue
 		}
-		raw, ok := c.components[name]
+		conv, ok := c.converted[name]
 		if !ok {
-			continue // the validator reports the dangling reference
+			raw, ok := c.components[name]
+			if !ok {
+				continue // the validator reports the dangling reference
+			}
+			outer := c.dropped
+			c.dropped = nil
+			conv.schema = c.convert(raw, "/$defs/"+pointerToken(name))
+			conv.dropped, c.dropped = c.dropped, outer
+			c.converted[name] = conv
 		}
-		conv := c.convert(raw)
-		defs[name] = conv
-		queue = refsIn(conv, queue)
+		c.dropped = append(c.dropped, conv.dropped...)
+		defs[name] = conv.schema
+		queue = refsIn(conv.schema, queue)
 	}
 	return defs
+}
+
+// pointerToken escapes a JSON Pointer reference token (RFC 6901).
+func pointerToken(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // refsIn appends the component names v's $refs name.
@@ -109,8 +163,10 @@ func refsIn(v any, out []string) []string {
 	return out
 }
 
-// convert converts one schema (generic JSON) to JSON Schema 2020-12.
-func (c *converter) convert(v any) any {
+// convert converts one schema (generic JSON), at (a JSON Pointer) in the
+// operation's schema, to JSON Schema 2020-12, leaving out the enums
+// longer than MaxEnum (which it adds to c.dropped).
+func (c *converter) convert(v any, at string) any {
 	s, ok := v.(map[string]any)
 	if !ok {
 		return v // true, false
@@ -123,13 +179,18 @@ func (c *converter) convert(v any) any {
 			if ref, ok := val.(string); ok && strings.HasPrefix(ref, componentRef) {
 				val = "#/$defs/" + strings.TrimPrefix(ref, componentRef)
 			}
+		case k == "enum":
+			if l, ok := val.([]any); ok && len(l) > MaxEnum {
+				c.dropped = append(c.dropped, droppedEnum{at: at + "/enum", values: len(l)})
+				continue
+			}
 		case schemaValued[k]:
-			val = c.convert(val)
+			val = c.convert(val, at+"/"+k)
 		case schemaMaps[k]:
 			if m, ok := val.(map[string]any); ok {
 				conv := make(map[string]any, len(m))
 				for name, sub := range m {
-					conv[name] = c.convert(sub)
+					conv[name] = c.convert(sub, at+"/"+k+"/"+pointerToken(name))
 				}
 				val = conv
 			}
@@ -137,7 +198,7 @@ func (c *converter) convert(v any) any {
 			if l, ok := val.([]any); ok {
 				conv := make([]any, len(l))
 				for i, sub := range l {
-					conv[i] = c.convert(sub)
+					conv[i] = c.convert(sub, fmt.Sprintf("%s/%s/%d", at, k, i))
 				}
 				val = conv
 			}

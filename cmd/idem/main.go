@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -44,6 +45,27 @@ func startProfile(path string) func() {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}
+}
+
+// writeHeapProfile writes a heap profile to path ("%p" replaced by the
+// process id) after a collection, when path is set: IDEM_HEAPPROFILE,
+// which idem serve and idem proxy write once they listen, so that the
+// profile shows what the declarations hold (docs/PERFORMANCE.md).
+func writeHeapProfile(path string, stderr io.Writer) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
+	if err == nil {
+		runtime.GC()
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "idem: IDEM_HEAPPROFILE: %v\n", err)
 	}
 }
 

@@ -236,6 +236,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 		go reloadLoop(ctx, srv, app, logger)
 	}
 	return srv.ListenAndServe(ctx, o.addr, func(addr string) {
+		writeHeapProfile(m.Getenv("IDEM_HEAPPROFILE"), m.Stderr)
 		fmt.Fprintf(m.Stderr, "listening on http://%s\n", addr)
 		logger.Info("serving", "addr", addr, "store", redact(o.store), "operations", len(registry.Names()), "secretKeyId", box.KeyID())
 	})
