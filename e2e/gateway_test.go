@@ -24,13 +24,17 @@ import (
 
 // idem gateway's tests run it in front of MCP servers this project did
 // not write, installed from npm at pinned versions into the user cache
-// (once; later runs reuse them) and run with node directly. Without node
-// and npm they skip, unless IDEM_TEST_REQUIRE_NODE=1 (scripts/test.sh sets
-// it in CI).
+// (once; later runs reuse them) and run with node directly, and drive it
+// with the official TypeScript SDK, installed with them. Without node and
+// npm they skip, unless IDEM_TEST_REQUIRE_NODE=1 (scripts/test.sh sets it
+// in CI).
 const (
 	memoryPackage     = "@modelcontextprotocol/server-memory@2026.8.31"
 	everythingPackage = "@modelcontextprotocol/server-everything@2026.8.31"
+	tsSDKPackage      = "@modelcontextprotocol/sdk@1.32.2"
 )
+
+var npmPackages = []string{memoryPackage, everythingPackage, tsSDKPackage}
 
 var npmInstall struct {
 	once sync.Once
@@ -38,7 +42,7 @@ var npmInstall struct {
 	err  error
 }
 
-// mcpServers returns the directory the pinned servers are installed in.
+// mcpServers returns the directory the pinned packages are installed in.
 func mcpServers(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
@@ -54,7 +58,7 @@ func mcpServers(t *testing.T) string {
 		if err != nil {
 			cache = os.TempDir()
 		}
-		sum := sha256.Sum256([]byte(memoryPackage + " " + everythingPackage))
+		sum := sha256.Sum256([]byte(strings.Join(npmPackages, " ")))
 		dir := filepath.Join(cache, "idem-e2e", "mcp-servers-"+hex.EncodeToString(sum[:6]))
 		npmInstall.dir = dir
 		if _, err := os.Stat(filepath.Join(dir, "installed")); err == nil {
@@ -69,10 +73,10 @@ func mcpServers(t *testing.T) string {
 			npmInstall.err = err
 			return
 		}
-		cmd := exec.Command("npm", "install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", "--loglevel=error", memoryPackage, everythingPackage)
+		cmd := exec.Command("npm", append([]string{"install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", "--loglevel=error"}, npmPackages...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(tmp)
-			npmInstall.err = fmt.Errorf("npm install %s %s: %v\n%s", memoryPackage, everythingPackage, err, out)
+			npmInstall.err = fmt.Errorf("npm install %s: %v\n%s", strings.Join(npmPackages, " "), err, out)
 			return
 		}
 		os.WriteFile(filepath.Join(tmp, "installed"), nil, 0o644)
