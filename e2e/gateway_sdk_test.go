@@ -87,26 +87,26 @@ func TestGatewayTypeScriptSDK(t *testing.T) {
 		t.Errorf("an idempotencyKey argument on a tool that takes no key: %+v", got.Tools)
 	}
 
-	if !strings.Contains(string(got.First), `"anvil"`) || strings.Contains(string(got.First), `"isError":true`) {
+	if !strings.Contains(string(got.First), `"bellows"`) || strings.Contains(string(got.First), `"isError":true`) {
 		t.Fatalf("create_entities: %s", got.First)
 	}
 	if string(got.Retry) != string(got.First) || string(got.RetryMeta) != string(got.First) {
 		t.Fatalf("the retries are not the first result:\nfirst %s\nretry %s\nretry, key in _meta %s", got.First, got.Retry, got.RetryMeta)
 	}
-	if !strings.Contains(string(got.Observe), `"forged"`) || string(got.ObserveRetry) != string(got.Observe) {
+	if !strings.Contains(string(got.Observe), `"pumped"`) || string(got.ObserveRetry) != string(got.Observe) {
 		t.Fatalf("add_observations keyed in _meta: %s, its retry %s", got.Observe, got.ObserveRetry)
 	}
 	// server-memory answers a second create_entities of an existing entity
 	// with an empty list, and a second add_observations with none added:
 	// the identical answers are replays, and the graph shows one effect.
-	if e := got.Graph.Entities; len(e) != 1 || e[0].Name != "anvil" || !slices.Equal(e[0].Observations, []string{"heavy", "forged"}) {
+	if e := got.Graph.Entities; len(e) != 1 || e[0].Name != "bellows" || !slices.Equal(e[0].Observations, []string{"leather", "pumped"}) {
 		t.Fatalf("the graph after the retries: %+v", got.Graph)
 	}
 
 	if got.Reuse["isError"] != true || field(got.Reuse, "structuredContent.code") != "IDEMPOTENCY_KEY_REUSED" {
 		t.Fatalf("the key reused for other arguments: %v", got.Reuse)
 	}
-	r := g.do(t, "GET", "/v1/attempts/ts-anvil", gatewayToken, "").want(t, 200, "")
+	r := g.do(t, "GET", "/v1/attempts/ts-bellows", gatewayToken, "").want(t, 200, "")
 	if r.get("data.state") != "completed" {
 		t.Fatalf("the key's record: %s", r.raw)
 	}
