@@ -158,8 +158,11 @@ func (u *Upstream) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 	var out []*mcp.Tool
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
-			if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) {
+			if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, errNotWritten) {
 				u.forget(cs)
+				if u.cfg.URL == "" {
+					go cs.Close()
+				}
 			}
 			return nil, fmt.Errorf("tools/list on the upstream %s: %w", u.Describe(), err)
 		}
