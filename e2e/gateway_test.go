@@ -24,13 +24,17 @@ import (
 
 // idem gateway's tests run it in front of MCP servers this project did
 // not write, installed from npm at pinned versions into the user cache
-// (once; later runs reuse them) and run with node directly. Without node
-// and npm they skip, unless IDEM_TEST_REQUIRE_NODE=1 (scripts/test.sh sets
-// it in CI).
+// (once; later runs reuse them) and run with node directly, and drive it
+// with the official TypeScript SDK, installed with them. Without node and
+// npm they skip, unless IDEM_TEST_REQUIRE_NODE=1 (scripts/test.sh sets it
+// in CI).
 const (
 	memoryPackage     = "@modelcontextprotocol/server-memory@2026.8.31"
 	everythingPackage = "@modelcontextprotocol/server-everything@2026.8.31"
+	tsSDKPackage      = "@modelcontextprotocol/sdk@1.32.2"
 )
+
+var npmPackages = []string{memoryPackage, everythingPackage, tsSDKPackage}
 
 var npmInstall struct {
 	once sync.Once
@@ -38,7 +42,7 @@ var npmInstall struct {
 	err  error
 }
 
-// mcpServers returns the directory the pinned servers are installed in.
+// mcpServers returns the directory the pinned packages are installed in.
 func mcpServers(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
@@ -54,7 +58,7 @@ func mcpServers(t *testing.T) string {
 		if err != nil {
 			cache = os.TempDir()
 		}
-		sum := sha256.Sum256([]byte(memoryPackage + " " + everythingPackage))
+		sum := sha256.Sum256([]byte(strings.Join(npmPackages, " ")))
 		dir := filepath.Join(cache, "idem-e2e", "mcp-servers-"+hex.EncodeToString(sum[:6]))
 		npmInstall.dir = dir
 		if _, err := os.Stat(filepath.Join(dir, "installed")); err == nil {
@@ -69,10 +73,10 @@ func mcpServers(t *testing.T) string {
 			npmInstall.err = err
 			return
 		}
-		cmd := exec.Command("npm", "install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", "--loglevel=error", memoryPackage, everythingPackage)
+		cmd := exec.Command("npm", append([]string{"install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", "--loglevel=error"}, npmPackages...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(tmp)
-			npmInstall.err = fmt.Errorf("npm install %s %s: %v\n%s", memoryPackage, everythingPackage, err, out)
+			npmInstall.err = fmt.Errorf("npm install %s: %v\n%s", strings.Join(npmPackages, " "), err, out)
 			return
 		}
 		os.WriteFile(filepath.Join(tmp, "installed"), nil, 0o644)
@@ -584,5 +588,61 @@ func TestGatewayStdioUpstreamDies(t *testing.T) {
 	r := g.do(t, "POST", "/tools/echo", gatewayToken, `{"message":"again"}`).want(t, 200, "")
 	if !strings.Contains(string(r.raw), "again") {
 		t.Fatalf("echo after the respawn: %s", r.raw)
+	}
+}
+
+// TestGatewayStdioUpstreamDiedBetweenCalls kills a spawned server-memory
+// between two calls, so that the gateway sees neither its exit nor the
+// end of its output: node holds the only read end of its stdin, and a
+// shell around it stays, holding its stdout. The next keyed call's write
+// breaks on the pipe before a byte of it goes, so it is 503
+// UPSTREAM_UNAVAILABLE with the key free, not indeterminate; the same
+// call again spawns the server anew and runs once.
+func TestGatewayStdioUpstreamDiedBetweenCalls(t *testing.T) {
+	dir := gatewayDir(t)
+	// (The shell's stderr, the harness's pipe, is let go once node is gone,
+	// so that a left-over sleep does not hold the test's log open.)
+	wrapper := fmt.Sprintf(`sh -c "exec 3<&0 0</dev/null; node %s <&3 3<&- & exec 3<&-; wait; exec sleep 15 2>/dev/null"`, memoryServer(t))
+	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), []string{"MEMORY_FILE_PATH=" + filepath.Join(dir, "memory.jsonl")},
+		"--upstream-command", wrapper)
+	g.do(t, "POST", "/tools/read_graph", gatewayToken, `{}`).want(t, 200, "")
+
+	children := func(pid, name string) []string {
+		out, _ := exec.Command("pgrep", "-P", pid, name).Output()
+		return strings.Fields(string(out))
+	}
+	shells := children(fmt.Sprint(g.cmd.Process.Pid), "sh")
+	if len(shells) != 1 {
+		t.Fatalf("the spawned shell: %v", shells)
+	}
+	nodes := children(shells[0], "node")
+	if len(nodes) != 1 {
+		t.Fatalf("the server under the shell: %v", nodes)
+	}
+	exec.Command("kill", "-9", nodes[0]).Run()
+	for deadline := time.Now().Add(5 * time.Second); len(children(shells[0], "node")) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not die")
+		}
+	}
+
+	body := `{"entities":[{"name":"phoenix","entityType":"test","observations":["once"]}]}`
+	r := g.do(t, "POST", "/tools/create_entities", gatewayToken, body, "Idempotency-Key", "gone-1").want(t, 503, "UPSTREAM_UNAVAILABLE")
+	if r.get("retryable") != true {
+		t.Fatalf("503 not retryable: %s", r.raw)
+	}
+	g.do(t, "GET", "/v1/attempts/gone-1", gatewayToken, "").want(t, 404, "NOT_FOUND")
+
+	first := g.do(t, "POST", "/tools/create_entities", gatewayToken, body, "Idempotency-Key", "gone-1").want(t, 200, "")
+	if !strings.Contains(string(first.raw), "phoenix") || first.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("the call once the server is spawned anew: %v %s", first.header, first.raw)
+	}
+	again := g.do(t, "POST", "/tools/create_entities", gatewayToken, body, "Idempotency-Key", "gone-1").want(t, 200, "")
+	if again.header.Get("Idempotent-Replayed") != "true" || string(again.raw) != string(first.raw) {
+		t.Fatalf("the retry: %v %s", again.header, again.raw)
+	}
+	graph := g.do(t, "POST", "/tools/read_graph", gatewayToken, `{}`).want(t, 200, "")
+	if n := strings.Count(string(graph.raw), `\"name\": \"phoenix\"`); n != 1 {
+		t.Fatalf("the graph holds %d phoenix entities: %s", n, graph.raw)
 	}
 }

@@ -2,13 +2,15 @@
 // pipeline in front of an existing MCP server.
 //
 // Upstream is the gateway's MCP client session with that server, over
-// streamable HTTP or with the server spawned over stdio (the official
-// go-sdk's StreamableClientTransport and CommandTransport). It lists the
-// tools (every page), tells when the server says its tools changed, and
-// sends tools/call, telling apart a call that certainly never reached the
-// server (idem.NotDispatched, 503 UPSTREAM_UNAVAILABLE, the key stays free)
-// from one that may have had an effect. A lost session is made again
-// before the next call, never by sending a call twice.
+// streamable HTTP (the official go-sdk's StreamableClientTransport) or
+// with the server spawned over stdio (stdioTransport: the SDK's framing
+// over pipes of its own, which tell whether a byte of a call was
+// written). It lists the tools (every page), tells when the server says
+// its tools changed, and sends tools/call, telling apart a call that
+// certainly never reached the server (idem.NotDispatched, 503
+// UPSTREAM_UNAVAILABLE, the key stays free) from one that may have had an
+// effect. A lost session is made again before the next call, never by
+// sending a call twice.
 //
 // Build declares one raw operation (idem.DefineRaw) per tool, named as the
 // tool, at POST /tools/{name} with the arguments as the JSON body, its

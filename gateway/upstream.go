@@ -146,7 +146,7 @@ func (u *Upstream) transport() mcp.Transport {
 	cmd := exec.Command(u.cfg.Command[0], u.cfg.Command[1:]...)
 	cmd.Env = u.cfg.Env
 	cmd.Stderr = os.Stderr // the upstream's own logs, beside the gateway's
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second}
 }
 
 // Tools lists every tool of the upstream, all pages.
@@ -158,8 +158,11 @@ func (u *Upstream) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 	var out []*mcp.Tool
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
-			if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) {
+			if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, errNotWritten) {
 				u.forget(cs)
+				if u.cfg.URL == "" {
+					go cs.Close()
+				}
 			}
 			return nil, fmt.Errorf("tools/list on the upstream %s: %w", u.Describe(), err)
 		}
@@ -169,10 +172,13 @@ func (u *Upstream) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 }
 
 // Call sends one tools/call. Its error is idem.NotDispatched when the call
-// certainly did not reach the upstream (no session could be made, or the
+// certainly did not reach the upstream (no session could be made; the
 // HTTP request failed before any byte of it was written, or the upstream
-// refused it for a session it no longer knows, before running anything);
-// any other error may have followed an effect.
+// refused it for a session it no longer knows, before running anything;
+// or no byte of it was written to a spawned upstream's stdin, because the
+// session had already ended or the pipe was broken: the process had
+// exited); any other error may have followed an effect. A spawned
+// upstream found dead so is spawned anew for the next call.
 func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	for try := 0; ; try++ {
 		cs, err := u.current(ctx)
@@ -197,8 +203,15 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 			}
 			return nil, unavailable(err)
 		}
-		if u.cfg.URL != "" && !sent.wrote.Load() {
+		if !sent.wrote.Load() {
+			// Not a byte of it went out: over HTTP, no request was
+			// written; over stdio, the session had ended or the pipe was
+			// broken before the write (the process died between two
+			// calls, before its session's end was seen).
 			u.forget(cs)
+			if u.cfg.URL == "" {
+				go cs.Close() // stop what is left of the process; the next call spawns anew
+			}
 			return nil, unavailable(err)
 		}
 		if errors.Is(err, mcp.ErrConnectionClosed) {
@@ -220,7 +233,8 @@ func (u *Upstream) Close() error {
 	return nil
 }
 
-// dispatch records whether a call's HTTP request was written.
+// dispatch records whether any of a call was written: its HTTP request
+// (tracked), or a byte of it to a spawned upstream's stdin (stdioConn).
 type dispatch struct{ wrote atomic.Bool }
 
 type dispatchKey struct{}

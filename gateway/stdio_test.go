@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idem-run/idem"
+)
+
+// With IDEM_GATEWAY_TEST_STDIO set, the test binary is a stdio MCP
+// server (tool add) that writes its pid to that file: the spawned
+// upstream of TestUpstreamStdioDiedBetweenCalls.
+func TestMain(m *testing.M) {
+	if pidFile := os.Getenv("IDEM_GATEWAY_TEST_STDIO"); pidFile != "" {
+		os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644)
+		s := mcp.NewServer(&mcp.Implementation{Name: "stdio-upstream", Version: "1"}, nil)
+		type in struct {
+			N int `json:"n"`
+		}
+		mcp.AddTool(s, &mcp.Tool{Name: "add", InputSchema: map[string]any{"type": "object"}},
+			func(_ context.Context, _ *mcp.CallToolRequest, a in) (*mcp.CallToolResult, any, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strconv.Itoa(a.N + 1)}}}, nil, nil
+			})
+		if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestUpstreamStdioDiedBetweenCalls kills a spawned upstream between two
+// calls, so that its session has not ended (a shell around it holds its
+// stdout) but no process reads its stdin any more: the next call is not
+// dispatched (idem.NotDispatched: 503, the key free), and the one after
+// it spawns the upstream anew. A call the upstream received is never
+// reported so (TestGatewayStdioUpstreamDies in e2e).
+func TestUpstreamStdioDiedBetweenCalls(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	ctx := t.Context()
+	u, err := Dial(ctx, UpstreamConfig{
+		// The server holds the only read end of its stdin; the shell
+		// stays, holding its stdout, so no end of output tells the gateway.
+		Command: []string{"sh", "-c", `exec 3<&0 0</dev/null; "$0" <&3 3<&- & exec 3<&-; wait; exec sleep 15 2>/dev/null`, self},
+		Env:     append(os.Environ(), "IDEM_GATEWAY_TEST_STDIO="+pidFile),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	add := func() (*mcp.CallToolResult, error) {
+		return u.Call(ctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"n": 1}})
+	}
+	if res, err := add(); err != nil || res.IsError {
+		t.Fatalf("add: %v %v", res, err)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream did not die")
+		}
+	}
+
+	_, err = add()
+	if !idem.IsNotDispatched(err) {
+		t.Fatalf("a call to the dead upstream: %v, want not dispatched", err)
+	}
+	var ie *idem.Error
+	if !errors.As(err, &ie) || ie.Code != idem.CodeUpstreamUnavailable {
+		t.Fatalf("a call to the dead upstream: %v, want %s", err, idem.CodeUpstreamUnavailable)
+	}
+	res, err := add()
+	if err != nil || res.IsError {
+		t.Fatalf("add after the respawn: %v %v", res, err)
+	}
+	if raw2, _ := os.ReadFile(pidFile); string(raw2) == string(raw) {
+		t.Fatal("the upstream was not spawned anew")
+	}
+}
