@@ -57,7 +57,11 @@ type RawResponse struct {
 	Body   []byte
 }
 
-// RawHandler runs one attempt of a raw operation.
+// RawHandler runs one attempt of a raw operation. It may return its answer
+// together with an error marked NotDispatched when that answer says the
+// request was not run (idem proxy: an upstream 429, or a 503 with
+// Retry-After): the caller gets the answer, and a keyed execution frees
+// its key instead of storing it.
 type RawHandler func(ctx context.Context, call *Call, req RawRequest) (RawResponse, error)
 
 // RawSpec is what a raw operation declares besides its Metadata.
@@ -205,7 +209,8 @@ func (n notDispatched) Unwrap() error { return n.err }
 // the request it would have made never left this process (a connection
 // refused or reset before any byte was written). A keyed execution that
 // ends with it frees its key, and the caller may send the same key again
-// (SPEC §15). Use it only when nothing can have happened; when in doubt,
+// (SPEC §15). A raw handler may return it beside the answer that says
+// nothing happened (RawHandler). Use it only when nothing can have happened; when in doubt,
 // return the error unmarked and the record is indeterminate.
 func NotDispatched(err error) error {
 	if err == nil {
