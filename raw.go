@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -42,8 +43,10 @@ type RawRequest struct {
 	PathParams map[string]string
 	// Query is the intent's query (without the control parameter dryRun).
 	Query url.Values
-	// Header holds the caller's request headers (Intent.Passthrough),
-	// nil when the surface has none (MCP, the Go API).
+	// Header holds the caller's request headers (Intent.Passthrough) with
+	// the declared header inputs (Intent.Header), which a surface without
+	// headers of its own (MCP, the Go API) gives as arguments; nil when
+	// there are neither.
 	Header http.Header
 	Body   []byte
 }
@@ -67,8 +70,11 @@ type RawHandler func(ctx context.Context, call *Call, req RawRequest) (RawRespon
 // RawSpec is what a raw operation declares besides its Metadata.
 type RawSpec struct {
 	// Params are the flat arguments as the catalog and MCP publish them:
-	// In "path" or "query" with the Type of their value, or "body" (a
-	// property of a JSON object body). Every {name} of the route must be a
+	// In "path", "query" or "header" (with the Header it travels in) with
+	// the Type of their value, or "body" (a property of a JSON object
+	// body). A header parameter is a declared header input, as a typed
+	// operation's in:"header" field is: validated, fingerprinted, and in
+	// RawRequest.Header on every surface. Every {name} of the route must be a
 	// path parameter.
 	Params []Param
 	// InputSchema is the JSON Schema (2020-12) of the flat arguments, the
@@ -131,17 +137,28 @@ func (o *rawOp) compile() (*Compiled, error) {
 		return nil, fmt.Errorf("operation %q: output schema: %w", meta.Name, err)
 	}
 	params := make([]Param, len(o.spec.Params))
+	headers := map[string]string{}
 	for i, p := range o.spec.Params {
 		switch p.In {
 		case "body":
-		case "path", "query":
+		case "path", "query", "header":
 			kind, ok := paramKinds[p.Type]
 			if !ok {
 				return nil, fmt.Errorf("operation %q: %s parameter %q: type %q is not one of string, integer, number, boolean", meta.Name, p.In, p.Name, p.Type)
 			}
 			p.kind = kind
 		default:
-			return nil, fmt.Errorf("operation %q: parameter %q: in %q is not one of path, query, body", meta.Name, p.Name, p.In)
+			return nil, fmt.Errorf("operation %q: parameter %q: in %q is not one of path, query, header, body", meta.Name, p.Name, p.In)
+		}
+		if p.In == "header" {
+			h, err := headerInput(p.Header)
+			if err != nil {
+				return nil, fmt.Errorf("operation %q: header parameter %q: %w", meta.Name, p.Name, err)
+			}
+			if other, dup := headers[h]; dup {
+				return nil, fmt.Errorf("operation %q: parameters %q and %q both read header %s; declare it once", meta.Name, other, p.Name, h)
+			}
+			headers[h], p.Header = p.Name, h
 		}
 		params[i] = p
 	}
@@ -166,7 +183,7 @@ func (o *rawOp) compile() (*Compiled, error) {
 // in the path or the query rather than the body. Numbers keep their
 // spelling; a property that is not an object schema (true) becomes one.
 func locateParams(doc json.RawMessage, params []Param) (json.RawMessage, error) {
-	if len(doc) == 0 || !slices.ContainsFunc(params, func(p Param) bool { return p.In == "path" || p.In == "query" }) {
+	if len(doc) == 0 || !slices.ContainsFunc(params, func(p Param) bool { return p.In != "body" }) {
 		return doc, nil
 	}
 	var root map[string]any
@@ -177,15 +194,22 @@ func locateParams(doc json.RawMessage, params []Param) (json.RawMessage, error) 
 	}
 	props, _ := root["properties"].(map[string]any)
 	for _, p := range params {
-		if p.In != "path" && p.In != "query" {
+		if p.In == "body" {
 			continue
 		}
 		switch prop := props[p.Name].(type) {
 		case map[string]any:
 			prop[schema.LocationKeyword] = p.In
+			if p.In == "header" {
+				prop[schema.HeaderKeyword] = textproto.CanonicalMIMEHeaderKey(p.Header)
+			}
 		case bool:
 			if prop {
-				props[p.Name] = map[string]any{schema.LocationKeyword: p.In}
+				loc := map[string]any{schema.LocationKeyword: p.In}
+				if p.In == "header" {
+					loc[schema.HeaderKeyword] = textproto.CanonicalMIMEHeaderKey(p.Header)
+				}
+				props[p.Name] = loc
 			}
 		}
 	}

@@ -202,8 +202,8 @@ func summaryOf(op *openapi3.Operation, method, path string) string {
 	return method + " " + path
 }
 
-// inputOf is the operation's flat arguments and their schema: path and
-// query parameters, then the properties of a JSON object body. validate
+// inputOf is the operation's flat arguments and their schema: path, query
+// and header parameters, then the properties of a JSON object body. validate
 // is false (with why) when the request cannot be checked that way: a body
 // that is not a JSON object, a query parameter that takes several values.
 func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Operation) (params []idem.Param, schema json.RawMessage, validate bool, why string, err error) {
@@ -224,8 +224,15 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 	}
 	for _, ref := range mergedParameters(item, op) {
 		p := ref.Value
-		if p == nil || (p.In != "path" && p.In != "query") {
-			continue // headers and cookies are forwarded as they are
+		if p == nil || (p.In != "path" && p.In != "query" && p.In != "header") {
+			continue // cookies are forwarded as they are
+		}
+		if p.In == "header" && idem.ReservedHeader(p.Name) {
+			// Accept, Content-Type and Authorization, which OpenAPI says
+			// to ignore as parameters, and the headers idem or HTTP owns
+			// (Idempotency-Key, Prefer, …): forwarded or dropped as the
+			// Forwarder says, never inputs.
+			continue
 		}
 		var s any = map[string]any{}
 		typ := "string"
@@ -249,7 +256,11 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 		if err := add(p.Name, p.In, s); err != nil {
 			return nil, nil, false, "", err
 		}
-		params = append(params, idem.Param{Name: p.Name, In: p.In, Type: typ})
+		param := idem.Param{Name: p.Name, In: p.In, Type: typ}
+		if p.In == "header" {
+			param.Header = p.Name // a declared header input (docs/operations.md)
+		}
+		params = append(params, param)
 		if p.Required || p.In == "path" {
 			required = append(required, p.Name)
 		}

@@ -2,6 +2,8 @@ package proxy_test
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -69,5 +71,90 @@ func TestUpstreamNotRunAnswersFreeTheKey(t *testing.T) {
 				t.Fatalf("a third call: %d replayed=%v, upstream calls %d", replay.Status, replay.Replayed, up.count.Load())
 			}
 		})
+	}
+}
+
+const headerDoc = `openapi: 3.1.0
+info: {title: t, version: '1'}
+paths:
+  /things:
+    get:
+      operationId: listThings
+      responses: {'200': {description: ok}}
+    post:
+      operationId: createThing
+      x-idem-agent-retry: {kind: same_key_replay, reconcile: listThings, rationale: By key.}
+      parameters:
+        - {name: X-Tenant, in: header, required: true, schema: {type: string, minLength: 1}}
+        - {name: x-priority, in: header, schema: {type: integer}}
+        - {name: Accept, in: header, schema: {type: string}}
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {type: object, properties: {name: {type: string}}}
+      responses: {'201': {description: ok}}
+`
+
+// TestHeaderParametersAreInputs: an OpenAPI operation's in: header
+// parameters are declared header inputs (issue 28, Low): validated, part
+// of the fingerprint (two calls differing only in one are two intents, so
+// a key reused across them is 422), and forwarded, from MCP's arguments
+// too. Accept, which OpenAPI says to ignore as a parameter, is no input.
+func TestHeaderParametersAreInputs(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"tenant":"` + r.Header.Get("X-Tenant") + `"}`))
+	})
+	f := &proxy.Forwarder{Upstream: mustURL(t, up.URL), Client: proxy.NewClient()}
+	built, err := proxy.Build(loadDoc(t, headerDoc), nil, proxy.Options{Forward: f.Handler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(t, built.Operations)
+	d, ok := r.Describe("createThing")
+	if !ok {
+		t.Fatal("no createThing")
+	}
+	var headers []string
+	for _, p := range d.Params {
+		if p.In == "header" {
+			headers = append(headers, p.Name+"="+p.Header)
+		}
+	}
+	if strings.Join(headers, ",") != "X-Tenant=X-Tenant,x-priority=X-Priority" {
+		t.Fatalf("header inputs %v, want X-Tenant and x-priority", headers)
+	}
+	overHTTP := func(key string, h http.Header) idem.Result {
+		h = h.Clone()
+		h.Set("Content-Type", "application/json")
+		declared := http.Header{}
+		for _, name := range []string{"X-Tenant", "X-Priority"} {
+			if vs := h.Values(name); len(vs) > 0 {
+				declared[name] = vs
+			}
+		}
+		return r.Call(t.Context(), idem.Invocation{Operation: "createThing", Surface: idem.SurfaceHTTP, Principal: agent, Key: key,
+			Intent: idem.Intent{Header: declared, Passthrough: h, ContentType: "application/json", Body: []byte(`{"name":"a"}`)}})
+	}
+	if res := overHTTP("k-h", http.Header{"X-Tenant": {"acme"}}); res.Status != 201 || up.last(t).header.Get("X-Tenant") != "acme" {
+		t.Fatalf("first call: %d %s, upstream got X-Tenant %q", res.Status, res.Body(), up.last(t).header.Get("X-Tenant"))
+	}
+	if res := overHTTP("k-h", http.Header{"X-Tenant": {"globex"}}); res.Status != 422 || problemOf(t, res).Code != idem.CodeIdempotencyKeyReused {
+		t.Fatalf("the same key with another X-Tenant: %d %s, want 422 IDEMPOTENCY_KEY_REUSED", res.Status, res.Body())
+	}
+	if res := overHTTP("k-h", http.Header{"X-Tenant": {"acme"}, "Accept": {"text/plain"}}); !res.Replayed || up.count.Load() != 1 {
+		t.Fatalf("the same request again (another Accept): %d %s replayed=%v, upstream calls %d", res.Status, res.Body(), res.Replayed, up.count.Load())
+	}
+	if res := overHTTP("k-h2", http.Header{"X-Priority": {"high"}}); res.Status != 400 || !slices.Equal(problemOf(t, res).errorPaths(), []string{"/X-Tenant", "/x-priority"}) {
+		t.Fatalf("a missing X-Tenant and a non-integer X-Priority: %d %s", res.Status, res.Body())
+	}
+	// Over MCP the header input is an argument, placed in Intent.Header:
+	// it reaches the upstream as the header.
+	res := r.Call(t.Context(), idem.Invocation{Operation: "createThing", Surface: idem.SurfaceMCP, Principal: agent, Key: "k-mcp",
+		Intent: idem.Intent{Header: http.Header{"X-Tenant": {"initech"}}, Body: []byte(`{"name":"a"}`)}})
+	if res.Status != 201 || up.last(t).header.Get("X-Tenant") != "initech" {
+		t.Fatalf("over MCP: %d %s, upstream got X-Tenant %q", res.Status, res.Body(), up.last(t).header.Get("X-Tenant"))
 	}
 }
