@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -88,7 +89,31 @@ type RawSpec struct {
 	// acceptable JSON, integers within ±(2^53−1), no NUL), or two bodies
 	// would share one fingerprint.
 	Unvalidated bool
-	Handler     RawHandler
+	// Target names what the handler sends the call to, when that is not
+	// the same for every declaration of the operation (idem proxy: its
+	// upstream's origin and path, TargetOf). It is part of the
+	// fingerprint (canonical.Request.Target), so that declarations of one
+	// operation in front of different targets, sharing a store, never
+	// answer each other's keys: the same key there is a reuse (422).
+	Target  string
+	Handler RawHandler
+}
+
+// TargetOf is the RawSpec.Target of an upstream URL: scheme and host lower
+// case, the scheme's default port left out, the path without a trailing
+// slash; no user information, query or fragment. So every spelling of one
+// upstream is one target.
+func TargetOf(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname())
+	if port := u.Port(); port != "" && !(scheme == "http" && port == "80" || scheme == "https" && port == "443") {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return scheme + "://" + host + strings.TrimRight(u.EscapedPath(), "/")
 }
 
 // HeaderExecutionID carries the execution of a raw operation's answer,

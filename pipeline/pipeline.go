@@ -344,6 +344,9 @@ func exposedOn(m idem.Metadata, s idem.Surface) bool {
 // JSON body hashed in the canonical form read once (canon).
 func (x *execution) fingerprintOf() (string, error) {
 	req := canonical.Request{Method: x.op.meta.Method, Path: x.concretePath(), Query: x.inv.Intent.Query, Opaque: x.opaque, Header: x.headerInputs()}
+	if x.op.raw != nil {
+		req.Target = x.op.raw.Target
+	}
 	switch {
 	case x.opaque != "":
 		req.Body = x.inv.Intent.Body

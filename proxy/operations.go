@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"mime"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +26,11 @@ type Options struct {
 	// ServerURL is the served document's servers[0].url: where the proxy
 	// serves the operations ("/" when empty).
 	ServerURL string
+	// Upstream is the API the operations forward to. Its origin and path
+	// are part of every call's fingerprint (idem.RawSpec.Target), so that
+	// proxies of different upstreams sharing one store never answer each
+	// other's keys; proxies of one upstream share them.
+	Upstream *url.URL
 }
 
 // Operation is what Build knows about one proxied operation.
@@ -184,7 +190,7 @@ func declare(in, out *converter, method, path string, item *openapi3.PathItem, o
 	}
 	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
 	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: outputOf(out, op),
-		Unvalidated: opts.Unvalidated || !validate, Handler: opts.Forward(p)}
+		Unvalidated: opts.Unvalidated || !validate, Target: idem.TargetOf(opts.Upstream), Handler: opts.Forward(p)}
 	d := idem.Descriptor{Metadata: meta.WithDefaults(), InputSchema: spec.InputSchema, OutputSchema: spec.OutputSchema,
 		Params: spec.Params, Raw: true}
 	return declared{op: idem.DefineRaw(meta, spec), proxied: p, descriptor: d}, warn, nil

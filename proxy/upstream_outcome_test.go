@@ -2,13 +2,16 @@ package proxy_test
 
 import (
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/proxy"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // TestUpstreamNotRunAnswersFreeTheKey: an upstream 429, or a 503 with
@@ -156,5 +159,62 @@ func TestHeaderParametersAreInputs(t *testing.T) {
 		Intent: idem.Intent{Header: http.Header{"X-Tenant": {"initech"}}, Body: []byte(`{"name":"a"}`)}})
 	if res.Status != 201 || up.last(t).header.Get("X-Tenant") != "initech" {
 		t.Fatalf("over MCP: %d %s, upstream got X-Tenant %q", res.Status, res.Body(), up.last(t).header.Get("X-Tenant"))
+	}
+}
+
+// TestProxiesOfDifferentUpstreamsShareNoRecords: two proxies on one store
+// in front of different upstreams never answer each other's keys (issue
+// 28, Low): the same key and request on the second is another intent
+// (422, as another route would be), not a replay of the first upstream's
+// answer. Two proxies of one upstream (instances, a restart) share keys,
+// whatever the spelling of its URL.
+func TestProxiesOfDifferentUpstreamsShareNoRecords(t *testing.T) {
+	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	x := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"upstream":"x"}`))
+	})
+	y := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"upstream":"y"}`))
+	})
+	proxyOf := func(upstream string) *pipeline.Runner {
+		f := &proxy.Forwarder{Upstream: mustURL(t, upstream), Client: proxy.NewClient()}
+		built, err := proxy.Build(loadDoc(t, keyedDoc), nil, proxy.Options{Forward: f.Handler, Upstream: f.Upstream})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := idem.NewRegistry(built.Operations...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := pipeline.New(reg, pipeline.Config{Store: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	call := func(r *pipeline.Runner) idem.Result {
+		return r.Call(t.Context(), idem.Invocation{Operation: "createThing", Surface: idem.SurfaceHTTP, Principal: agent,
+			Key: "k-shared", Intent: idem.Intent{ContentType: "application/json", Body: []byte(`{"name":"a"}`)}})
+	}
+	a, b := proxyOf(x.URL), proxyOf(y.URL)
+	if res := call(a); res.Status != 201 || string(res.Body()) != `{"upstream":"x"}` {
+		t.Fatalf("proxy A: %d %s", res.Status, res.Body())
+	}
+	if res := call(b); res.Status != 422 || problemOf(t, res).Code != idem.CodeIdempotencyKeyReused || y.count.Load() != 0 {
+		t.Fatalf("proxy B (another upstream), the same key and request: %d %s replayed=%v; want 422 IDEMPOTENCY_KEY_REUSED", res.Status, res.Body(), res.Replayed)
+	}
+	// Another instance of A, its upstream spelled with a trailing slash
+	// and an upper-case scheme: the same upstream, one record.
+	again := proxyOf("HTTP://" + strings.TrimPrefix(x.URL, "http://") + "/")
+	if res := call(again); res.Status != 201 || !res.Replayed || x.count.Load() != 1 {
+		t.Fatalf("another instance of A: %d %s replayed=%v, upstream X calls %d; want the replay", res.Status, res.Body(), res.Replayed, x.count.Load())
 	}
 }
