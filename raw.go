@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -42,8 +44,10 @@ type RawRequest struct {
 	PathParams map[string]string
 	// Query is the intent's query (without the control parameter dryRun).
 	Query url.Values
-	// Header holds the caller's request headers (Intent.Passthrough),
-	// nil when the surface has none (MCP, the Go API).
+	// Header holds the caller's request headers (Intent.Passthrough) with
+	// the declared header inputs (Intent.Header), which a surface without
+	// headers of its own (MCP, the Go API) gives as arguments; nil when
+	// there are neither.
 	Header http.Header
 	Body   []byte
 }
@@ -57,14 +61,21 @@ type RawResponse struct {
 	Body   []byte
 }
 
-// RawHandler runs one attempt of a raw operation.
+// RawHandler runs one attempt of a raw operation. It may return its answer
+// together with an error marked NotDispatched when that answer says the
+// request was not run (idem proxy: an upstream 429, or a 503 with
+// Retry-After): the caller gets the answer, and a keyed execution frees
+// its key instead of storing it.
 type RawHandler func(ctx context.Context, call *Call, req RawRequest) (RawResponse, error)
 
 // RawSpec is what a raw operation declares besides its Metadata.
 type RawSpec struct {
 	// Params are the flat arguments as the catalog and MCP publish them:
-	// In "path" or "query" with the Type of their value, or "body" (a
-	// property of a JSON object body). Every {name} of the route must be a
+	// In "path", "query" or "header" (with the Header it travels in) with
+	// the Type of their value, or "body" (a property of a JSON object
+	// body). A header parameter is a declared header input, as a typed
+	// operation's in:"header" field is: validated, fingerprinted, and in
+	// RawRequest.Header on every surface. Every {name} of the route must be a
 	// path parameter.
 	Params []Param
 	// InputSchema is the JSON Schema (2020-12) of the flat arguments, the
@@ -78,7 +89,31 @@ type RawSpec struct {
 	// acceptable JSON, integers within ±(2^53−1), no NUL), or two bodies
 	// would share one fingerprint.
 	Unvalidated bool
-	Handler     RawHandler
+	// Target names what the handler sends the call to, when that is not
+	// the same for every declaration of the operation (idem proxy: its
+	// upstream's origin and path, TargetOf). It is part of the
+	// fingerprint (canonical.Request.Target), so that declarations of one
+	// operation in front of different targets, sharing a store, never
+	// answer each other's keys: the same key there is a reuse (422).
+	Target  string
+	Handler RawHandler
+}
+
+// TargetOf is the RawSpec.Target of an upstream URL: scheme and host lower
+// case, the scheme's default port left out, the path without a trailing
+// slash; no user information, query or fragment. So every spelling of one
+// upstream is one target.
+func TargetOf(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname())
+	if port := u.Port(); port != "" && !(scheme == "http" && port == "80" || scheme == "https" && port == "443") {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return scheme + "://" + host + strings.TrimRight(u.EscapedPath(), "/")
 }
 
 // HeaderExecutionID carries the execution of a raw operation's answer,
@@ -127,17 +162,28 @@ func (o *rawOp) compile() (*Compiled, error) {
 		return nil, fmt.Errorf("operation %q: output schema: %w", meta.Name, err)
 	}
 	params := make([]Param, len(o.spec.Params))
+	headers := map[string]string{}
 	for i, p := range o.spec.Params {
 		switch p.In {
 		case "body":
-		case "path", "query":
+		case "path", "query", "header":
 			kind, ok := paramKinds[p.Type]
 			if !ok {
 				return nil, fmt.Errorf("operation %q: %s parameter %q: type %q is not one of string, integer, number, boolean", meta.Name, p.In, p.Name, p.Type)
 			}
 			p.kind = kind
 		default:
-			return nil, fmt.Errorf("operation %q: parameter %q: in %q is not one of path, query, body", meta.Name, p.Name, p.In)
+			return nil, fmt.Errorf("operation %q: parameter %q: in %q is not one of path, query, header, body", meta.Name, p.Name, p.In)
+		}
+		if p.In == "header" {
+			h, err := headerInput(p.Header)
+			if err != nil {
+				return nil, fmt.Errorf("operation %q: header parameter %q: %w", meta.Name, p.Name, err)
+			}
+			if other, dup := headers[h]; dup {
+				return nil, fmt.Errorf("operation %q: parameters %q and %q both read header %s; declare it once", meta.Name, other, p.Name, h)
+			}
+			headers[h], p.Header = p.Name, h
 		}
 		params[i] = p
 	}
@@ -162,7 +208,7 @@ func (o *rawOp) compile() (*Compiled, error) {
 // in the path or the query rather than the body. Numbers keep their
 // spelling; a property that is not an object schema (true) becomes one.
 func locateParams(doc json.RawMessage, params []Param) (json.RawMessage, error) {
-	if len(doc) == 0 || !slices.ContainsFunc(params, func(p Param) bool { return p.In == "path" || p.In == "query" }) {
+	if len(doc) == 0 || !slices.ContainsFunc(params, func(p Param) bool { return p.In != "body" }) {
 		return doc, nil
 	}
 	var root map[string]any
@@ -173,15 +219,22 @@ func locateParams(doc json.RawMessage, params []Param) (json.RawMessage, error) 
 	}
 	props, _ := root["properties"].(map[string]any)
 	for _, p := range params {
-		if p.In != "path" && p.In != "query" {
+		if p.In == "body" {
 			continue
 		}
 		switch prop := props[p.Name].(type) {
 		case map[string]any:
 			prop[schema.LocationKeyword] = p.In
+			if p.In == "header" {
+				prop[schema.HeaderKeyword] = textproto.CanonicalMIMEHeaderKey(p.Header)
+			}
 		case bool:
 			if prop {
-				props[p.Name] = map[string]any{schema.LocationKeyword: p.In}
+				loc := map[string]any{schema.LocationKeyword: p.In}
+				if p.In == "header" {
+					loc[schema.HeaderKeyword] = textproto.CanonicalMIMEHeaderKey(p.Header)
+				}
+				props[p.Name] = loc
 			}
 		}
 	}
@@ -205,7 +258,8 @@ func (n notDispatched) Unwrap() error { return n.err }
 // the request it would have made never left this process (a connection
 // refused or reset before any byte was written). A keyed execution that
 // ends with it frees its key, and the caller may send the same key again
-// (SPEC §15). Use it only when nothing can have happened; when in doubt,
+// (SPEC §15). A raw handler may return it beside the answer that says
+// nothing happened (RawHandler). Use it only when nothing can have happened; when in doubt,
 // return the error unmarked and the record is indeterminate.
 func NotDispatched(err error) error {
 	if err == nil {

@@ -49,6 +49,7 @@
 // the concatenation of:
 //
 //	N("idem-fingerprint-v1")
+//	N("target") N(target)     only when the request names one (Request.Target)
 //	N(method)                 ASCII a–z upper-cased, all other bytes kept
 //	N(path)                   the concrete path, byte for byte
 //	N(count)                  the number of query pairs that follow, in decimal
@@ -63,6 +64,8 @@
 //	                          when Request.Canonical says it is already), or
 //	N("bytes") N(type) N(body) for a body of another media type (Request.Opaque), as sent
 //
+// Without a target the preimage is what it was before targets existed,
+// and N("target") is never a method's field, which is upper-cased.
 // Without header inputs the preimage is exactly what it was before they
 // existed; with them, N("headers") stands where a body marker would, so the
 // two can never collide. Header inputs are only the headers that the

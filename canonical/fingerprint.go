@@ -30,6 +30,11 @@ type Request struct {
 	// order. Empty adds nothing to the preimage, so a request without
 	// header inputs has the fingerprint it always had.
 	Header map[string][]string
+	// Target names what the request is sent to when the operation's
+	// identity alone does not (idem proxy: its upstream), so that one
+	// route in front of two targets is two intents. Empty adds nothing to
+	// the preimage.
+	Target string
 }
 
 // fingerprintVersion opens every preimage, so that a future encoding can
@@ -71,7 +76,7 @@ func preimage(r Request) ([]byte, error) {
 
 	names := make([]string, 0, len(r.Query))
 	pairs := 0
-	size := 64 + len(r.Method) + len(r.Path) + len(r.Opaque) + len(body)
+	size := 64 + len(r.Target) + len(r.Method) + len(r.Path) + len(r.Opaque) + len(body)
 	for name, values := range r.Query {
 		if len(values) == 0 {
 			continue
@@ -105,6 +110,11 @@ func preimage(r Request) ([]byte, error) {
 
 	buf := make([]byte, 0, size)
 	buf = appendField(buf, fingerprintVersion)
+	if r.Target != "" {
+		// Never a method: a method is upper-cased.
+		buf = appendField(buf, "target")
+		buf = appendField(buf, r.Target)
+	}
 	buf = appendField(buf, upperASCII(r.Method))
 	buf = appendField(buf, r.Path)
 	buf = appendField(buf, strconv.Itoa(pairs))

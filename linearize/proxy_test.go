@@ -268,7 +268,7 @@ func rawOperations(t *testing.T, up *upstream) []idem.Operation {
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, err := proxy.Build(doc, proxy.Overlay{}, proxy.Options{Forward: fwd.Handler})
+	built, err := proxy.Build(doc, proxy.Overlay{}, proxy.Options{Forward: fwd.Handler, Upstream: fwd.Upstream})
 	if err != nil {
 		t.Fatal(err)
 	}

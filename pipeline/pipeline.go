@@ -112,6 +112,12 @@ type execution struct {
 	// record is not committed yet, so a wait must not give up when it
 	// finds no record.
 	uncommitted bool
+	// keyOutsideContract is the key of a call refused because its
+	// operation's contract takes none; recordOnly, that refusal when the
+	// key has a record of the operation all the same (keptRecord): the
+	// call may be answered from it, and from nothing else.
+	keyOutsideContract string
+	recordOnly         *idem.Error
 	// unstarted: a fresh read whose execution the store has not started;
 	// its finish records it whole, through the audit queue (readAudit).
 	unstarted *idem.StartParams
@@ -142,7 +148,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	}
 	x.op = op
 	// Stage 3: the contract checks, in the order of SPEC §6.4.
-	if err := x.checkContract(); err != nil {
+	if err := x.checkContract(); err != nil && !x.keptRecord(ctx, err) {
 		return x.fail(err)
 	}
 	// Stages 4 and 5 from memory hold a share of the decode budget.
@@ -164,7 +170,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
 		// decoding.
-		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp {
+		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp && (x.recordOnly == nil || a.Operation == op.meta.Name) {
 			x.fingerprint = fp
 			return x.answerExisting(ctx, a)
 		}
@@ -172,6 +178,9 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	// Stage 4: input.
 	raw, in, err := x.decodeInput()
 	releaseInput()
+	if x.recordOnly != nil && (err != nil || ferr != nil) {
+		return x.refuseRecordOnly()
+	}
 	if err != nil {
 		return x.fail(err)
 	}
@@ -183,6 +192,8 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	if x.key != "" {
 		a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key)
 		switch {
+		case x.recordOnly != nil && (err != nil || a.Fingerprint != fp || a.Operation != op.meta.Name):
+			return x.refuseRecordOnly()
 		case err == nil:
 			return x.answerExisting(ctx, a)
 		case !errors.Is(err, idem.ErrNotFound):
@@ -337,6 +348,9 @@ func exposedOn(m idem.Metadata, s idem.Surface) bool {
 // JSON body hashed in the canonical form read once (canon).
 func (x *execution) fingerprintOf() (string, error) {
 	req := canonical.Request{Method: x.op.meta.Method, Path: x.concretePath(), Query: x.inv.Intent.Query, Opaque: x.opaque, Header: x.headerInputs()}
+	if x.op.raw != nil {
+		req.Target = x.op.raw.Target
+	}
 	switch {
 	case x.opaque != "":
 		req.Body = x.inv.Intent.Body

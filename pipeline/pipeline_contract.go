@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"context"
+
 	"github.com/idem-run/idem"
 )
 
@@ -23,10 +25,41 @@ func (x *execution) checkContract() *idem.Error {
 	case dry && !m.Retry.Preview:
 		return idem.Errorf(idem.CodeDryRunNotSupported, "operation %s has no preview (retry.preview is false); remove dryRun=true", m.Name)
 	case key != "" && m.Retry.Kind != idem.RetrySameKeyReplay:
+		x.keyOutsideContract = key
 		return idem.Errorf(idem.CodeIdempotencyKeyNotSupported, "operation %s is %s: it takes no Idempotency-Key; follow retry.kind in the catalog", m.Name, m.Retry.Kind)
 	case key == "" && !dry && m.Retry.Kind == idem.RetrySameKeyReplay && x.inv.Principal.MustSendKey():
 		return idem.Errorf(idem.CodeIdempotencyKeyRequired, "operation %s replays by key: generate a key, record it in durable task state, and send it as Idempotency-Key", m.Name)
 	}
 	x.key = key
 	return nil
+}
+
+// keptRecord reports whether refused, the refusal of a key that the
+// operation's contract takes no longer (IDEMPOTENCY_KEY_NOT_SUPPORTED),
+// yields to a record that key already has for this operation: one made
+// before a reload changed the contract. Such a record keeps answering
+// its own request (stage 5: replay, 409, 410), and only it: the call
+// goes on with the key, recordOnly, and is refused after all unless the
+// record is of this exact intent (run). A new key is refused here as
+// before, and nothing is ever reserved under one. A store that cannot be
+// read leaves the refusal.
+func (x *execution) keptRecord(ctx context.Context, refused *idem.Error) bool {
+	key := x.keyOutsideContract
+	if key == "" || refused.Code != idem.CodeIdempotencyKeyNotSupported {
+		return false
+	}
+	a, err := x.r.getAttempt(ctx, x.inv.Principal.Scope(), key)
+	if err != nil || a.Operation != x.op.meta.Name {
+		return false
+	}
+	x.key, x.recordOnly = key, refused
+	return true
+}
+
+// refuseRecordOnly answers a recordOnly call whose intent is not its
+// key's record's with the refusal of the contract, as a call without a
+// record gets it.
+func (x *execution) refuseRecordOnly() idem.Result {
+	x.key = ""
+	return x.fail(x.recordOnly)
 }

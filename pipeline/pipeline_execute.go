@@ -56,7 +56,13 @@ func (x *execution) runAttempts(ctx context.Context, in any, fence int64) outcom
 			return outcome{status: r.Status, header: r.Header, data: r.Body, raw: true, retried: retried}
 		}
 		if idem.IsNotDispatched(err) {
-			return outcome{err: classify(m, err), notDispatched: true, retried: retried}
+			o := outcome{err: classify(m, err), notDispatched: true, retried: retried}
+			if r, ok := out.(idem.RawResponse); ok && x.op.raw != nil && r.Status != 0 {
+				// The upstream's own answer that it did not run the
+				// request (idem proxy: a 429): the caller gets it.
+				o.err, o.status, o.header, o.data, o.raw = nil, r.Status, r.Header, r.Body, true
+			}
+			return o
 		}
 		if err == nil {
 			data, verr := x.encodeOutput(out)

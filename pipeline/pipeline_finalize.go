@@ -96,14 +96,21 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 }
 
 // release ends a keyed execution whose handler certainly had no effect
-// (NotDispatched): the reservation is removed, so that the key is free
+// (NotDispatched, with or without a raw answer of its own): the reservation is removed, so that the key is free
 // again, and the answer says the call may be sent again with it. Should
 // the release fail (fenced: the lease passed first; or the store), the
 // record stays as it is and a same-key retry reads it.
 func (x *execution) release(ctx context.Context, o outcome, fence int64) idem.Result {
-	e := *o.err
-	e.Details = nil
-	o.err = &e
+	var e idem.Error
+	if o.err != nil {
+		e = *o.err
+		e.Details = nil
+		o.err = &e
+	} else {
+		// A raw answer saying the request was not run: should the
+		// release fail, the caller is told so in a problem.
+		e = *idem.Errorf(idem.CodeUpstreamUnavailable, "the upstream answered %d without running the request", o.status)
+	}
 	resp, fin := x.answer(o)
 	sctx, cancel := detached(ctx, finalizeTimeout)
 	defer cancel()

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/idem-run/idem"
 )
@@ -10,8 +11,31 @@ import (
 func (x *execution) rawRequest() idem.RawRequest {
 	return idem.RawRequest{
 		Method: x.op.meta.Method, Path: x.concretePath(), PathParams: x.inv.Intent.PathParams,
-		Query: x.inv.Intent.Query, Header: x.inv.Intent.Passthrough, Body: x.inv.Intent.Body,
+		Query: x.inv.Intent.Query, Header: x.forwardedHeader(), Body: x.inv.Intent.Body,
 	}
+}
+
+// forwardedHeader is the request's own headers with the declared header
+// inputs, which over MCP and the Go API come as arguments only (and over
+// HTTP are the request's own already).
+func (x *execution) forwardedHeader() http.Header {
+	in := x.headerInputs()
+	if len(in) == 0 {
+		return x.inv.Intent.Passthrough
+	}
+	h := x.inv.Intent.Passthrough.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	for name, vs := range in {
+		for k := range h {
+			if strings.EqualFold(k, name) {
+				delete(h, k) // a Go caller's own spelling of the name
+			}
+		}
+		h[name] = vs
+	}
+	return h
 }
 
 // opaqueBody is the media type of a raw operation's body when it is not

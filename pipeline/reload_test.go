@@ -68,3 +68,45 @@ func TestRunnerReload(t *testing.T) {
 		t.Fatal("a refused reload changed the declarations")
 	}
 }
+
+// TestReloadToAKindWithoutKeysKeepsReplays: a record made under
+// same_key_replay keeps answering its key after a reload made the
+// operation no_automatic_retry (issue 28, Low); a new key, or the old key
+// with another intent, is refused as the new contract says, and nothing
+// new is ever reserved under it.
+func TestReloadToAKindWithoutKeysKeepsReplays(t *testing.T) {
+	u := &rawUpstream{next: createdWidget}
+	f := newFixture(t, rawWidgetOps(u, false))
+	first := f.do(t.Context(), rawCall("k-old", `{"name":"a"}`))
+	if first.Status != 201 {
+		t.Fatalf("first call: %d %s", first.Status, first.Body())
+	}
+	ops := rawWidgetOps(u, false)
+	m := ops[0].Metadata()
+	m.Retry = idem.RetryContract{Kind: idem.RetryNoAutomaticRetry, Rationale: "No longer replays."}
+	create := idem.DefineRaw(m, idem.RawSpec{
+		Params:      []idem.Param{{Name: "shop", In: "path", Type: "string"}, {Name: "count", In: "query", Type: "integer"}, {Name: "name", In: "body"}},
+		InputSchema: []byte(`{"type":"object","properties":{"shop":{"type":"string"},"count":{"type":"integer"},"name":{"type":"string"}},"required":["shop","name"]}`),
+		Handler:     u.handle,
+	})
+	reg, err := idem.NewRegistry(create, ops[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.runner.Reload(reg); err != nil {
+		t.Fatal(err)
+	}
+	again := f.do(t.Context(), rawCall("k-old", `{"name":"a"}`))
+	if again.Status != 201 || !again.Replayed || again.Meta.ExecutionID != first.Meta.ExecutionID || u.calls.Load() != 1 {
+		t.Fatalf("the same key after the reload: %d %s replayed=%v, handler calls %d; want the replay", again.Status, again.Body(), again.Replayed, u.calls.Load())
+	}
+	expect(t, f.do(t.Context(), rawCall("k-old", `{"name":"b"}`)), 400, idem.CodeIdempotencyKeyNotSupported)
+	expect(t, f.do(t.Context(), rawCall("k-new", `{"name":"a"}`)), 400, idem.CodeIdempotencyKeyNotSupported)
+	expect(t, f.do(t.Context(), rawCall("k-old", `{"nom":"a"}`)), 400, idem.CodeIdempotencyKeyNotSupported)
+	if u.calls.Load() != 1 {
+		t.Fatalf("the handler ran %d times", u.calls.Load())
+	}
+	if res := f.do(t.Context(), rawCall("", `{"name":"c"}`)); res.Status != 201 || u.calls.Load() != 2 {
+		t.Fatalf("an unkeyed call: %d %s", res.Status, res.Body())
+	}
+}

@@ -150,6 +150,21 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 		}
 		return idem.RawResponse{}, fmt.Errorf("the upstream's answer (%s) broke off: %w", resp.Status, err)
 	}
+	if notRun(resp) {
+		// The upstream says it did not run the request: its answer goes
+		// to the caller, and the key is free for a later retry.
+		cause := fmt.Errorf("the upstream answered %s: it did not run the request", resp.Status)
+		if int64(len(data)) > limit {
+			code := idem.CodeUpstreamUnavailable
+			if resp.StatusCode == http.StatusTooManyRequests {
+				code = idem.CodeRateLimited
+			}
+			return idem.RawResponse{}, idem.NotDispatched(idem.Errorf(code, "%v; send the same request again later", cause))
+		}
+		header := resp.Header.Clone()
+		removeHopByHop(header)
+		return idem.RawResponse{Status: resp.StatusCode, Header: header, Body: data}, idem.NotDispatched(cause)
+	}
 	if int64(len(data)) > limit {
 		e := idem.Errorf(idem.CodeExecutionFailed, "the upstream answered %s with a body over the %d-byte limit (--max-stored-response), which idem proxy cannot store for a replay", resp.Status, limit)
 		return idem.RawResponse{}, e
@@ -157,6 +172,15 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 	header := resp.Header.Clone()
 	removeHopByHop(header)
 	return idem.RawResponse{Status: resp.StatusCode, Header: header, Body: data}, nil
+}
+
+// notRun reports whether the upstream's answer says it did not run the
+// request: a 429 (rate limited), or a 503 that says when to come back
+// (Retry-After). A 503 without it may come from a request the upstream
+// began, so it stays indeterminate like any other 5xx.
+func notRun(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusTooManyRequests ||
+		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""
 }
 
 // target is the upstream URL of a concrete path (its parameters

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"mime"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +26,11 @@ type Options struct {
 	// ServerURL is the served document's servers[0].url: where the proxy
 	// serves the operations ("/" when empty).
 	ServerURL string
+	// Upstream is the API the operations forward to. Its origin and path
+	// are part of every call's fingerprint (idem.RawSpec.Target), so that
+	// proxies of different upstreams sharing one store never answer each
+	// other's keys; proxies of one upstream share them.
+	Upstream *url.URL
 }
 
 // Operation is what Build knows about one proxied operation.
@@ -206,7 +212,7 @@ func declare(in, out *converter, method, path string, item *openapi3.PathItem, o
 	}
 	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
 	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: output,
-		Unvalidated: opts.Unvalidated || !validate, Handler: opts.Forward(p)}
+		Unvalidated: opts.Unvalidated || !validate, Target: idem.TargetOf(opts.Upstream), Handler: opts.Forward(p)}
 	d := idem.Descriptor{Metadata: meta.WithDefaults(), InputSchema: spec.InputSchema, OutputSchema: spec.OutputSchema,
 		Params: spec.Params, Raw: true}
 	return declared{op: idem.DefineRaw(meta, spec), proxied: p, descriptor: d, dropped: dropped}, warn, nil
@@ -224,8 +230,8 @@ func summaryOf(op *openapi3.Operation, method, path string) string {
 	return method + " " + path
 }
 
-// inputOf is the operation's flat arguments and their schema: path and
-// query parameters, then the properties of a JSON object body. validate
+// inputOf is the operation's flat arguments and their schema: path, query
+// and header parameters, then the properties of a JSON object body. validate
 // is false (with why) when the request cannot be checked that way: a body
 // that is not a JSON object, a query parameter that takes several values.
 func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Operation) (params []idem.Param, schema json.RawMessage, validate bool, why string, err error) {
@@ -246,8 +252,15 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 	}
 	for _, ref := range mergedParameters(item, op) {
 		p := ref.Value
-		if p == nil || (p.In != "path" && p.In != "query") {
-			continue // headers and cookies are forwarded as they are
+		if p == nil || (p.In != "path" && p.In != "query" && p.In != "header") {
+			continue // cookies are forwarded as they are
+		}
+		if p.In == "header" && idem.ReservedHeader(p.Name) {
+			// Accept, Content-Type and Authorization, which OpenAPI says
+			// to ignore as parameters, and the headers idem or HTTP owns
+			// (Idempotency-Key, Prefer, …): forwarded or dropped as the
+			// Forwarder says, never inputs.
+			continue
 		}
 		var s any = map[string]any{}
 		typ := "string"
@@ -271,7 +284,11 @@ func inputOf(c *converter, path string, item *openapi3.PathItem, op *openapi3.Op
 		if err := add(p.Name, p.In, s); err != nil {
 			return nil, nil, false, "", err
 		}
-		params = append(params, idem.Param{Name: p.Name, In: p.In, Type: typ})
+		param := idem.Param{Name: p.Name, In: p.In, Type: typ}
+		if p.In == "header" {
+			param.Header = p.Name // a declared header input (docs/operations.md)
+		}
+		params = append(params, param)
 		if p.Required || p.In == "path" {
 			required = append(required, p.Name)
 		}

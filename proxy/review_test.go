@@ -91,7 +91,7 @@ components:
 `))
 	r, _, _ := buildRunner(t, doc, nil)
 	for name, want := range map[string]map[string]string{
-		"getWidget": {"shop": "path", "id": "path", "verbose": "query", "page": "query"},
+		"getWidget": {"shop": "path", "id": "path", "verbose": "query", "page": "query", "X-Trace": "header:X-Trace"},
 		"putWidget": {"shop": "path", "id": "path"},
 	} {
 		d, ok := r.Describe(name)

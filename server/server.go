@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,7 +120,7 @@ type tools struct {
 }
 
 // ownRoutes are the paths the server serves before the HTTP API's.
-var ownRoutes = []string{"/mcp", "/mcp/", webui.Prefix, httpapi.WellKnownProtectedResource, httpapi.WellKnownProtectedResource + mcpPath}
+var ownRoutes = []string{"/mcp", "/mcp/", webui.Prefix, strings.TrimSuffix(webui.Prefix, "/"), httpapi.WellKnownProtectedResource, httpapi.WellKnownProtectedResource + mcpPath}
 
 // mcpPath is where MCP is served, under the handler.
 const mcpPath = "/mcp"
@@ -205,15 +207,53 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		mux.Handle(httpapi.WellKnownProtectedResource+mcpPath, resource.MetadataHandler(mcpPath))
 	}
 	if !cfg.NoConsole {
-		mux.Handle(webui.Prefix, webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log, BasePath: cfg.BasePath}))
+		console := webui.New(webui.Config{Runner: runner, Auth: cfg.Auth, Logger: log, BasePath: cfg.BasePath})
+		mux.Handle(webui.Prefix, console)
+		mux.Handle(strings.TrimSuffix(webui.Prefix, "/"), console) // its redirect carries the base path
 	}
 	mux.Handle("/", &s.api)
 	s.handler = mux
+	if base := strings.TrimRight(cfg.BasePath, "/"); base != "" {
+		s.handler = cleanUnder(base, mux)
+	}
 	if tp := cfg.Runner.TracerProvider; tracing(tp) {
 		s.routes.set(runner.Descriptors())
-		s.handler = traced(mux, tp, &s.routes, strings.TrimRight(cfg.BasePath, "/"))
+		s.handler = traced(s.handler, tp, &s.routes, strings.TrimRight(cfg.BasePath, "/"))
 	}
 	return s, nil
+}
+
+// cleanUnder redirects a request whose path is not clean ("//", "." or
+// ".." segments) to its clean form under base, as http.ServeMux would
+// without base: the mux's own redirect names the path it sees, the one
+// without the prefix.
+func cleanUnder(base string, mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != "" {
+			if clean := cleanPath(p); clean != p {
+				u := url.URL{Path: base + clean, RawPath: base + clean, RawQuery: r.URL.RawQuery}
+				if unescaped, err := url.PathUnescape(u.RawPath); err == nil {
+					u.Path = unescaped
+				}
+				http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is http.ServeMux's canonical path: rooted, path.Clean'd, with
+// a trailing slash kept.
+func cleanPath(p string) string {
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
 }
 
 // Handler serves every surface: the operations' routes and the HTTP

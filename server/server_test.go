@@ -156,6 +156,76 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	}
 }
 
+// Mounted under a prefix, every redirect the console answers carries it:
+// the console's root without its slash, a directory of its assets without
+// its slash, and the root itself (issue 28).
+func TestConsoleRedirectsCarryTheBasePath(t *testing.T) {
+	srv, err := server.New(t.Context(), server.Config{
+		Operations: []idem.Operation{echoOp("echo.get", "/v1/echo")}, Store: openStore(t), BasePath: "/idem",
+		Auth: httpapi.NewTokens(agentToken),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/idem/", http.StripPrefix("/idem", srv.Handler()))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := server.NewHTTPServer(mux, nil)
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	base := "http://" + ln.Addr().String()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct{ method, path, want string }{
+		{"GET", "/idem/ui", "/idem/ui/"},
+		{"GET", "/idem/ui?x=1", "/idem/ui/?x=1"},
+		{"POST", "/idem/ui", "/idem/ui/"},
+		{"GET", "/idem/ui/", "/idem/ui/signin"},
+	} {
+		req, _ := http.NewRequest(c.method, base+c.path, nil)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if loc := resp.Header.Get("Location"); resp.StatusCode/100 != 3 || loc != c.want {
+			t.Errorf("%s %s = %d to %q, want a redirect to %q", c.method, c.path, resp.StatusCode, loc, c.want)
+		}
+	}
+	// A directory of the assets without its slash is no page: 404, not a
+	// redirect out of the prefix.
+	resp, err := noRedirect.Get(base + "/idem/ui/static")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 404 {
+		t.Errorf("GET /idem/ui/static = %d to %q, want 404", resp.StatusCode, loc)
+	}
+	// Behind a front that does not clean paths itself (a reverse proxy
+	// that strips the prefix), an unclean path is redirected to its clean
+	// form under the prefix.
+	front := httptest.NewServer(http.StripPrefix("/idem", srv.Handler()))
+	t.Cleanup(front.Close)
+	for path, want := range map[string]string{
+		"/idem/ui//catalog":         "/idem/ui/catalog",
+		"/idem/ui/x/../catalog?a=b": "/idem/ui/catalog?a=b",
+		"/idem/v1//operations":      "/idem/v1/operations",
+		"/idem/v1//attempts/a%2Fb":  "/idem/v1/attempts/a%2Fb",
+	} {
+		resp, err := noRedirect.Get(front.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if loc := resp.Header.Get("Location"); resp.StatusCode/100 != 3 || loc != want {
+			t.Errorf("GET %s = %d to %q, want a redirect to %q", path, resp.StatusCode, loc, want)
+		}
+	}
+}
+
 // Reload swaps the operations, the routes and the catalog together; a
 // declaration that fails leaves the running one.
 func TestReload(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -71,7 +72,8 @@ type console struct {
 	pages    map[string]*template.Template // with {{ui}}: the console's own root
 }
 
-// New returns the console; mount it at Prefix (under Config.BasePath). It panics when Runner or
+// New returns the console; mount it at Prefix and at Prefix without its
+// slash (under Config.BasePath). It panics when Runner or
 // Auth is missing.
 func New(cfg Config) http.Handler {
 	cfg = cfg.WithDefaults()
@@ -81,7 +83,12 @@ func New(cfg Config) http.Handler {
 	cfg.BasePath = strings.TrimRight(cfg.BasePath, "/")
 	c := &console{cfg: cfg, sessions: newSessions(cfg.Clock, cfg.IdleTimeout, cfg.AbsoluteTimeout), mux: http.NewServeMux()}
 	c.pages = pagesUnder(c.url(""))
+	// The console's root and its assets' directory without their slash
+	// are registered, so that the mux does not redirect them itself, to a
+	// path without the base path.
+	c.mux.HandleFunc("/ui", c.root)
 	c.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/", staticFiles()))
+	c.mux.HandleFunc("/ui/static", c.notFound)
 	c.mux.HandleFunc("GET /ui/{$}", c.home)
 	c.mux.HandleFunc("GET /ui/signin", c.signinForm)
 	c.mux.HandleFunc("POST /ui/signin", c.signin)
@@ -113,6 +120,13 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) notFound(w http.ResponseWriter, r *http.Request) {
 	c.fail(w, r, nil, idem.Errorf(idem.CodeNotFound, "there is no console page at %s", r.URL.Path))
+}
+
+// root redirects the console's root without its slash to the root, under
+// the base path.
+func (c *console) root(w http.ResponseWriter, r *http.Request) {
+	u := url.URL{Path: c.url(""), RawQuery: r.URL.RawQuery}
+	http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
 }
 
 func (c *console) home(w http.ResponseWriter, r *http.Request) {

@@ -102,7 +102,7 @@ func (o proxyOptions) declare(ctx context.Context, fwd *proxy.Forwarder, logger 
 	if err != nil {
 		return application{}, err
 	}
-	built, err := proxy.Build(doc, overlay, proxy.Options{Forward: fwd.Handler, Unvalidated: !o.validate})
+	built, err := proxy.Build(doc, overlay, proxy.Options{Forward: fwd.Handler, Unvalidated: !o.validate, Upstream: fwd.Upstream})
 	if err != nil {
 		return application{}, fmt.Errorf("idem proxy: %w", err)
 	}
