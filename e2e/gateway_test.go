@@ -105,19 +105,7 @@ const (
 
 // gatewayDir writes the tokens file and the contracts overlay.
 func gatewayDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	hash := func(token string) string {
-		sum := sha256.Sum256([]byte(token))
-		return hex.EncodeToString(sum[:])
-	}
-	write := func(name, content string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("tokens", fmt.Sprintf("sha256:%s acme agent-1 agent\nsha256:%s acme bob cli_session approver\n", hash(gatewayToken), hash(gatewayApprover)))
-	write("contracts.yaml", `create_entities:
+	return writeServerDir(t, gatewayToken, gatewayApprover, `create_entities:
   kind: same_key_replay
   reconcile: read_graph
   rationale: Entities are created once per key; a replay is the original answer.
@@ -138,7 +126,6 @@ trigger-long-running-operation:
   rationale: A long operation replays by key.
   timeoutMs: 4000
 `)
-	return dir
 }
 
 // startGateway runs idem gateway with upstream's flags and env added.

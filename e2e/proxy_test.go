@@ -121,9 +121,10 @@ const (
 	proxyApprover = "proxy-approver-token"
 )
 
-// proxyDir writes a tokens file (proxyToken: an agent of org acme) and
-// the contracts overlay of createOrder into a new directory.
-func proxyDir(t *testing.T) string {
+// writeServerDir writes, into a new directory, the tokens file of an
+// agent (org acme) and an approver, and the contracts overlay contracts,
+// for idem proxy and idem gateway.
+func writeServerDir(t *testing.T, agentToken, approverToken, contracts string) string {
 	t.Helper()
 	dir := t.TempDir()
 	hash := func(token string) string {
@@ -135,8 +136,15 @@ func proxyDir(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	write("tokens", fmt.Sprintf("sha256:%s acme agent-1 agent\nsha256:%s acme bob cli_session approver\n", hash(proxyToken), hash(proxyApprover)))
-	write("contracts.yaml", `createOrder:
+	write("tokens", fmt.Sprintf("sha256:%s acme agent-1 agent\nsha256:%s acme bob cli_session approver\n", hash(agentToken), hash(approverToken)))
+	write("contracts.yaml", contracts)
+	return dir
+}
+
+// proxyDir writes a tokens file (proxyToken: an agent of org acme) and
+// the contracts overlay of createOrder into a new directory.
+func proxyDir(t *testing.T) string {
+	return writeServerDir(t, proxyToken, proxyApprover, `createOrder:
   kind: same_key_replay
   reconcile: listWidgets
   rationale: An order replays its original answer by key.
@@ -148,7 +156,6 @@ createPayout:
   sideEffect: external
   approval: always
 `)
-	return dir
 }
 
 // startProxy runs idem proxy in front of upstreamURL, reading the
