@@ -65,9 +65,10 @@ type AttemptStore interface {
 	// Release removes a reservation whose execution provably had no
 	// effect (its handler's error was NotDispatched: the request never
 	// left the process), so that the key may be sent again, and finishes
-	// the execution, in one transaction. The record must still be in
-	// flight under p.FencingToken with its lease not passed, else
-	// ErrFenced and nothing is written.
+	// the execution, giving back the approval it consumed when
+	// p.Finish.ReturnApproval names it, in one transaction. The record
+	// must still be in flight under p.FencingToken with its lease not
+	// passed, else ErrFenced and nothing is written.
 	Release(ctx context.Context, p ReleaseParams) error
 
 	// GetAttempt returns the record for (p.Scope, p.Key); NOT_FOUND when
@@ -92,7 +93,8 @@ type ExecutionStore interface {
 
 	// FinishExecution records an execution's outcome and final events
 	// (used for unkeyed executions, and for keyed ones whose Complete was
-	// fenced).
+	// fenced), giving back the approval it consumed when
+	// p.ReturnApproval names it.
 	FinishExecution(ctx context.Context, p FinishParams) error
 
 	// AppendEvents adds audit events to an existing execution of p.Org.
@@ -292,6 +294,13 @@ type FinishParams struct {
 	Attempts int
 	// Events are appended in order; the last is the final event.
 	Events []AuditEvent
+	// ReturnApproval, when set, names the approval the execution consumed
+	// and gives it back, approved and unconsumed as before, in the same
+	// transaction: nothing of the execution ran (its handler's error was
+	// NotDispatched), and SPEC §8 has an approval consumed only by an
+	// execution that starts. Release and FinishExecution honour it; an
+	// approval that is not consumed by this execution is left as it is.
+	ReturnApproval string
 }
 
 // RecordExecutionsParams are finished executions to store, in the order

@@ -25,6 +25,9 @@ var (
 	// finishExecutionSQL records an execution's outcome and appends its
 	// own events.
 	finishExecutionSQL = statement("finish_execution")
+	// returnApprovalSQL gives back an approval the execution consumed
+	// (FinishParams.ReturnApproval).
+	returnApprovalSQL = statement("return_approval")
 	// appendEventSQL appends one event, insertEventsSQL any number (AppendEvents).
 	appendEventSQL  = section("append_events", "one")
 	insertEventsSQL = section("append_events", "many")
@@ -163,6 +166,9 @@ func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now ti
 	if err := queueEvents(&b, p.Org, others, now); err != nil {
 		return err
 	}
+	if p.ReturnApproval != "" {
+		b.Queue(returnApprovalSQL, p.Org, p.ReturnApproval, p.ExecutionID)
+	}
 	br := tx.SendBatch(ctx, &b) // through tx's own SendBatch: a pipelined one adds its statements
 	defer br.Close()
 	tag, err := br.Exec()
@@ -174,6 +180,11 @@ func finishExecution(ctx context.Context, tx pgx.Tx, p idem.FinishParams, now ti
 	}
 	if err := readEvents(br, others); err != nil {
 		return err
+	}
+	if p.ReturnApproval != "" {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
 	return br.Close()
 }

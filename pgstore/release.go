@@ -10,8 +10,8 @@ import (
 )
 
 // releaseSQL makes a reservation still in flight under its fence and
-// lease let its key go, finishes its execution and signals a watched one
-// on idem_completed.
+// lease let its key go, finishes its execution, gives back the approval
+// it consumed when asked to and signals a watched one on idem_completed.
 var releaseSQL = statement("release")
 
 // Release implements idem.AttemptStore: one statement (and, for events
@@ -27,7 +27,7 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 		var executionID string
 		var notified int
 		err = tx.QueryRow(ctx, releaseSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.FencingToken, now, notifyPayload(p.Scope, p.Key),
-			string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts, ev.encoded, ev.named).Scan(&executionID, &notified)
+			string(fin.Outcome), nullable(string(fin.Code)), fin.Attempts, ev.encoded, ev.named, fin.ReturnApproval).Scan(&executionID, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idem.ErrFenced
 		}

@@ -100,6 +100,8 @@ type execution struct {
 	fingerprint string
 	executionID string
 	attempts    int
+	// approvalID is the approval the execution consumed; empty when none.
+	approvalID string
 	// handlerErr is the error the last attempt's handler returned (a
 	// *handlerPanic if it panicked); nil when it succeeded, did not run,
 	// or its result was discarded (timeout, cancellation).
@@ -266,7 +268,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 			return x.startFailure(ctx, err, raw, reason)
 		}
 	}
-	x.executionID = start.ExecutionID
+	x.executionID, x.approvalID = start.ExecutionID, approvalID
 	// Stages 10 to 13.
 	return x.execute(ctx, in, fence)
 }

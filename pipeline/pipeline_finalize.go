@@ -59,6 +59,9 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 		return resp
 	}
 	if x.key == "" {
+		if o.notDispatched {
+			fin.ReturnApproval = x.approvalID // nothing ran (SPEC §8)
+		}
 		err := store.FinishExecution(sctx, fin)
 		if err != nil {
 			x.r.cfg.Logger.Error("finish execution", "executionId", x.executionID, "error", err)
@@ -96,8 +99,10 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 }
 
 // release ends a keyed execution whose handler certainly had no effect
-// (NotDispatched, with or without a raw answer of its own): the reservation is removed, so that the key is free
-// again, and the answer says the call may be sent again with it. Should
+// (NotDispatched, with or without a raw answer of its own): the
+// reservation is removed, so that the key is free again, and the approval
+// it consumed is given back in the same transaction (SPEC §8: nothing
+// ran), and the answer says the call may be sent again with it. Should
 // the release fail (fenced: the lease passed first; or the store), the
 // record stays as it is and a same-key retry reads it.
 func (x *execution) release(ctx context.Context, o outcome, fence int64) idem.Result {
@@ -112,6 +117,7 @@ func (x *execution) release(ctx context.Context, o outcome, fence int64) idem.Re
 		e = *idem.Errorf(idem.CodeUpstreamUnavailable, "the upstream answered %d without running the request", o.status)
 	}
 	resp, fin := x.answer(o)
+	fin.ReturnApproval = x.approvalID
 	sctx, cancel := detached(ctx, finalizeTimeout)
 	defer cancel()
 	err := x.r.cfg.Store.Release(sctx, idem.ReleaseParams{Fence: idem.Fence{Scope: x.inv.Principal.Scope(), Key: x.key, FencingToken: fence}, Finish: fin})

@@ -209,3 +209,52 @@ func onEachStore(t *testing.T, test func(t *testing.T, s rawStore)) {
 		test(t, rawStore{"pg", newPGStores(t, c, 1)[0], c})
 	})
 }
+
+// An approved call whose handler never dispatched it (NotDispatched) does
+// not spend its approval: the same call, sent again once the upstream is
+// back, runs with the same approval, keyed (the key is released) and
+// unkeyed (SPEC §8, issue 33 item 6).
+func TestNotDispatchedKeepsTheApproval(t *testing.T) {
+	onEachStore(t, func(t *testing.T, s rawStore) {
+		down := atomic.Bool{}
+		down.Store(true)
+		u := &rawUpstream{next: func(req idem.RawRequest) (idem.RawResponse, error) {
+			if down.Load() {
+				return idem.RawResponse{}, idem.NotDispatched(idem.Errorf(idem.CodeUpstreamUnavailable, "connection refused"))
+			}
+			return createdWidget(req)
+		}}
+		spec := idem.RawSpec{Params: []idem.Param{{Name: "name", In: "body"}}, Handler: u.handle}
+		approved := func(name, path string, retry idem.RetryContract) idem.Operation {
+			retry.Rationale = "Sends once."
+			return idem.DefineRaw(idem.Metadata{
+				Name: name, Method: "POST", Path: path, Summary: "Send a widget.", SideEffect: idem.SideEffectWrite,
+				Approval: idem.ApprovalAlways, Retry: retry,
+			}, spec)
+		}
+		ops := append(rawWidgetOps(u, false)[1:],
+			approved("sendKeyed", "/widgets/keyed", idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "getWidgets"}),
+			approved("sendWidget", "/widgets/send", idem.RetryContract{Kind: idem.RetryNoAutomaticRetry}))
+		f := newFixtureOn(t, s.clock, s.store, ops)
+		for _, c := range []call{{op: "sendKeyed", body: `{"name":"a"}`, key: "k-a"}, {op: "sendWidget", body: `{"name":"b"}`}} {
+			down.Store(true)
+			d := expect(t, f.do(t.Context(), c), http.StatusForbidden, idem.CodeApprovalRequired)
+			id := d.Details["approvalId"].(string)
+			if _, err := f.runner.DecideApproval(t.Context(), approver, id, true, ""); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, f.do(t.Context(), c), http.StatusServiceUnavailable, idem.CodeUpstreamUnavailable)
+			a, err := f.store.GetApproval(t.Context(), idem.GetApprovalParams{Org: "acme", ID: id})
+			if err != nil || a.Status != idem.ApprovalApproved {
+				t.Fatalf("%s: the approval after a call that never ran = %+v, %v; want it approved still", c.op, a, err)
+			}
+			down.Store(false)
+			if r := f.do(t.Context(), c); r.Status != http.StatusCreated {
+				t.Fatalf("%s: the same call once the upstream is back = %d %s; want it run with its approval", c.op, r.Status, r.Body())
+			}
+			if a, _ := f.store.GetApproval(t.Context(), idem.GetApprovalParams{Org: "acme", ID: id}); a.Status != idem.ApprovalConsumed {
+				t.Fatalf("%s: the approval after the call ran = %s, want consumed", c.op, a.Status)
+			}
+		}
+	})
+}

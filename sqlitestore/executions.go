@@ -101,6 +101,18 @@ func newExecution(p idem.StartParams, key string, now time.Time) idem.Execution 
 	return x
 }
 
+// returnApproval gives back the approval that execution consumed
+// (FinishParams.ReturnApproval): approved and unconsumed again. An
+// approval not consumed by that execution is left as it is.
+func returnApproval(ctx context.Context, tx txn, org, approvalID, execution string) error {
+	if approvalID == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE idem_approvals SET status = 'approved', consumed_at = NULL, execution_id = NULL
+		WHERE org = ? AND id = ? AND execution_id = ? AND status = 'consumed'`, org, approvalID, execution)
+	return err
+}
+
 // consumeApproval consumes p.ApprovalID, if set, for p's execution:
 // ErrApprovalNotConsumable unless it is approved, unexpired and bound to
 // p's intent.
@@ -163,7 +175,10 @@ func finishExecution(ctx context.Context, tx txn, now time.Time, p idem.FinishPa
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE idem_records SET outcome = ?3, code = ?4, attempts = ?5, finished_at = ?6, `+appendEventsSQL("?7")+`
 		WHERE org = ?1 AND id = ?2`, p.Org, p.ExecutionID, p.Outcome, nullString(string(p.Code)), p.Attempts, micros(now), events)
-	return expectRow(res, err, p.ExecutionID)
+	if err := expectRow(res, err, p.ExecutionID); err != nil {
+		return err
+	}
+	return returnApproval(ctx, tx, p.Org, p.ReturnApproval, p.ExecutionID)
 }
 
 // expectRow passes the result of a statement that must have changed the

@@ -11,7 +11,8 @@ import (
 
 // Release implements idem.AttemptStore: one fenced UPDATE gives up the key
 // (held = 0; the row keeps its attempt columns as they were) and finishes
-// the execution with its final events.
+// the execution with its final events; a second gives back the approval
+// the execution consumed when p.Finish.ReturnApproval names it.
 func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 	return s.write(ctx, "release", func(ctx context.Context, tx txn, now time.Time) error {
 		fin := p.Finish
@@ -29,6 +30,9 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 		if errors.Is(err, sql.ErrNoRows) {
 			return idem.ErrFenced
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return returnApproval(ctx, tx, p.Scope.Org, fin.ReturnApproval, id)
 	})
 }

@@ -7,7 +7,8 @@
 -- payload (notifyPayload), $7 outcome, $8 code, $9 attempts, $10 the
 -- execution's own final events (a JSON array, storedEvent's form),
 -- appended only if the record's execution is $11 or $11 is empty, as in
--- complete_attempt.sql.
+-- complete_attempt.sql; $12 the approval to give back
+-- (FinishParams.ReturnApproval, as in return_approval.sql), or ''.
 --
 -- Returns the record's execution id and the number of notifications; no
 -- row when fenced.
@@ -18,5 +19,8 @@ WITH gone AS (
     WHERE org = $1 AND principal = $2 AND key = $3 AND held AND fencing_token = $4
         AND state = 'in_flight' AND lease_expires_at > $5
     RETURNING id, watched),
-notified AS (SELECT pg_notify('idem_completed', $6::text) FROM gone WHERE watched)
+notified AS (SELECT pg_notify('idem_completed', $6::text) FROM gone WHERE watched),
+returned AS (
+    UPDATE idem_approvals SET status = 'approved', consumed_at = NULL, execution_id = NULL
+    WHERE org = $1 AND id = $12::text AND execution_id = (SELECT id FROM gone) AND status = 'consumed')
 SELECT id, (SELECT count(*) FROM notified) FROM gone
