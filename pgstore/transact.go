@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,7 +20,11 @@ var (
 	openSavepointSQL     = section("handler_savepoint", "open")
 	rollbackSavepointSQL = section("handler_savepoint", "rollback")
 	idleTimeoutSQL       = statement("idle_timeout")
+	notifyRollbackSQL    = statement("notify_rollback")
 )
+
+// rollbackSignalTimeout bounds the signal of a rolled-back execution.
+const rollbackSignalTimeout = 5 * time.Second
 
 // Tx returns the transaction of a transactional operation's call on a
 // pgstore (idem.Call.Transaction), for the handler to write through; nil
@@ -68,9 +73,15 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	// One round trip begins the transaction, bounds its idle time, reads
 	// (or reserves) the key and opens the handler's savepoint.
 	open := &pipelined{conn: conn.Conn(), after: []string{openSavepointSQL}}
+	// held: the key's lock is this transaction's, so a same-key waiter may
+	// be behind it, here or on another instance.
+	held, committed := false, false
 	defer func() {
 		if open.Tx != nil {
 			open.Tx.Rollback(context.WithoutCancel(ctx)) // a no-op once committed
+		}
+		if held && !committed {
+			signalRollback(ctx, conn.Conn(), p.Scope, p.Key)
 		}
 	}()
 	// A keyed execution's try of the key's lock also bounds the
@@ -103,6 +114,7 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		return idem.TransactResult{}, err
 	}
 	tx := open.Tx
+	held = p.Key != ""
 	out := run(ctx, tx)
 	if out.Abort {
 		return idem.TransactResult{Reserved: true}, nil // rolled back by the deferred Rollback
@@ -146,6 +158,7 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	}
 	if err == nil {
 		err = tx.Commit(ctx)
+		committed = err == nil
 	}
 	if err != nil {
 		if errors.Is(err, idem.ErrFenced) {
@@ -155,6 +168,20 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		return idem.TransactResult{}, err
 	}
 	return res, nil
+}
+
+// signalRollback tells every instance's completion feed that the keyed
+// execution on (scope, key) ended without committing. Its own NOTIFY would
+// have left with its commit; a rollback sends nothing, and a Prefer: wait
+// on another instance, which cannot tell an uncommitted execution from a
+// rolled-back one (neither has a record it can read), would poll until
+// its wait ran out. So the signal goes after the rollback, in a
+// transaction of its own on the same connection (issue 33 item 7). Best
+// effort, as the feed is: should it fail, waiters still poll.
+func signalRollback(ctx context.Context, conn *pgx.Conn, scope idem.Scope, key string) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackSignalTimeout)
+	defer cancel()
+	_, _ = conn.Exec(sctx, notifyRollbackSQL, notifyPayload(scope, key))
 }
 
 // queued is one statement and its arguments.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -322,4 +323,111 @@ func TestTransactionalNeedsATransactor(t *testing.T) {
 	if _, err := pipeline.New(reg, pipeline.Config{Store: store, Clock: clock}); err == nil {
 		t.Fatal("New accepted a transactional operation on a store that cannot run it")
 	}
+}
+
+// feedReads is a pgstore that signals each read of a key's record (a
+// waiter's polls), keeping its completion feed.
+type feedReads struct {
+	*pgstore.Store
+	reads chan struct{}
+}
+
+func (s *feedReads) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
+	a, err := s.Store.GetAttempt(ctx, p)
+	select {
+	case s.reads <- struct{}{}:
+	default:
+	}
+	return a, err
+}
+
+// A Prefer: wait on one instance behind a transactional execution of the
+// same key that rolls back on another instance is answered once the
+// rollback is signalled (the key is free), not when its wait runs out:
+// the rollback's NOTIFY, sent after the aborted transaction, reaches the
+// waiter's feed (issue 33 item 7). Before, the waiter could not tell a
+// rolled-back execution from an uncommitted one and polled to its cap,
+// then answered "still running".
+func TestTransactionalWaiterOnAnotherInstanceAnswersWhenTheAheadRollsBack(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pgtest.EffectsDB(t, url) // the handler's table
+	clock := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	sa, sb := open(), &feedReads{Store: open(), reads: make(chan struct{}, 1)}
+	entered, release := make(chan struct{}), make(chan struct{})
+	ops := []idem.Operation{txCreateOp(entered, release), showOp()}
+	fa, fb := newFixtureOn(t, clock, sa, ops), newFixtureOn(t, clock, sb, ops)
+	if err := fb.runner.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fb.runner.Stop(context.Background()) })
+	// The LISTEN of B's feed starts in the background; B's runner and this
+	// probe share its one connection. Complete watched records on A until
+	// one reaches the probe: B's runner is listening then too.
+	probe := sb.Completions(t.Context())
+	scope := agent.Scope()
+	for i := 0; ; i++ {
+		key := "probe-" + strconv.Itoa(i)
+		res, err := sa.Reserve(t.Context(), idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: "exe_" + key, Scope: scope, Operation: "thing.show", Fingerprint: "f"},
+			Key:         key, Lease: time.Minute, Retention: time.Hour,
+		})
+		if err != nil || !res.Reserved {
+			t.Fatalf("reserve: %v %v", res.Reserved, err)
+		}
+		if err := sb.Watch(t.Context(), scope, key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sa.Complete(t.Context(), idem.CompleteParams{Scope: scope, Key: key, FencingToken: res.Attempt.FencingToken, Status: 200,
+			Body: []byte(`{}`), Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-probe:
+		case <-time.After(100 * time.Millisecond):
+			if i == 200 {
+				t.Fatal("B's completion feed heard nothing in 20 s")
+			}
+			continue
+		}
+		break
+	}
+
+	var wg sync.WaitGroup
+	var first idem.Result
+	wg.Go(func() { first = fa.do(context.Background(), txCall("w", "block-internal", "k1")) })
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	select {
+	case <-entered:
+	case <-ended:
+		t.Fatalf("the first call ended before its handler blocked: %d %s", first.Status, first.Body())
+	}
+	answered := make(chan idem.Result, 1)
+	began := time.Now()
+	go func() {
+		c := txCall("w", "block-internal", "k1")
+		c.wait = 10 * time.Second // the issue's cap
+		answered <- fb.do(context.Background(), c)
+	}()
+	// B read the key (stage 5), found it busy and polls it: two reads.
+	<-sb.reads
+	<-sb.reads
+	close(release)
+	wg.Wait()
+	expect(t, first, http.StatusInternalServerError, idem.CodeExecutionFailed)
+	waiter := <-answered
+	took := time.Since(began)
+	d := expect(t, waiter, http.StatusConflict, idem.CodeIdempotencyKeyInFlight)
+	if !d.Retryable || !strings.Contains(string(waiter.Body()), "committed nothing") {
+		t.Fatalf("the waiter's answer after %v = %s; want a retryable in-flight answer saying the key is free", took, waiter.Body())
+	}
+	t.Logf("figures: the waiter on B was answered %v after it began waiting (the execution ahead on A rolled back)", took)
 }
