@@ -285,6 +285,14 @@ func (r *Runner) Flush(ctx context.Context) error {
 	return r.audit.flush(ctx)
 }
 
+// AuditDropped counts the audit items (replays' execution.replayed events,
+// fresh reads' executions) that the runner gave up writing: after
+// retries while the store was unavailable, or at once when the store
+// refused them. metrics exports it as idem_audit_dropped_total.
+func (r *Runner) AuditDropped() int64 {
+	return r.audit.dropped.Load()
+}
+
 // Describe returns an operation's descriptor as this runner publishes it
 // (with its configured secret window).
 func (r *Runner) Describe(name string) (idem.Descriptor, bool) {

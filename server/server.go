@@ -164,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	metrics.RegisterAuditDropped(reg, runner)
 	if err := httpapi.CheckRoutes(runner.Descriptors(), ownRoutes...); err != nil {
 		return nil, err
 	}
