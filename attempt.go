@@ -27,8 +27,13 @@ type Attempt struct {
 	Key         string
 	Operation   string
 	Fingerprint string
-	State       AttemptState
-	ExecutionID string
+	// FingerprintVersion is the version of the preimage Fingerprint was
+	// made with (canonical.FingerprintVersion when it was made); 0 for a
+	// record made before versions were stored. A retry is judged by it
+	// (SPEC §6.2).
+	FingerprintVersion int
+	State              AttemptState
+	ExecutionID        string
 	// FencingToken identifies the reservation; only its holder completes.
 	FencingToken int64
 	// LeaseExpiresAt bounds the in-flight state: past it, a record still in

@@ -258,6 +258,10 @@ type StartParams struct {
 	// Fingerprint of the request; executions with the same principal,
 	// operation and fingerprint are re-invocations of one another.
 	Fingerprint string
+	// FingerprintVersion is the version of Fingerprint's preimage
+	// (canonical.FingerprintVersion), kept with a keyed record
+	// (Attempt.FingerprintVersion); 0 stores none.
+	FingerprintVersion int
 	// ApprovalID, if set, is consumed for this execution in the same
 	// transaction. It must be approved, unexpired, unconsumed and bound to
 	// this intent (org, requester, operation, fingerprint), else the call

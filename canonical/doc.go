@@ -71,6 +71,21 @@
 // two can never collide. Header inputs are only the headers that the
 // operation declares as arguments (in:"header"), never the others.
 //
+// # Versions
+//
+// The preimage above is version 2 ([FingerprintVersion]); version 1, what
+// idem built before targets existed, is the same without N("target")
+// N(target). Both open with N("idem-fingerprint-v1"), and a request
+// without a target has the same preimage under both; one with a target
+// never has a version-2 preimage equal to any version-1 preimage, since
+// N("target") stands where a method would and a method is upper-cased.
+// idem stores the version with each record it makes (a record stored
+// without one was made under version 1 or 2), and judges a retry by its
+// record's version ([FingerprintAt]), so that records made before an
+// upgrade that changed the preimage keep replaying (SPEC §6.2). A change
+// to the preimage is a new version: it must never change what an existing
+// version hashes.
+//
 // The query is the request's without the control parameter dryRun (SPEC
 // §6.2): the caller removes it once it has parsed it as exactly "true" or
 // "false", given once; Fingerprint hashes every parameter it is given.

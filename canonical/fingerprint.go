@@ -37,9 +37,30 @@ type Request struct {
 	Target string
 }
 
-// fingerprintVersion opens every preimage, so that a future encoding can
-// never collide with this one.
-const fingerprintVersion = "idem-fingerprint-v1"
+// preimageTag opens every preimage, so that a future encoding can never
+// collide with this one. Versions 1 and 2 share it (see FingerprintVersion).
+const preimageTag = "idem-fingerprint-v1"
+
+// FingerprintVersion is the version of the preimage Fingerprint builds,
+// which idem keeps with every record it makes, so that a retry is judged
+// by the version its record was made with (SPEC §6.2). Version 2 added
+// the target (Request.Target); version 1, before it, leaves the target
+// out. A request without a target has one preimage under both.
+const FingerprintVersion = 2
+
+// FingerprintAt is Fingerprint under preimage version v (1 or 2, see
+// FingerprintVersion): the fingerprint a record made under v holds for
+// the same request.
+func FingerprintAt(r Request, v int) (string, error) {
+	switch v {
+	case 1:
+		r.Target = ""
+	case FingerprintVersion:
+	default:
+		return "", fmt.Errorf("fingerprint: no preimage version %d", v)
+	}
+	return Fingerprint(r)
+}
 
 // Fingerprint returns the lower-case hex SHA-256 that identifies r's
 // semantic request; the package documentation gives the exact encoding.
@@ -109,7 +130,7 @@ func preimage(r Request) ([]byte, error) {
 	slices.Sort(headers)
 
 	buf := make([]byte, 0, size)
-	buf = appendField(buf, fingerprintVersion)
+	buf = appendField(buf, preimageTag)
 	if r.Target != "" {
 		// Never a method: a method is upper-cased.
 		buf = appendField(buf, "target")

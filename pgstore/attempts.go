@@ -119,7 +119,7 @@ func reserveTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Ti
 		return idem.ReserveResult{}, false, err
 	}
 	q, args := reserveSQL, []any{p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint, p.ExecutionID,
-		now.Add(p.Lease), now, now.Add(p.Retention), try, keyLockSeed, events}
+		now.Add(p.Lease), now, now.Add(p.Retention), try, keyLockSeed, events, p.FingerprintVersion}
 	if p.ApprovalID != "" {
 		q, args = reserveApprovedSQL, append(args, p.ApprovalID)
 	}
@@ -338,12 +338,16 @@ func scanAttempt(row scanner) (idem.Attempt, error) {
 		headers                                    []byte
 		sealedKeyID                                *string
 		lease, created, completed, expires, secret *time.Time
+		version                                    *int16
 	)
 	err := row.Scan(&a.Scope.Org, &a.Scope.Principal, &a.Key, &a.Operation, &a.Fingerprint, &state,
 		&a.ExecutionID, &a.FencingToken, &lease, &status, &headers, &a.Body, &sealedKeyID,
-		&created, &completed, &expires, &secret, &a.Attempts)
+		&created, &completed, &expires, &secret, &a.Attempts, &version)
 	if err != nil {
 		return idem.Attempt{}, err
+	}
+	if version != nil {
+		a.FingerprintVersion = int(*version)
 	}
 	a.State = idem.AttemptState(state)
 	if status != nil {

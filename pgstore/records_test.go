@@ -325,3 +325,54 @@ func TestRecordsMigrationKeepsExistingRows(t *testing.T) {
 		t.Errorf("%d records hold a key, want 5", n)
 	}
 }
+
+// Migration 007 adds each record's fingerprint version: a record written
+// at migration 006 (as the release before wrote it) reads with version 0
+// and keeps everything else, and a reservation made now stores the
+// version it is given (issue 33 item 5).
+func TestFingerprintVersionMigrationKeepsExistingRows(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pool := newPool(t, url)
+	ctx := t.Context()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	exec(`CREATE TABLE idem_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`)
+	for v, name := range []string{"001_initial", "002_partitioned_attempts", "003_executions_recent", "004_watched_attempts",
+		"005_partitioned_executions", "006_records"} {
+		sql, err := os.ReadFile("migrations/" + name + ".up.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(string(sql))
+		exec(`INSERT INTO idem_schema_migrations VALUES ($1, $2, '2026-11-29 00:00:00Z')`, v+1, name[4:])
+	}
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	// What pgstore at migration 006 wrote for a completed keyed call.
+	exec(`INSERT INTO idem_records (org, id, principal, operation, fingerprint, key, held, state, fencing_token,
+			lease_expires_at, status, headers, body, completed_at, expires_at, attempts, outcome, started_at, finished_at, events)
+		VALUES ('acme', 'exe_before', 'agent', 'op', 'fp-v1', 'k-before', true, 'completed', 21,
+			$1::timestamptz + interval '1 minute', 201, '{"Content-Type":["application/json"]}', '{"id":"w0"}', $1::timestamptz,
+			$1::timestamptz + interval '1 day', 1, 'succeeded', $1::timestamptz, $1::timestamptz, '[]')`, now)
+	if err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatalf("Migrate over existing rows: %v", err)
+	}
+	s := openStore(t, url, fakeclock.New(now.Add(time.Minute)))
+	a, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: "k-before"})
+	if err != nil || a.FingerprintVersion != 0 || a.Fingerprint != "fp-v1" || a.State != idem.AttemptCompleted || a.Status != 201 || string(a.Body) != `{"id":"w0"}` {
+		t.Fatalf("the record made before the migration = %+v, %v; want it as it was, version 0", a, err)
+	}
+	res, err := s.Reserve(ctx, idem.ReserveParams{
+		StartParams: idem.StartParams{ExecutionID: "exe_after", Scope: scope, Operation: "op", Fingerprint: "fp-v2", FingerprintVersion: 2},
+		Key:         "k-after", Lease: time.Minute, Retention: time.Hour,
+	})
+	if err != nil || !res.Reserved || res.Attempt.FingerprintVersion != 2 {
+		t.Fatalf("a reservation after the migration = %+v, %v", res, err)
+	}
+	if a, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: "k-after"}); err != nil || a.FingerprintVersion != 2 {
+		t.Fatalf("the record reserved after the migration = %+v, %v; want version 2", a, err)
+	}
+}

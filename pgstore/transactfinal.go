@@ -65,7 +65,7 @@ func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.
 	a, err := scanAttempt(tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
 		p.ExecutionID, start.Add(p.Lease), start, start.Add(p.Retention), string(idem.FinalState(c.Status)), c.Status,
 		headers, c.Body, nullable(c.SealedKeyID), now, secretExpiresAt, fin.Attempts, string(fin.Outcome),
-		nullable(string(fin.Code)), events))
+		nullable(string(fin.Code)), events, p.FingerprintVersion))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "idem_records_key" {
 		// A holder committed between peekSQL's snapshot and its lock: the

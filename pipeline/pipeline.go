@@ -98,8 +98,11 @@ type execution struct {
 	canon       []byte
 	canonErr    error
 	fingerprint string
-	executionID string
-	attempts    int
+	// fingerprintV1 is the intent's fingerprint under preimage version 1
+	// (sameIntent), once computed.
+	fingerprintV1 string
+	executionID   string
+	attempts      int
 	// approvalID is the approval the execution consumed; empty when none.
 	approvalID string
 	// handlerErr is the error the last attempt's handler returned (a
@@ -172,9 +175,10 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
 		// decoding.
-		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && a.Fingerprint == fp && (x.recordOnly == nil || a.Operation == op.meta.Name) {
-			x.fingerprint = fp
-			return x.answerExisting(ctx, a)
+		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && (x.recordOnly == nil || a.Operation == op.meta.Name) {
+			if x.fingerprint = fp; x.sameIntent(a) {
+				return x.answerExisting(ctx, a)
+			}
 		}
 	}
 	// Stage 4: input.
@@ -194,7 +198,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	if x.key != "" {
 		a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key)
 		switch {
-		case x.recordOnly != nil && (err != nil || a.Fingerprint != fp || a.Operation != op.meta.Name):
+		case x.recordOnly != nil && (err != nil || !x.sameIntent(a) || a.Operation != op.meta.Name):
 			return x.refuseRecordOnly()
 		case err == nil:
 			return x.answerExisting(ctx, a)
@@ -232,7 +236,8 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	// consumed in the same transaction and execution.started written.
 	// The execution exists, and the answer names it, once the store has
 	// started it.
-	start := idem.StartParams{ExecutionID: newID("exe_", r.cfg.Clock.Now()), Scope: inv.Principal.Scope(), Operation: op.meta.Name, Fingerprint: fp, ApprovalID: approvalID}
+	start := idem.StartParams{ExecutionID: newID("exe_", r.cfg.Clock.Now()), Scope: inv.Principal.Scope(), Operation: op.meta.Name,
+		Fingerprint: fp, FingerprintVersion: canonical.FingerprintVersion, ApprovalID: approvalID}
 	if op.meta.Retry.Transactional {
 		return x.transact(ctx, in, start, raw, reason, releaseExecution)
 	}
@@ -349,6 +354,15 @@ func exposedOn(m idem.Metadata, s idem.Surface) bool {
 // fingerprintOf is the fingerprint of the call's intent (SPEC §6.2), its
 // JSON body hashed in the canonical form read once (canon).
 func (x *execution) fingerprintOf() (string, error) {
+	req, err := x.intent()
+	if err != nil {
+		return "", err
+	}
+	return canonical.Fingerprint(req)
+}
+
+// intent is the call's request as the fingerprint reads it.
+func (x *execution) intent() (canonical.Request, error) {
 	req := canonical.Request{Method: x.op.meta.Method, Path: x.concretePath(), Query: x.inv.Intent.Query, Opaque: x.opaque, Header: x.headerInputs()}
 	if x.op.raw != nil {
 		req.Target = x.op.raw.Target
@@ -357,11 +371,36 @@ func (x *execution) fingerprintOf() (string, error) {
 	case x.opaque != "":
 		req.Body = x.inv.Intent.Body
 	case x.canonErr != nil:
-		return "", fmt.Errorf("fingerprint body: %w", x.canonErr)
+		return req, fmt.Errorf("fingerprint body: %w", x.canonErr)
 	default:
 		req.Body, req.Canonical = x.canon, true
 	}
-	return canonical.Fingerprint(req)
+	return req, nil
+}
+
+// sameIntent reports whether record a was made for this call's intent,
+// judged by the version of the preimage a was made with (SPEC §6.2): a
+// record made before the upgrade that added the target to the preimage
+// (version 1, or none stored) holds the fingerprint without it, and keeps
+// answering its own retries. Only a call with a target can differ by
+// version; its version-1 fingerprint is computed once, when first needed.
+func (x *execution) sameIntent(a idem.Attempt) bool {
+	if a.Fingerprint == x.fingerprint {
+		return true
+	}
+	if a.FingerprintVersion >= canonical.FingerprintVersion || x.op.raw == nil || x.op.raw.Target == "" {
+		return false
+	}
+	if x.fingerprintV1 == "" {
+		req, err := x.intent()
+		if err == nil {
+			x.fingerprintV1, err = canonical.FingerprintAt(req, 1)
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return a.Fingerprint == x.fingerprintV1
 }
 
 // concretePath substitutes the route's parameters.

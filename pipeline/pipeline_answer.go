@@ -14,7 +14,7 @@ import (
 // record appeared concurrently), after waiting on an in-flight record of
 // this request when the caller asked to (Prefer: wait).
 func (x *execution) answerExisting(ctx context.Context, a idem.Attempt) idem.Result {
-	if a.State == idem.AttemptInFlight && a.Fingerprint == x.fingerprint && x.inv.Wait > 0 {
+	if a.State == idem.AttemptInFlight && x.sameIntent(a) && x.inv.Wait > 0 {
 		return x.waitAndAnswer(ctx, a)
 	}
 	return x.answerRecord(ctx, a)
@@ -23,7 +23,7 @@ func (x *execution) answerExisting(ctx context.Context, a idem.Attempt) idem.Res
 // answerRecord answers from an attempt record as it stands.
 func (x *execution) answerRecord(ctx context.Context, a idem.Attempt) idem.Result {
 	m := x.op.meta
-	if a.Fingerprint != x.fingerprint {
+	if !x.sameIntent(a) {
 		parts := "method, path, query or body"
 		if slices.ContainsFunc(x.op.params, func(p idem.Param) bool { return p.In == "header" }) {
 			parts = "method, path, query, header inputs or body"

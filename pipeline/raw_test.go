@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/canonical"
 	"github.com/idem-run/idem/internal/fakeclock"
 )
 
@@ -255,6 +256,59 @@ func TestNotDispatchedKeepsTheApproval(t *testing.T) {
 			if a, _ := f.store.GetApproval(t.Context(), idem.GetApprovalParams{Org: "acme", ID: id}); a.Status != idem.ApprovalConsumed {
 				t.Fatalf("%s: the approval after the call ran = %s, want consumed", c.op, a.Status)
 			}
+		}
+	})
+}
+
+// A keyed proxied call made before the upgrade that added the upstream
+// to the fingerprint's preimage (its record holds the version-1
+// fingerprint and no version, as that release wrote it) is replayed by
+// the same call after it, and another intent under its key is still a
+// reuse (SPEC §6.2, issue 33 item 5).
+func TestRecordMadeBeforeThePreimageChangedStillReplays(t *testing.T) {
+	onEachStore(t, func(t *testing.T, s rawStore) {
+		u := &rawUpstream{next: createdWidget}
+		ops := rawWidgetOps(u, false)
+		proxied := idem.DefineRaw(idem.Metadata{
+			Name: "createWidget", Method: "POST", Path: "/widgets/{shop}", Summary: "Create a widget.", SideEffect: idem.SideEffectWrite,
+			Retry: idem.RetryContract{Kind: idem.RetrySameKeyReplay, Reconcile: "getWidgets", Rationale: "Replays by key."},
+		}, idem.RawSpec{Params: []idem.Param{{Name: "shop", In: "path", Type: "string"}, {Name: "name", In: "body"}},
+			Target: "https://upstream.example/api", Handler: u.handle})
+		f := newFixtureOn(t, s.clock, s.store, []idem.Operation{proxied, ops[1]})
+
+		// The record as the release before wrote it: the preimage without
+		// the target, no version.
+		old, err := canonical.Fingerprint(canonical.Request{Method: "POST", Path: "/widgets/s1", Body: []byte(`{"name":"a"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.store.Reserve(t.Context(), idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: "exe_before_upgrade", Scope: agent.Scope(), Operation: "createWidget", Fingerprint: old},
+			Key:         "k-old", Lease: time.Minute, Retention: 24 * time.Hour,
+		})
+		if err != nil || !res.Reserved || res.Attempt.FingerprintVersion != 0 {
+			t.Fatalf("reserve the old record: %+v, %v", res, err)
+		}
+		if _, err := s.store.Complete(t.Context(), idem.CompleteParams{Scope: agent.Scope(), Key: "k-old", FencingToken: res.Attempt.FencingToken,
+			Status: 201, Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"w0"}`),
+			Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}); err != nil {
+			t.Fatal(err)
+		}
+
+		r := f.do(t.Context(), rawCall("k-old", `{ "name": "a" }`))
+		if r.Status != 201 || !r.Replayed || string(r.Body()) != `{"id":"w0"}` || u.calls.Load() != 0 {
+			t.Fatalf("the same call after the upgrade = %d %s (replayed %v, %d upstream calls); want the old record replayed",
+				r.Status, r.Body(), r.Replayed, u.calls.Load())
+		}
+		expect(t, f.do(t.Context(), rawCall("k-old", `{"name":"b"}`)), 422, idem.CodeIdempotencyKeyReused)
+
+		// A record made now keeps the version it was made with.
+		if r := f.do(t.Context(), rawCall("k-new", `{"name":"a"}`)); r.Status != 201 || r.Replayed {
+			t.Fatalf("a new key = %d %s", r.Status, r.Body())
+		}
+		a, err := s.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "k-new"})
+		if err != nil || a.FingerprintVersion != canonical.FingerprintVersion || a.Fingerprint == old {
+			t.Fatalf("the new record = version %d, fingerprint %s (old %s), %v", a.FingerprintVersion, a.Fingerprint, old, err)
 		}
 	})
 }

@@ -14,7 +14,8 @@ import (
 // attempt record, in scanAttempt's order. The record's creation is the
 // execution's start (started_at).
 const attemptColumns = `org, principal, key, operation, fingerprint, state, id, fencing_token,
-	lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts`
+	lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts,
+	fingerprint_version`
 
 // byKey selects the row that holds the key ?1 org, ?2 principal, ?3 key,
 // through the index idem_records_key.
@@ -66,12 +67,14 @@ func forget(ctx context.Context, tx txn, scope idem.Scope, key string) error {
 // reserveSQL inserts a reservation's row, unless the key is held: its
 // attempt record in flight, its fencing token the counter's next value (a
 // trigger advances the counter, migration 005), its execution linked to
-// the most recent earlier one of its intent, and its first events.
+// the most recent earlier one of its intent, its first events and its
+// fingerprint's version (0 stored as NULL, as a record made before
+// versions were, migration 006).
 const reserveSQL = `INSERT INTO idem_records
 	(org, id, principal, operation, fingerprint, key, held, state, fencing_token, lease_expires_at, expires_at,
-		attempts, outcome, reinvocation_of, started_at, events)
+		attempts, outcome, reinvocation_of, started_at, events, fingerprint_version)
 	VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 'in_flight', (SELECT value + 1 FROM idem_counters WHERE name = 'fencing_token'), ?7, ?8,
-		1, 'running', ` + previousExecutionSQL + `, ?9, ?10)
+		1, 'running', ` + previousExecutionSQL + `, ?9, ?10, NULLIF(?11, 0))
 	ON CONFLICT (org, principal, key) WHERE held = 1 DO NOTHING
 	RETURNING fencing_token, reinvocation_of`
 
@@ -85,15 +88,15 @@ func reserveTx(ctx context.Context, tx txn, p idem.ReserveParams, now time.Time)
 		return idem.ReserveResult{}, err
 	}
 	a := idem.Attempt{
-		Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, State: idem.AttemptInFlight,
-		ExecutionID: p.ExecutionID, LeaseExpiresAt: fromMicros(micros(now.Add(p.Lease))), CreatedAt: now,
+		Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, FingerprintVersion: p.FingerprintVersion,
+		State: idem.AttemptInFlight, ExecutionID: p.ExecutionID, LeaseExpiresAt: fromMicros(micros(now.Add(p.Lease))), CreatedAt: now,
 		ExpiresAt: fromMicros(micros(now.Add(p.Retention))),
 	}
 	// insert reports false when the key is held.
 	insert := func() (bool, error) {
 		var previous sql.NullString
 		err := tx.QueryRowContext(ctx, reserveSQL, p.Scope.Org, p.ExecutionID, p.Scope.Principal, p.Operation, p.Fingerprint, p.Key,
-			micros(a.LeaseExpiresAt), micros(a.ExpiresAt), micros(now), events).Scan(&a.FencingToken, &previous)
+			micros(a.LeaseExpiresAt), micros(a.ExpiresAt), micros(now), events, p.FingerprintVersion).Scan(&a.FencingToken, &previous)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
 		}
@@ -245,12 +248,14 @@ func scanAttempt(row *sql.Row) (idem.Attempt, error) {
 		token, status, attempts                       sql.NullInt64
 		headers, sealedKeyID                          sql.NullString
 		lease, created, completed, expires, secretExp sql.NullInt64
+		version                                       sql.NullInt64
 	)
 	err := row.Scan(&a.Scope.Org, &a.Scope.Principal, &a.Key, &a.Operation, &a.Fingerprint, &a.State, &a.ExecutionID,
-		&token, &lease, &status, &headers, &a.Body, &sealedKeyID, &created, &completed, &expires, &secretExp, &attempts)
+		&token, &lease, &status, &headers, &a.Body, &sealedKeyID, &created, &completed, &expires, &secretExp, &attempts, &version)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
+	a.FingerprintVersion = int(version.Int64)
 	if headers.Valid {
 		if err := json.Unmarshal([]byte(headers.String), &a.Headers); err != nil {
 			return idem.Attempt{}, err

@@ -261,3 +261,46 @@ func TestMigrateToRecordsKeepsExistingRows(t *testing.T) {
 		t.Errorf("execution appended to = %+v, %v; want its one event", x, err)
 	}
 }
+
+// Migration 006 adds each record's fingerprint version: a record written
+// at migration 005 (as the release before wrote it) reads with version 0
+// and keeps everything else, and a reservation made now stores the
+// version it is given (issue 33 item 5).
+func TestFingerprintVersionMigrationKeepsExistingRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idem.db")
+	migrateTo(t, path, 5)
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What sqlitestore at migration 005 wrote for a completed keyed call.
+	if _, err := db.Exec(`INSERT INTO idem_records (org, id, principal, operation, fingerprint, key, held, state, fencing_token,
+			lease_expires_at, status, headers, body, completed_at, expires_at, attempts, outcome, started_at, finished_at, events)
+		VALUES ('acme', 'exe_before', 'agent', 'op', 'fp-v1', 'k-before', 1, 'completed', 21, ?1, 201,
+			'{"Content-Type":["application/json"]}', CAST('{"id":"w0"}' AS BLOB), ?2, ?3, 1, 'succeeded', ?2, ?2, '[]')`,
+		now.Add(time.Minute).UnixMicro(), now.UnixMicro(), now.Add(24*time.Hour).UnixMicro()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(t.Context(), path, idem.StoreConfig{Clock: fakeclock.New(now.Add(time.Minute))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	scope := idem.Scope{Org: "acme", Principal: "agent"}
+	a, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k-before"})
+	if err != nil || a.FingerprintVersion != 0 || a.Fingerprint != "fp-v1" || a.State != idem.AttemptCompleted || a.Status != 201 || string(a.Body) != `{"id":"w0"}` {
+		t.Fatalf("the record made before the migration = %+v, %v; want it as it was, version 0", a, err)
+	}
+	res, err := s.Reserve(t.Context(), idem.ReserveParams{
+		StartParams: idem.StartParams{ExecutionID: "exe_after", Scope: scope, Operation: "op", Fingerprint: "fp-v2", FingerprintVersion: 2},
+		Key:         "k-after", Lease: time.Minute, Retention: time.Hour,
+	})
+	if err != nil || !res.Reserved || res.Attempt.FingerprintVersion != 2 {
+		t.Fatalf("a reservation after the migration = %+v, %v", res, err)
+	}
+	if a, err := s.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: scope, Key: "k-after"}); err != nil || a.FingerprintVersion != 2 {
+		t.Fatalf("the record reserved after the migration = %+v, %v; want version 2", a, err)
+	}
+}

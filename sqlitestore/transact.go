@@ -133,8 +133,10 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 // its intent, and all its events.
 const insertFinalSQL = `INSERT INTO idem_records
 	(org, id, principal, operation, fingerprint, key, held, state, lease_expires_at, status, sealed_key_id, completed_at,
-		expires_at, secret_expires_at, attempts, outcome, code, reinvocation_of, started_at, finished_at, headers, events, body)
-	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ` + previousExecutionSQL + `, ?18, ?19, ?20, ?21, ?22)`
+		expires_at, secret_expires_at, attempts, outcome, code, reinvocation_of, started_at, finished_at, headers, events, body,
+		fingerprint_version)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ` + previousExecutionSQL + `, ?18, ?19, ?20, ?21, ?22,
+		NULLIF(?23, 0))`
 
 // insertFinalTx stores c, the outcome of the transactional execution p
 // that started at start, as its one final row in tx: for a key, the
@@ -153,6 +155,7 @@ func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.Com
 		held                                      int
 		key, state, sealedKeyID, headers          sql.NullString
 		lease, status, completed, expires, secret sql.NullInt64
+		version                                   int
 	)
 	if p.Key != "" {
 		if forgotten {
@@ -161,7 +164,8 @@ func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.Com
 			}
 		}
 		a = idem.Attempt{
-			Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, State: idem.FinalState(c.Status),
+			Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, FingerprintVersion: p.FingerprintVersion,
+			State:       idem.FinalState(c.Status),
 			ExecutionID: p.ExecutionID, LeaseExpiresAt: fromMicros(micros(start.Add(p.Lease))), Status: c.Status,
 			Headers: idem.FilterReplayedHeaders(c.Headers), Body: c.Body, SealedKeyID: c.SealedKeyID,
 			CreatedAt: start, CompletedAt: now, ExpiresAt: fromMicros(micros(start.Add(p.Retention))),
@@ -176,10 +180,11 @@ func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.Com
 		held, key, state, sealedKeyID, headers = 1, nullString(a.Key), nullString(string(a.State)), nullString(a.SealedKeyID), nullString(string(b))
 		lease, status, completed = nullMicros(a.LeaseExpiresAt), sql.NullInt64{Int64: int64(a.Status), Valid: true}, nullMicros(now)
 		expires, secret = nullMicros(a.ExpiresAt), nullMicros(a.SecretExpiresAt)
+		version = p.FingerprintVersion
 	}
 	if _, err := tx.ExecContext(ctx, insertFinalSQL, p.Scope.Org, p.ExecutionID, p.Scope.Principal, p.Operation, p.Fingerprint,
 		key, held, state, lease, status, sealedKeyID, completed, expires, secret,
-		fin.Attempts, fin.Outcome, nullString(string(fin.Code)), micros(start), micros(now), headers, events, a.Body); err != nil {
+		fin.Attempts, fin.Outcome, nullString(string(fin.Code)), micros(start), micros(now), headers, events, a.Body, version); err != nil {
 		return idem.Attempt{}, err
 	}
 	return a.Observe(now), nil

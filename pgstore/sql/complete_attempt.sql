@@ -25,9 +25,9 @@ WITH done AS (
     WHERE org = $1 AND principal = $2 AND key = $3 AND held AND fencing_token = $4
         AND state = 'in_flight' AND lease_expires_at > $10
     RETURNING watched, org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts),
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version),
 notified AS (SELECT pg_notify('idem_completed', $15::text) FROM done WHERE watched)
 SELECT (SELECT count(*) FROM notified),
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
 FROM done

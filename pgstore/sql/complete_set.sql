@@ -35,9 +35,9 @@ done AS (
     RETURNING u.n, u.payload, r.watched,
         r.org, r.principal, r.key, r.operation, r.fingerprint, r.state, r.id, r.fencing_token,
         r.lease_expires_at, r.status, r.headers, r.body, r.sealed_key_id, r.started_at, r.completed_at,
-        r.expires_at, r.secret_expires_at, r.attempts),
+        r.expires_at, r.secret_expires_at, r.attempts, r.fingerprint_version),
 notified AS (SELECT pg_notify('idem_completed', payload) FROM done WHERE watched)
 SELECT n, (SELECT count(*) FROM notified),
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
 FROM done

@@ -9,7 +9,8 @@
 -- execution id, $7 lease expiry, $8 start, $9 retention expiry, $10
 -- state, $11 status, $12 headers, $13 body, $14 sealed key id, $15 now,
 -- $16 secret expiry, $17 attempts, $18 outcome, $19 code, $20 the events
--- (a JSON array, storedEvent's form).
+-- (a JSON array, storedEvent's form), $21 the fingerprint's version (as
+-- in reserve.sql).
 --
 -- Returns the record (scanAttempt's columns).
 WITH gone AS (
@@ -19,14 +20,14 @@ WITH gone AS (
     RETURNING 1)
 INSERT INTO idem_records (org, id, principal, operation, fingerprint, key, held, state, fencing_token,
     lease_expires_at, status, headers, body, sealed_key_id, completed_at, expires_at, secret_expires_at,
-    attempts, outcome, code, reinvocation_of, started_at, finished_at, events)
+    attempts, outcome, code, reinvocation_of, started_at, finished_at, events, fingerprint_version)
 SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, true, $10::text, nextval('idem_fencing_tokens'),
     $7::timestamptz, $11::int, $12::jsonb, $13::bytea, $14::text, $15::timestamptz, $9::timestamptz, $16::timestamptz,
     $17::int, $18::text, $19::text,
     (SELECT id FROM idem_records
         WHERE org = $1 AND principal = $2 AND operation = $4 AND fingerprint = $5
         ORDER BY started_at DESC, seq DESC LIMIT 1),
-    $8::timestamptz, $15::timestamptz, $20::jsonb
+    $8::timestamptz, $15::timestamptz, $20::jsonb, NULLIF($21::int2, 0)
 WHERE (SELECT count(*) FROM gone) >= 0
 RETURNING org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version

@@ -8,4 +8,4 @@ UPDATE idem_records SET state = 'indeterminate'
 WHERE org = $1 AND principal = $2 AND key = $3 AND held AND fencing_token = $4
     AND state = 'in_flight' AND lease_expires_at <= $5
 RETURNING org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version

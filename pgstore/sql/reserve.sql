@@ -17,7 +17,9 @@
 -- $1 org, $2 principal, $3 key, $4 operation, $5 fingerprint, $6
 -- execution id, $7 lease expiry, $8 now, $9 retention expiry, $10 try,
 -- $11 the key lock's seed (keyLockSeed), $12 the execution's events (a
--- JSON array: execution.started).
+-- JSON array: execution.started), $13 the version of the fingerprint's
+-- preimage (StartParams.FingerprintVersion; 0 is stored as NULL, a record
+-- made before versions were stored).
 --
 -- Returns one row: reserved, whether the approval was consumed (true:
 -- see reserve_with_approval.sql), the new execution's reinvocation_of,
@@ -29,7 +31,7 @@ WITH locked AS MATERIALIZED (
         ELSE true END AS got),
 live AS (
     SELECT org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
     FROM idem_records
     WHERE org = $1 AND principal = $2 AND key = $3 AND held
         AND (expires_at > $8 OR (state = 'in_flight' AND lease_expires_at > $8))),
@@ -41,22 +43,22 @@ gone AS (
     RETURNING 1),
 made AS (
     INSERT INTO idem_records (org, id, principal, operation, fingerprint, key, held, state, fencing_token,
-        lease_expires_at, expires_at, attempts, outcome, reinvocation_of, started_at, events)
+        lease_expires_at, expires_at, attempts, outcome, reinvocation_of, started_at, events, fingerprint_version)
     SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, true, 'in_flight', nextval('idem_fencing_tokens'),
         $7::timestamptz, $9::timestamptz, 1, 'running',
         (SELECT id FROM idem_records
             WHERE org = $1 AND principal = $2 AND operation = $4 AND fingerprint = $5
             ORDER BY started_at DESC, seq DESC LIMIT 1),
-        $8::timestamptz, $12::jsonb
+        $8::timestamptz, $12::jsonb, NULLIF($13::int2, 0)
     WHERE NOT EXISTS (SELECT FROM live) AND (SELECT got FROM locked) AND (SELECT count(*) FROM gone) >= 0
     RETURNING reinvocation_of, org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts)
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version)
 SELECT true, true, reinvocation_of,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
 FROM made
 UNION ALL
 SELECT false, true, NULL,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
 FROM live

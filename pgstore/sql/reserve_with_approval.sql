@@ -7,7 +7,7 @@
 -- inserted anyway and the caller rolls the transaction back.
 --
 -- $1 to $11 as in reserve.sql, $12 the execution's events (a JSON array:
--- execution.started, approval.consumed), $13 approval id.
+-- execution.started, approval.consumed), $14 approval id.
 --
 -- Returns what reserve.sql returns, with consumed false when the record
 -- was inserted but the approval not consumable.
@@ -17,7 +17,7 @@ WITH locked AS MATERIALIZED (
         ELSE true END AS got),
 live AS (
     SELECT org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
     FROM idem_records
     WHERE org = $1 AND principal = $2 AND key = $3 AND held
         AND (expires_at > $8 OR (state = 'in_flight' AND lease_expires_at > $8))),
@@ -29,27 +29,27 @@ gone AS (
     RETURNING 1),
 made AS (
     INSERT INTO idem_records (org, id, principal, operation, fingerprint, key, held, state, fencing_token,
-        lease_expires_at, expires_at, attempts, outcome, reinvocation_of, started_at, events)
+        lease_expires_at, expires_at, attempts, outcome, reinvocation_of, started_at, events, fingerprint_version)
     SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, true, 'in_flight', nextval('idem_fencing_tokens'),
         $7::timestamptz, $9::timestamptz, 1, 'running',
         (SELECT id FROM idem_records
             WHERE org = $1 AND principal = $2 AND operation = $4 AND fingerprint = $5
             ORDER BY started_at DESC, seq DESC LIMIT 1),
-        $8::timestamptz, $12::jsonb
+        $8::timestamptz, $12::jsonb, NULLIF($13::int2, 0)
     WHERE NOT EXISTS (SELECT FROM live) AND (SELECT got FROM locked) AND (SELECT count(*) FROM gone) >= 0
     RETURNING reinvocation_of, org, principal, key, operation, fingerprint, state, id, fencing_token,
-        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts),
+        lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version),
 consumed AS (
     UPDATE idem_approvals SET status = 'consumed', consumed_at = $8, execution_id = $6
-    WHERE org = $1 AND id = $13 AND requested_by = $2 AND operation = $4 AND fingerprint = $5
+    WHERE org = $1 AND id = $14 AND requested_by = $2 AND operation = $4 AND fingerprint = $5
         AND status = 'approved' AND expires_at > $8 AND EXISTS (SELECT FROM made)
     RETURNING 1)
 SELECT true, EXISTS (SELECT FROM consumed), reinvocation_of,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
 FROM made
 UNION ALL
 SELECT false, true, NULL,
     org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts
+    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
 FROM live
