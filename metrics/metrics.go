@@ -2,13 +2,14 @@
 // by operation and outcome, replays, in-flight conflicts, indeterminate
 // results, runtime retries, and store latency.
 //
-// Wire it in two places:
+// Wire it in three places:
 //
 //	m := metrics.New(reg)
 //	runner, err := pipeline.New(registry, pipeline.Config{
 //		Store:   m.Store(store),
 //		Observe: m.Observe,
 //	})
+//	metrics.RegisterAuditDropped(reg, runner)
 //
 // Labels are bounded: operation comes from declared operation names, code
 // from idem's codes and the operations' declared errors, method and result
