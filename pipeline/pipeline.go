@@ -383,24 +383,29 @@ func (x *execution) intent() (canonical.Request, error) {
 // record made before the upgrade that added the target to the preimage
 // (version 1, or none stored) holds the fingerprint without it, and keeps
 // answering its own retries. Only a call with a target can differ by
-// version; its version-1 fingerprint is computed once, when first needed.
+// version.
 func (x *execution) sameIntent(a idem.Attempt) bool {
 	if a.Fingerprint == x.fingerprint {
 		return true
 	}
-	if a.FingerprintVersion >= canonical.FingerprintVersion || x.op.raw == nil || x.op.raw.Target == "" {
+	if a.FingerprintVersion >= canonical.FingerprintVersion {
 		return false
 	}
-	if x.fingerprintV1 == "" {
-		req, err := x.intent()
-		if err == nil {
-			x.fingerprintV1, err = canonical.FingerprintAt(req, 1)
-		}
-		if err != nil {
-			return false
-		}
+	v1 := x.versionOne()
+	return v1 != "" && a.Fingerprint == v1
+}
+
+// versionOne is the call's fingerprint under preimage version 1, computed
+// once, when first needed (it needs the body); "" when the call has no
+// target, whose fingerprint is the same under both versions.
+func (x *execution) versionOne() string {
+	if x.fingerprintV1 != "" || x.op.raw == nil || x.op.raw.Target == "" {
+		return x.fingerprintV1
 	}
-	return a.Fingerprint == x.fingerprintV1
+	if req, err := x.intent(); err == nil {
+		x.fingerprintV1, _ = canonical.FingerprintAt(req, 1)
+	}
+	return x.fingerprintV1
 }
 
 // concretePath substitutes the route's parameters.

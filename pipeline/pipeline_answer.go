@@ -103,6 +103,7 @@ func (x *execution) waitAndAnswer(ctx context.Context, a idem.Attempt) idem.Resu
 		return x.answerRecord(ctx, a)
 	}
 	defer release()
+	x.versionOne() // while the body is here: a record read later may need it
 	x.inv.Intent.Body, x.canon = nil, nil
 	wait := min(x.inv.Wait, x.r.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
