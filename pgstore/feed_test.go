@@ -87,3 +87,58 @@ func completeQuietly(t *testing.T, s *pgstore.Store, scope idem.Scope, key strin
 	}
 	return key
 }
+
+// A keyed transactional execution that rolls back on one instance signals
+// its key to the other instance's feed, though nothing of it committed
+// (issue 33 item 7); one that commits with nobody watching signals
+// nothing, as before.
+func TestRolledBackTransactionSignalsOtherInstances(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(context.Background(), url, idem.StoreConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	keys := b.Completions(t.Context())
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	params := func(key string) idem.ReserveParams {
+		return idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: "exe_" + key, Scope: scope, Operation: "order.refund", Fingerprint: "f"},
+			Key:         key, Lease: time.Minute, Retention: time.Hour,
+		}
+	}
+	// The LISTEN starts in the background: roll back keys until one
+	// arrives (before the fix none ever did).
+	deadline := time.After(20 * time.Second)
+	rolledBack := map[string]bool{}
+	for {
+		key := "rb-" + time.Now().Format("150405.000000")
+		quiet := "ok-" + key
+		committed, err := a.Transact(t.Context(), params(quiet), func(context.Context, any) idem.TxOutcome {
+			return idem.TxOutcome{Result: idem.CompleteParams{Status: 201, Body: []byte(`{}`),
+				Finish: idem.FinishParams{Outcome: idem.OutcomeSucceeded, Attempts: 1}}}
+		})
+		if err != nil || !committed.Committed {
+			t.Fatalf("a committed transaction: %+v, %v", committed, err)
+		}
+		res, err := a.Transact(t.Context(), params(key), func(context.Context, any) idem.TxOutcome { return idem.TxOutcome{Abort: true} })
+		if err != nil || !res.Reserved || res.Committed {
+			t.Fatalf("a rolled-back transaction: %+v, %v", res, err)
+		}
+		rolledBack[key] = true
+		select {
+		case got := <-keys:
+			if got.Scope != scope || !rolledBack[got.Key] {
+				t.Fatalf("feed delivered %+v, want one of the rolled-back keys (not a committed one such as %s)", got, quiet)
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no rolled-back execution reached the other instance's feed in 20 s")
+		}
+	}
+}
