@@ -134,6 +134,9 @@ func (c *Config) Redact(s string) string {
 	return s
 }
 
+// Secrets are the values Redact takes out.
+func (c *Config) Secrets() []string { return slices.Clone(c.secrets) }
+
 // AddSecret makes Redact take v out too (a credential given on the
 // command line).
 func (c *Config) AddSecret(v string) {

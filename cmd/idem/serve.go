@@ -321,9 +321,12 @@ type application struct {
 	// document re-read) on SIGHUP and every reloadEvery (when positive).
 	reload      func(context.Context) (application, error)
 	reloadEvery time.Duration
-	// reloadNow, when set, asks for a reload at once (idem gateway: the
-	// upstream's tools/list_changed).
-	reloadNow <-chan struct{}
+	// reloadNow, when set, asks for a reload at once, saying why (idem
+	// gateway: an upstream's tools/list_changed, its config file changed).
+	reloadNow <-chan string
+	// committed, when set on what reload returned, is told whether the
+	// server took it (nil) or refused it.
+	committed func(error)
 	// proxied: the operations are an upstream's (idem proxy, idem gateway), so the
 	// catalog lists no direct CLI operations.
 	proxied bool

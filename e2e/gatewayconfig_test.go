@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// idem gateway --config (SPEC §17.1): several upstreams behind one
+// endpoint, each named, filtered and given its own environment.
+
+// startGatewayConfig runs idem gateway --config config, with env added
+// to the gateway's own environment.
+func startGatewayConfig(t *testing.T, dir, config string, env []string, args ...string) *server {
+	t.Helper()
+	all := append([]string{"gateway", "--config", config, "--tokens-file", filepath.Join(dir, "tokens"),
+		"--addr", "127.0.0.1:0", "--store", "sqlite:" + filepath.Join(dir, "idem.db"), "--secret-key-file", filepath.Join(dir, "idem.key"),
+		"--lease-grace", "1s"}, args...)
+	cmd := exec.Command(binary, all...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "IDEM_STORE=", "IDEM_ADDR="), env...)
+	return launch(t, cmd, "idem gateway --config")
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// toolText is the text of a tool result's first content block, as the
+// HTTP route answers it.
+func toolText(t *testing.T, r reply) string {
+	t.Helper()
+	var res struct {
+		Content []struct{ Text string } `json:"content"`
+	}
+	if err := json.Unmarshal(r.raw, &res); err != nil || len(res.Content) == 0 {
+		t.Fatalf("not a tool result: %s", r.raw)
+	}
+	return res.Content[0].Text
+}
+
+// TestGatewayConfig fronts server-memory and server-everything (both
+// spawned) and the Python OpenAPI upstream with one config: every name
+// prefixed by its upstream, the include filter, one catalog, one OpenAPI
+// document and one /mcp for all, keyed calls replayed with one upstream
+// effect each, and the environment a spawned upstream sees: the
+// allow-list and its config's env, never idem's IDEM_* variables.
+func TestGatewayConfig(t *testing.T) {
+	dir := gatewayDir(t)
+	api := startUpstream(t)
+	writeFile(t, filepath.Join(dir, "widgets.yaml"), "createOrder:\n  kind: same_key_replay\n  reconcile: listWidgets\n  rationale: An order replays by key.\n")
+	writeFile(t, filepath.Join(dir, "gateway.yaml"), fmt.Sprintf(`upstreams:
+  - name: memory
+    command: node
+    args: [%q]
+    env: {MEMORY_FILE_PATH: %q}
+    contracts: contracts.yaml
+  - name: everything
+    command: node
+    args: [%q, stdio]
+    env: {PASSED: "${PASS_ME}", LITERAL: plain}
+    include: ["echo", "get-*"]
+    exclude: ["get-tiny-image"]
+    timeouts: {connect: 20s, call: 10s}
+  - name: widgets
+    openapi: /openapi.json
+    baseURL: %s
+    contracts: widgets.yaml
+`, memoryServer(t), filepath.Join(dir, "memory.jsonl"), everythingServer(t), api.url))
+	g := startGatewayConfig(t, dir, "gateway.yaml", []string{"PASS_ME=handed-over", "IDEM_TOKENS_FILE=" + filepath.Join(dir, "tokens"), "IDEM_LEAK_CHECK=never-seen"})
+
+	cat := g.do(t, "GET", "/v1/operations", "", "").want(t, 200, "")
+	var names []string
+	for _, op := range cat.body["operations"].([]any) {
+		names = append(names, op.(map[string]any)["name"].(string))
+	}
+	for _, want := range []string{"memory.create_entities", "memory.read_graph", "everything.echo", "everything.get-env", "widgets.createWidget", "widgets.listWidgets", "widgets.createOrder"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the catalog lacks %s: %v", want, names)
+		}
+	}
+	for _, not := range []string{"everything.get-tiny-image", "everything.trigger-long-running-operation", "create_entities", "echo"} {
+		if slices.Contains(names, not) {
+			t.Errorf("the catalog serves %s: %v", not, names)
+		}
+	}
+
+	t.Run("one MCP endpoint", func(t *testing.T) {
+		cs := mcpHTTP(t, g, gatewayToken)
+		listed, _ := toolNames(t, cs)
+		for _, want := range []string{"memory.create_entities", "everything.echo", "widgets.createOrder"} {
+			if !slices.Contains(listed, want) {
+				t.Errorf("tools/list lacks %s: %v", want, listed)
+			}
+		}
+		args := map[string]any{"entities": []any{map[string]any{"name": "gw-config", "entityType": "test", "observations": []any{"once"}}}, "idempotencyKey": "cfg-1"}
+		first := mcpCall(t, cs, &mcp.CallToolParams{Name: "memory.create_entities", Arguments: args})
+		again := mcpCall(t, cs, &mcp.CallToolParams{Name: "memory.create_entities", Arguments: args})
+		if first.IsError || payload(first) != payload(again) {
+			t.Fatalf("the replay differs:\n%s\n%s", resultJSON(first), resultJSON(again))
+		}
+		graph := g.do(t, "POST", "/tools/memory.read_graph", gatewayToken, `{}`).want(t, 200, "")
+		if n := strings.Count(string(graph.raw), `\"name\": \"gw-config\"`); n != 1 {
+			t.Fatalf("the graph holds %d gw-config entities: %s", n, graph.raw)
+		}
+		echo := mcpCall(t, cs, &mcp.CallToolParams{Name: "everything.echo", Arguments: map[string]any{"message": "through"}})
+		if !strings.Contains(resultJSON(echo), "through") {
+			t.Fatalf("echo: %s", resultJSON(echo))
+		}
+	})
+
+	t.Run("the OpenAPI upstream under its prefix", func(t *testing.T) {
+		body := `{"name":"cog"}`
+		first := g.do(t, "POST", "/widgets/widgets", gatewayToken, body, "Idempotency-Key", "w-1").want(t, 201, "")
+		again := g.do(t, "POST", "/widgets/widgets", gatewayToken, body, "Idempotency-Key", "w-1").want(t, 201, "")
+		if again.header.Get("Idempotent-Replayed") != "true" || string(again.raw) != string(first.raw) {
+			t.Fatalf("the replay: %v %s", again.header, again.raw)
+		}
+		if n := api.stats(t).effects("widget"); n != 1 {
+			t.Fatalf("the upstream created %d widgets, want 1", n)
+		}
+		id, _ := first.body["id"].(string)
+		g.do(t, "GET", "/widgets/widgets/"+id, gatewayToken, "").want(t, 200, "")
+		if paths := api.stats(t).Paths; !slices.Contains(paths, "/widgets/"+id) {
+			t.Fatalf("the upstream saw %v, not its own path /widgets/%s", paths, id)
+		}
+	})
+
+	t.Run("one OpenAPI document", func(t *testing.T) {
+		doc := g.do(t, "GET", "/openapi.json", "", "").want(t, 200, "")
+		paths, _ := doc.body["paths"].(map[string]any)
+		for _, p := range []string{"/tools/memory.create_entities", "/tools/everything.echo", "/widgets/widgets", "/widgets/orders"} {
+			if paths[p] == nil {
+				t.Errorf("the document lacks %s", p)
+			}
+		}
+	})
+
+	t.Run("a spawned upstream's environment", func(t *testing.T) {
+		r := g.do(t, "POST", "/tools/everything.get-env", gatewayToken, `{}`).want(t, 200, "")
+		var env map[string]string
+		if err := json.Unmarshal([]byte(toolText(t, r)), &env); err != nil {
+			t.Fatalf("get-env: %s", r.raw)
+		}
+		for name := range env {
+			if strings.HasPrefix(name, "IDEM_") {
+				t.Errorf("the upstream sees idem's %s", name)
+			}
+		}
+		if env["PASSED"] != "handed-over" || env["LITERAL"] != "plain" || env["PATH"] == "" {
+			t.Errorf("the upstream's environment lacks what the config passed: %v", env)
+		}
+		if _, ok := env["PASS_ME"]; ok {
+			t.Errorf("the upstream sees the gateway's PASS_ME: %v", env)
+		}
+	})
+
+	if strings.Contains(g.logs(), "handed-over") {
+		t.Errorf("a resolved credential reached the log:\n%s", g.logs())
+	}
+}
+
+// TestGatewayConfigRefusals: a name served by two unprefixed upstreams
+// and a repeated --upstream stop the start, naming what to change.
+func TestGatewayConfigRefusals(t *testing.T) {
+	dir := gatewayDir(t)
+	bin := filepath.Join(t.TempDir(), "gwupstream")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/gwupstream").CombinedOutput(); err != nil {
+		t.Fatalf("build gwupstream: %v\n%s", err, out)
+	}
+	writeFile(t, filepath.Join(dir, "gateway.yaml"), fmt.Sprintf(`upstreams:
+  - {name: one, command: %q, prefix: false}
+  - {name: two, command: %q, prefix: false}
+`, bin, bin))
+	code, stderr := runIdem(t, dir, "gateway", "--config", "gateway.yaml", "--store", "sqlite:"+filepath.Join(dir, "idem.db"), "--secret-key-file", filepath.Join(dir, "idem.key"), "--addr", "127.0.0.1:0")
+	if code == 0 || !strings.Contains(stderr, `the upstreams "one" and "two" both serve "grow"`) {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	code, stderr = runIdem(t, dir, "gateway", "--upstream-command", bin, "--upstream-command", bin)
+	if code != 2 || !strings.Contains(stderr, "--upstream-command is given 2 times") {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+}
+
+// runIdem runs the binary to its end and returns its exit code and
+// stderr.
+func runIdem(t *testing.T, dir string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "IDEM_STORE=", "IDEM_ADDR=")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// TestGatewayUpstreamEnvironment: the one-upstream flags spawn the
+// upstream with the allow-list and --upstream-env only, never idem's
+// IDEM_* variables (issue 34: a spawned upstream inherited IDEM_STORE,
+// IDEM_TOKENS_FILE, IDEM_SECRET_KEY_FILE).
+func TestGatewayUpstreamEnvironment(t *testing.T) {
+	dir := gatewayDir(t)
+	leaked := []string{"IDEM_TOKENS_FILE=" + filepath.Join(dir, "tokens"), "IDEM_SECRET_KEY_FILE=" + filepath.Join(dir, "idem.key"), "OTHER_SECRET=x"}
+	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), leaked, "--upstream-command", "node "+everythingServer(t)+" stdio")
+	r := g.do(t, "POST", "/tools/get-env", gatewayToken, `{}`).want(t, 200, "")
+	var env map[string]string
+	if err := json.Unmarshal([]byte(toolText(t, r)), &env); err != nil {
+		t.Fatalf("get-env: %s", r.raw)
+	}
+	for name := range env {
+		if strings.HasPrefix(name, "IDEM_") || name == "OTHER_SECRET" {
+			t.Errorf("the upstream sees the gateway's %s", name)
+		}
+	}
+	if env["PATH"] == "" {
+		t.Errorf("the upstream has no PATH: %v", env)
+	}
+}
