@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,7 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -228,5 +231,106 @@ func TestGatewayUpstreamEnvironment(t *testing.T) {
 	}
 	if env["PATH"] == "" {
 		t.Errorf("the upstream has no PATH: %v", env)
+	}
+}
+
+// everythingOn runs server-everything in streamable HTTP mode on port
+// and returns a func that kills it.
+func everythingOn(t *testing.T, port string) (kill func()) {
+	t.Helper()
+	cmd := exec.Command("node", everythingServer(t), "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+port)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "listening on port") {
+				close(ready)
+			}
+		}
+	}()
+	var once sync.Once
+	kill = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
+	t.Cleanup(kill)
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("server-everything did not listen within 30 s")
+	}
+	return kill
+}
+
+// upstreamStates reads GET /readyz's upstreams, by name.
+func upstreamStates(t *testing.T, g *server) map[string]string {
+	t.Helper()
+	r := g.do(t, "GET", "/readyz", "", "").want(t, 200, "")
+	out := map[string]string{}
+	ups, _ := r.get("data.upstreams").([]any)
+	for _, u := range ups {
+		m, _ := u.(map[string]any)
+		out[fmt.Sprint(m["name"])] = fmt.Sprint(m["state"])
+	}
+	return out
+}
+
+// TestGatewayUpstreamDownAndBack: an HTTP upstream down at start does not
+// stop the gateway, which serves the others and serves its tools once it
+// answers; killed later, its tools answer 503 UPSTREAM_UNAVAILABLE
+// (retryable, key free) and /readyz says so, and once it is back the
+// same call runs, the gateway never restarted.
+func TestGatewayUpstreamDownAndBack(t *testing.T) {
+	dir := gatewayDir(t)
+	port := freePort(t)
+	writeFile(t, filepath.Join(dir, "gateway.yaml"), fmt.Sprintf(`upstreams:
+  - name: memory
+    command: node
+    args: [%q]
+    env: {MEMORY_FILE_PATH: %q}
+  - name: everything
+    url: http://127.0.0.1:%s/mcp
+    timeouts: {connect: 5s}
+`, memoryServer(t), filepath.Join(dir, "memory.jsonl"), port))
+	g := startGatewayConfig(t, dir, "gateway.yaml", nil, "--reconnect-max-wait", "1s")
+	if st := upstreamStates(t, g); st["memory"] != "up" || st["everything"] != "down" {
+		t.Fatalf("/readyz at start: %v", st)
+	}
+	if !strings.Contains(g.logs(), "cannot be reached at start") || strings.Contains(g.logs(), "the key is free") {
+		t.Fatalf("the start-up log says it in call words:\n%s", g.logs())
+	}
+	g.do(t, "POST", "/tools/memory.read_graph", gatewayToken, `{}`).want(t, 200, "")
+	g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"early"}`).want(t, 404, "NOT_FOUND")
+
+	kill := everythingOn(t, port)
+	waitFor(t, 30*time.Second, "everything up in /readyz", func() bool { return upstreamStates(t, g)["everything"] == "up" })
+	waitFor(t, 30*time.Second, "everything's tools served", func() bool {
+		r := g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"first"}`)
+		return r.status == 200
+	})
+
+	kill()
+	r := g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"down"}`, "Idempotency-Key", "down-1").want(t, 503, "UPSTREAM_UNAVAILABLE")
+	if r.get("retryable") != true {
+		t.Fatalf("503 not retryable: %s", r.raw)
+	}
+	if st := upstreamStates(t, g); st["everything"] != "down" || st["memory"] != "up" {
+		t.Fatalf("/readyz with everything killed: %v", st)
+	}
+	g.do(t, "POST", "/tools/memory.read_graph", gatewayToken, `{}`).want(t, 200, "")
+
+	everythingOn(t, port)
+	waitFor(t, 30*time.Second, "everything back", func() bool { return upstreamStates(t, g)["everything"] == "up" })
+	back := g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"back"}`).want(t, 200, "")
+	if !strings.Contains(string(back.raw), "back") {
+		t.Fatalf("echo once back: %s", back.raw)
+	}
+	if g.cmd.ProcessState != nil {
+		t.Fatal("the gateway exited")
 	}
 }

@@ -410,6 +410,7 @@ func (m *member) setUp() {
 }
 
 func (m *member) setDown(err error) {
+	err = startupCause(err)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down == nil {
@@ -445,7 +446,7 @@ func (m *member) probe() {
 			m.probing = false
 			m.mu.Unlock()
 		}()
-		wait := time.Second
+		wait := min(time.Second, m.set.opts.Backoff)
 		for {
 			t := time.NewTimer(wait)
 			select {
@@ -463,7 +464,7 @@ func (m *member) probe() {
 			}
 			m.setDown(err)
 			m.log.Debug("the upstream is still down", "error", err.Error(), "retryIn", (2 * wait).String())
-			wait = min(2*wait, m.set.opts.Backoff)
+			wait = max(min(2*wait, m.set.opts.Backoff), time.Second)
 		}
 	}()
 }

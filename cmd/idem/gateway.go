@@ -35,6 +35,7 @@ type gatewayOptions struct {
 	connectTimeout  time.Duration
 	reloadEvery     time.Duration
 	watchEvery      time.Duration
+	reconnectMax    time.Duration
 	cfg             *gatewayconfig.Config // from --config, or from the one-upstream flags
 	getenv          func(string) string
 }
@@ -60,6 +61,9 @@ func (m Main) gatewayCommand() *cobra.Command {
 			if o.reloadEvery < 0 {
 				return usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
 			}
+			if o.reconnectMax < time.Second {
+				return usagef("--reconnect-max-wait must be 1s or more, got %s", o.reconnectMax)
+			}
 			if o.connectTimeout < 0 {
 				return usagef("--connect-timeout must be 0 or more, got %s", o.connectTimeout)
 			}
@@ -81,6 +85,7 @@ func (m Main) gatewayCommand() *cobra.Command {
 	f.StringVar(&o.contracts, "contracts", "", "overlay (YAML or JSON) of retry contracts by tool name: kind, reconcile, rationale, sideEffect, timeoutMs, approval")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", 0, "bound on connecting to the upstream and its MCP handshake (0: 15s; timeouts.connect in --config)")
 	f.DurationVar(&o.reloadEvery, "reload-interval", time.Minute, "list the upstreams' tools (and re-read the contracts and the config) this often besides on tools/list_changed and SIGHUP (0: never); a list that fails to load or register keeps the running declarations")
+	f.DurationVar(&o.reconnectMax, "reconnect-max-wait", gateway.DefaultBackoffCap, "longest wait between two attempts to reach an upstream that is down (the first after 1s, then twice as long each time)")
 	f.DurationVar(&o.watchEvery, "config-check-interval", 2*time.Second, "how often --config's file is checked for a change, which reloads it (0: only on SIGHUP)")
 	return cmd
 }
@@ -192,7 +197,7 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 	secrets := &redactor{}
 	secrets.add(o.cfg)
 	logger = slog.New(redacting{next: logger.Handler(), r: secrets})
-	set := gateway.NewSet(gateway.SetOptions{Logger: logger, Version: buildVersion(), Environ: os.Environ()})
+	set := gateway.NewSet(gateway.SetOptions{Logger: logger, Version: buildVersion(), Environ: os.Environ(), Backoff: o.reconnectMax})
 	var warned []string
 	running := o.cfg
 	declare := func(ctx context.Context, cfg *gatewayconfig.Config) (*gateway.Declaration, error) {
@@ -267,6 +272,7 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 	}
 	app.reloadNow = now
 	app.close = set.Close
+	app.readiness = func(context.Context) map[string]any { return map[string]any{"upstreams": set.States()} }
 	return app, nil
 }
 

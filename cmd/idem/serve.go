@@ -227,7 +227,8 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
 		},
 		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
-		Version: buildVersion(),
+		Readiness: app.readiness,
+		Version:   buildVersion(),
 	})
 	if err != nil {
 		return err
@@ -330,7 +331,9 @@ type application struct {
 	// proxied: the operations are an upstream's (idem proxy, idem gateway), so the
 	// catalog lists no direct CLI operations.
 	proxied bool
-	close   func()
+	// readiness adds facts to GET /readyz (idem gateway: its upstreams).
+	readiness func(context.Context) map[string]any
+	close     func()
 }
 
 // demoApplication is idem serve's application: the reference application
