@@ -2,14 +2,17 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -333,4 +336,104 @@ func TestGatewayUpstreamDownAndBack(t *testing.T) {
 	if g.cmd.ProcessState != nil {
 		t.Fatal("the gateway exited")
 	}
+}
+
+// TestGatewayConfigReload changes the config file under a running
+// gateway: an upstream added is served, with tools/list_changed; a broken
+// file is refused and the running config kept, the reason logged; SIGHUP
+// with nothing changed notifies nobody; an upstream removed while it
+// holds a call lets that call finish, and its tools are gone.
+func TestGatewayConfigReload(t *testing.T) {
+	dir := gatewayDir(t)
+	memory := fmt.Sprintf(`  - name: memory
+    command: node
+    args: [%q]
+    env: {MEMORY_FILE_PATH: %q}
+`, memoryServer(t), filepath.Join(dir, "memory.jsonl"))
+	everything := fmt.Sprintf(`  - name: everything
+    command: node
+    args: [%q, stdio]
+    contracts: contracts.yaml
+`, everythingServer(t))
+	file := filepath.Join(dir, "gateway.yaml")
+	writeFile(t, file, "upstreams:\n"+memory)
+	g := startGatewayConfig(t, dir, "gateway.yaml", nil, "--config-check-interval", "100ms")
+	changed := make(chan struct{}, 10)
+	transport := &mcp.StreamableClientTransport{Endpoint: g.url + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{gatewayToken}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	}).Connect(t.Context(), transport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	notified := func(what string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no tools/list_changed:\n%s", what, g.logs())
+		}
+	}
+	quiet := func(what string) {
+		t.Helper()
+		select {
+		case <-changed:
+			t.Fatalf("%s: tools/list_changed while the tools did not change", what)
+		case <-time.After(time.Second):
+		}
+	}
+	served := func() []string {
+		names, _ := toolNames(t, cs)
+		return names
+	}
+
+	writeFile(t, file, "upstreams:\n"+memory+everything)
+	notified("an upstream added")
+	for len(changed) > 0 { // the upstream's own list_changed at its start may follow
+		<-changed
+	}
+	if names := served(); !slices.Contains(names, "everything.echo") || !slices.Contains(names, "memory.read_graph") {
+		t.Fatalf("tools after the upstream was added: %v", names)
+	}
+	g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"added"}`).want(t, 200, "")
+
+	writeFile(t, file, "upstreams:\n"+memory+everything+"    bogus: 1\n")
+	waitFor(t, 30*time.Second, "the broken file refused in the log", func() bool {
+		return strings.Contains(g.logs(), `the config file is refused and the running config stays`) && strings.Contains(g.logs(), `unknown key \"bogus\"`)
+	})
+	g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"kept"}`).want(t, 200, "")
+
+	writeFile(t, file, "upstreams:\n"+memory+everything)
+	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	quiet("the same config again, and SIGHUP")
+
+	// A call held by everything when it is removed.
+	body := `{"duration":3,"steps":3}`
+	answered := make(chan reply, 1)
+	go func() {
+		r, _ := g.try("POST", "/tools/everything.trigger-long-running-operation", gatewayToken, body, "Idempotency-Key", "held-1")
+		answered <- r
+	}()
+	waitFor(t, 15*time.Second, "the long call in flight", func() bool {
+		r := g.do(t, "GET", "/v1/attempts/held-1", gatewayToken, "")
+		return r.status == 200 && r.get("data.state") == "in_flight"
+	})
+	writeFile(t, file, "upstreams:\n"+memory)
+	notified("an upstream removed")
+	if names := served(); slices.Contains(names, "everything.echo") || !slices.Contains(names, "memory.read_graph") {
+		t.Fatalf("tools after the upstream was removed: %v", names)
+	}
+	select {
+	case r := <-answered:
+		if r.status != 200 {
+			t.Fatalf("the call held by the removed upstream: %d %s", r.status, r.raw)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call held by the removed upstream never finished")
+	}
+	g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"gone"}`).want(t, 404, "NOT_FOUND")
+	g.do(t, "POST", "/tools/memory.read_graph", gatewayToken, `{}`).want(t, 200, "")
 }
