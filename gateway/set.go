@@ -160,7 +160,10 @@ func (s *Set) Declare(ctx context.Context, cfg *gatewayconfig.Config) (*Declarat
 			return fail(fmt.Errorf("upstream %q: %w", u.Name, err))
 		}
 		for _, w := range warnings {
-			d.Warnings = append(d.Warnings, fmt.Sprintf("upstream %q: %s", u.Name, w))
+			if !single {
+				w = fmt.Sprintf("upstream %q: %s", u.Name, w)
+			}
+			d.Warnings = append(d.Warnings, w)
 		}
 		for _, op := range ops {
 			name := op.Metadata().Name
@@ -303,7 +306,7 @@ type member struct {
 // start makes the member of u and tries once to reach it.
 func (s *Set) start(ctx context.Context, u gatewayconfig.Upstream) *member {
 	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	m := &member{set: s, cfg: u, log: s.log.With("upstream", u.Name), ctx: mctx, stop: stop, since: time.Now(), idle: make(chan struct{})}
+	m := &member{set: s, cfg: u, log: s.log.With("upstreamName", u.Name), ctx: mctx, stop: stop, since: time.Now(), idle: make(chan struct{})}
 	if u.Kind == gatewayconfig.KindOpenAPI {
 		base, _ := url.Parse(strings.TrimRight(u.BaseURL, "/"))
 		client := proxy.NewClient()

@@ -288,6 +288,14 @@ var keysOf = map[string][]string{
 
 func (p *parser) upstream(i int, n *yaml.Node) (Upstream, error) {
 	where := fmt.Sprintf("upstreams[%d]", i)
+	if n.Kind == yaml.MappingNode {
+		// Name the upstream in every error, its own keys' included.
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if k, v := n.Content[j], n.Content[j+1]; k.Value == "name" && v.Kind == yaml.ScalarNode && nameRule.MatchString(v.Value) {
+				where = fmt.Sprintf("upstreams[%d] %q", i, v.Value)
+			}
+		}
+	}
 	fields, err := p.mapping(n, where, upstreamKeys...)
 	if err != nil {
 		return Upstream{}, err

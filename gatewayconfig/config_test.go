@@ -90,7 +90,7 @@ func TestParseRefusals(t *testing.T) {
 		{"zero upstreams", `upstreams: []`, "upstreams: give at least one upstream"},
 		{"unknown top key", "upstream: []\n", `the file: unknown key "upstream"`},
 		{"upstreams not a list", "upstreams: {a: 1}\n", "upstreams: want a list"},
-		{"unknown key", "upstreams:\n  - name: a\n    comand: x\n", `upstreams[0]: unknown key "comand"`},
+		{"unknown key", "upstreams:\n  - name: a\n    comand: x\n", `upstreams[0] "a": unknown key "comand"`},
 		{"no name", "upstreams:\n  - command: x\n", `upstreams[0]: name ""`},
 		{"bad name", "upstreams:\n  - name: My_Server\n    command: x\n", `upstreams[0]: name "My_Server"`},
 		{"duplicate name", "upstreams:\n  - {name: a, command: x}\n  - {name: a, command: y}\n", `upstreams[1]: name "a" is also the name of upstreams[0]`},

@@ -211,10 +211,12 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 			}
 			warned = decl.Warnings
 		}
+		return decl, nil
+	}
+	logStates := func() {
 		for _, st := range set.States() {
 			logger.Info("gateway", "upstream", st.Name, "state", st.State, "operations", st.Operations)
 		}
-		return decl, nil
 	}
 	first, err := declare(ctx, running)
 	if err != nil {
@@ -222,6 +224,7 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 		return application{}, err
 	}
 	first.Commit()
+	logStates()
 	app := application{operations: first.Operations, openapi: first.OpenAPI, proxied: true}
 	app.reload = func(ctx context.Context) (application, error) {
 		next := running
@@ -247,6 +250,7 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 			}
 			decl.Commit()
 			running = next
+			logStates()
 		}}, nil
 	}
 	app.reloadEvery = o.reloadEvery
