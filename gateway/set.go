@@ -136,26 +136,54 @@ func (s *Set) Declare(ctx context.Context, cfg *gatewayconfig.Config) (*Declarat
 	s.mu.Lock()
 	current := maps.Clone(s.members)
 	s.mu.Unlock()
-	for _, u := range cfg.Upstreams {
+	// Upstreams are reached, then listed, all at once: one that hangs
+	// costs its own timeout, not every other's.
+	members := make([]*member, len(cfg.Upstreams))
+	var wg sync.WaitGroup
+	for i, u := range cfg.Upstreams {
 		if m := current[u.Name]; m != nil && m.cfg.Fingerprint == u.Fingerprint {
-			d.next[u.Name] = m
+			members[i] = m
 			continue
 		}
-		m := s.start(ctx, u)
-		d.next[u.Name] = m
-		d.started = append(d.started, m)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			members[i] = s.start(ctx, u)
+		}()
+	}
+	wg.Wait()
+	for i, u := range cfg.Upstreams {
+		d.next[u.Name] = members[i]
+		if current[u.Name] != members[i] {
+			d.started = append(d.started, members[i])
+		}
 	}
 	fail := func(err error) (*Declaration, error) {
 		d.Abort()
 		return nil, err
 	}
+	type declared struct {
+		ops      []idem.Operation
+		doc      []byte
+		warnings []string
+		err      error
+	}
+	results := make([]declared, len(members))
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &results[i]
+			r.ops, r.doc, r.warnings, r.err = m.declare(ctx)
+		}()
+	}
+	wg.Wait()
 	by := map[string]string{} // served name → upstream
 	var mcpOps []idem.Operation
 	single := len(cfg.Upstreams) == 1
 	var singleDoc []byte
-	for _, u := range cfg.Upstreams {
-		m := d.next[u.Name]
-		ops, doc, warnings, err := m.declare(ctx)
+	for i, u := range cfg.Upstreams {
+		ops, doc, warnings, err := results[i].ops, results[i].doc, results[i].warnings, results[i].err
 		if err != nil {
 			return fail(fmt.Errorf("upstream %q: %w", u.Name, err))
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -284,9 +285,16 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 // was at the last check (every interval): an editor's rename over the
 // file counts, a touch does not.
 func watchFile(ctx context.Context, file string, interval time.Duration, changed func()) {
-	sum := func() [32]byte {
-		data, _ := os.ReadFile(file)
-		return sha256.Sum256(data)
+	sum := func() (out [32]byte) {
+		f, err := os.Open(file)
+		if err != nil {
+			return out
+		}
+		defer f.Close()
+		h := sha256.New()
+		io.Copy(h, io.LimitReader(f, gatewayconfig.MaxFileBytes+1))
+		copy(out[:], h.Sum(nil))
+		return out
 	}
 	last := sum()
 	t := time.NewTicker(interval)
