@@ -437,3 +437,33 @@ func TestGatewayConfigReload(t *testing.T) {
 	g.do(t, "POST", "/tools/everything.echo", gatewayToken, `{"message":"gone"}`).want(t, 404, "NOT_FOUND")
 	g.do(t, "POST", "/tools/memory.read_graph", gatewayToken, `{}`).want(t, 200, "")
 }
+
+// TestProxyUpstreamDownAtStart: idem proxy, a one-upstream config, starts
+// while its upstream (and the document it serves) is down, and serves the
+// operations once it answers (main stopped at start).
+func TestProxyUpstreamDownAtStart(t *testing.T) {
+	dir := proxyDir(t)
+	port := freePort(t)
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), "http://127.0.0.1:"+port, "--max-stored-response", "65536")
+	if st := upstreamStates(t, p); st["upstream"] != "down" {
+		t.Fatalf("/readyz with the upstream down: %v", st)
+	}
+	p.do(t, "POST", "/widgets", proxyToken, `{"name":"early"}`).want(t, 404, "NOT_FOUND")
+
+	script, err := filepath.Abs("testdata/upstream/upstream.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := exec.Command("python3", script, port)
+	if err := api.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { api.Process.Kill(); api.Wait() })
+	waitFor(t, 30*time.Second, "the operations served once the upstream answers", func() bool {
+		return p.do(t, "GET", "/widgets", proxyToken, "").status == 200
+	})
+	p.do(t, "POST", "/widgets", proxyToken, `{"name":"late"}`, "Idempotency-Key", "late-1").want(t, 201, "")
+	if st := upstreamStates(t, p); st["upstream"] != "up" {
+		t.Fatalf("/readyz with the upstream back: %v", st)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -106,6 +107,13 @@ func (d *Declaration) Commit() {
 	old := s.members
 	s.members = d.next
 	s.mu.Unlock()
+	for _, m := range d.next {
+		m.mu.Lock()
+		if m.pending != nil {
+			m.doc, m.pending = m.pending, nil
+		}
+		m.mu.Unlock()
+	}
 	for name, m := range old {
 		if d.next[name] != m {
 			m.retire()
@@ -119,6 +127,11 @@ func (d *Declaration) Abort() {
 		return
 	}
 	d.done = true
+	for _, m := range d.next {
+		m.mu.Lock()
+		m.pending = nil
+		m.mu.Unlock()
+	}
 	for _, m := range d.started {
 		m.retire()
 	}
@@ -139,6 +152,7 @@ func (s *Set) Declare(ctx context.Context, cfg *gatewayconfig.Config) (*Declarat
 	// Upstreams are reached, then listed, all at once: one that hangs
 	// costs its own timeout, not every other's.
 	members := make([]*member, len(cfg.Upstreams))
+	errs := make([]error, len(cfg.Upstreams))
 	var wg sync.WaitGroup
 	for i, u := range cfg.Upstreams {
 		if m := current[u.Name]; m != nil && m.cfg.Fingerprint == u.Fingerprint {
@@ -148,10 +162,22 @@ func (s *Set) Declare(ctx context.Context, cfg *gatewayconfig.Config) (*Declarat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			members[i] = s.start(ctx, u)
+			m, err := s.start(ctx, u)
+			members[i] = m
+			if err != nil {
+				errs[i] = fmt.Errorf("upstream %q: %w", u.Name, err)
+			}
 		}()
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i, m := range members {
+			if m != nil && current[cfg.Upstreams[i].Name] != m {
+				m.retire()
+			}
+		}
+		return nil, err
+	}
 	for i, u := range cfg.Upstreams {
 		d.next[u.Name] = members[i]
 		if current[u.Name] != members[i] {
@@ -322,6 +348,8 @@ type member struct {
 	listed   bool // tools were listed at least once
 	fwd      *proxy.Forwarder
 	doc      *proxy.Document // OpenAPI: nil until read
+	docFresh bool            // doc was just read: the next declaration need not read it again
+	pending  *proxy.Document // read for a declaration not yet served
 	down     error           // why it is down; nil when up
 	since    time.Time
 	served   int
@@ -332,7 +360,7 @@ type member struct {
 }
 
 // start makes the member of u and tries once to reach it.
-func (s *Set) start(ctx context.Context, u gatewayconfig.Upstream) *member {
+func (s *Set) start(ctx context.Context, u gatewayconfig.Upstream) (*member, error) {
 	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	m := &member{set: s, cfg: u, log: s.log.With("upstreamName", u.Name), ctx: mctx, stop: stop, since: time.Now(), idle: make(chan struct{})}
 	if u.Kind == gatewayconfig.KindOpenAPI {
@@ -344,6 +372,12 @@ func (s *Set) start(ctx context.Context, u gatewayconfig.Upstream) *member {
 		m.fwd = &proxy.Forwarder{Upstream: base, Client: client, MaxResponse: u.MaxStoredResponse}
 	}
 	if err := m.connect(ctx); err != nil {
+		if u.Kind == gatewayconfig.KindOpenAPI && localDocument(u.OpenAPI) {
+			// A file of the gateway's own that does not load is a mistake
+			// of the config, not an upstream that is down.
+			m.retire()
+			return nil, err
+		}
 		m.setDown(err)
 		m.log.Warn("the upstream cannot be reached at start: the gateway serves the others and tries again in the background; its tools are served once it answers",
 			"error", err.Error())
@@ -351,7 +385,20 @@ func (s *Set) start(ctx context.Context, u gatewayconfig.Upstream) *member {
 	} else {
 		m.setUp()
 	}
-	return m
+	return m, nil
+}
+
+// localDocument says whether an OpenAPI document is read from a file
+// (proxy.Load's rule), not from the network.
+func localDocument(source string) bool {
+	if strings.HasPrefix(source, "http://") || strings.HasPrefix(source, "https://") {
+		return false
+	}
+	if strings.HasPrefix(source, "/") {
+		_, err := os.Stat(source)
+		return err == nil
+	}
+	return true
 }
 
 func headerOf(h map[string]string) http.Header {
@@ -381,7 +428,7 @@ func (m *member) connect(ctx context.Context) error {
 			return err
 		}
 		m.mu.Lock()
-		m.doc = doc
+		m.doc, m.docFresh = doc, true
 		m.mu.Unlock()
 		return nil
 	}
@@ -512,7 +559,7 @@ func (m *member) declare(ctx context.Context) ([]idem.Operation, []byte, []strin
 	var doc []byte
 	var warnings []string
 	if m.cfg.Kind == gatewayconfig.KindOpenAPI {
-		ops, doc, warnings, err = m.declareOpenAPI(overlay)
+		ops, doc, warnings, err = m.declareOpenAPI(ctx, overlay)
 	} else {
 		ops, doc, warnings, err = m.declareMCP(ctx, overlay)
 	}
@@ -578,12 +625,33 @@ func (m *member) declareMCP(ctx context.Context, overlay proxy.Overlay) ([]idem.
 	return built.Operations, doc, built.Warnings, nil
 }
 
-func (m *member) declareOpenAPI(overlay proxy.Overlay) ([]idem.Operation, []byte, []string, error) {
+func (m *member) declareOpenAPI(ctx context.Context, overlay proxy.Overlay) ([]idem.Operation, []byte, []string, error) {
+	var warnings []string
 	m.mu.Lock()
-	doc := m.doc
+	doc, fresh := m.doc, m.docFresh
+	m.docFresh = false
 	m.mu.Unlock()
 	if doc == nil {
-		return nil, nil, nil, nil // down since start: nothing to serve yet
+		return nil, nil, nil, nil // down since start: nothing to serve yet (the reconnection loop reads it)
+	}
+	if !fresh {
+		// The document is read again on every declaration, as idem proxy
+		// does on SIGHUP; one that cannot be read keeps the last one
+		// served.
+		lctx, cancel := context.WithTimeout(ctx, m.connectTimeout())
+		again, err := proxy.Load(lctx, m.cfg.OpenAPI, m.fwd.Upstream, m.fwd.Client)
+		cancel()
+		switch {
+		case err != nil && localDocument(m.cfg.OpenAPI):
+			return nil, nil, nil, err // the gateway's own file: a mistake to fix
+		case err != nil:
+			warnings = append(warnings, fmt.Sprintf("the OpenAPI document could not be read again, so the one served is kept: %v", err))
+		default:
+			doc = again
+			m.mu.Lock()
+			m.pending = again // m.doc once the declaration is served
+			m.mu.Unlock()
+		}
 	}
 	opts := proxy.Options{Forward: m.forward, Unvalidated: !m.cfg.Validate, Upstream: m.fwd.Upstream}
 	if m.cfg.Prefix {
@@ -593,7 +661,7 @@ func (m *member) declareOpenAPI(overlay proxy.Overlay) ([]idem.Operation, []byte
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return built.Operations, built.Document, built.Warnings, nil
+	return built.Operations, built.Document, append(warnings, built.Warnings...), nil
 }
 
 // forward is the handler of an OpenAPI upstream's operation: the

@@ -195,28 +195,52 @@ var gatewayPolicies = func(policies, limits *yaml.Node) error {
 
 // application starts the upstreams and declares their operations.
 func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
+	return upstreams{cfg: o.cfg, file: o.config, getenv: o.getenv, reloadEvery: o.reloadEvery, watchEvery: o.watchEvery,
+		reconnectMax: o.reconnectMax, command: "gateway"}.application(ctx, logger)
+}
+
+// upstreams is what idem gateway and idem proxy serve: the upstreams of a
+// config (SPEC §17.1), run by a gateway.Set.
+type upstreams struct {
+	cfg *gatewayconfig.Config
+	// file is the config file to read again on a reload ("": cfg came
+	// from flags and stays).
+	file   string
+	getenv func(string) string
+	// reloadEvery: declare again this often (0: never); watchEvery: check
+	// file for a change this often (0: never).
+	reloadEvery, watchEvery time.Duration
+	reconnectMax            time.Duration
+	// command names the log lines and errors: "gateway" or "proxy".
+	command string
+}
+
+func (u upstreams) application(ctx context.Context, logger *slog.Logger) (application, error) {
 	secrets := &redactor{}
-	secrets.add(o.cfg)
+	secrets.add(u.cfg)
 	logger = slog.New(redacting{next: logger.Handler(), r: secrets})
-	set := gateway.NewSet(gateway.SetOptions{Logger: logger, Version: buildVersion(), Environ: os.Environ(), Backoff: o.reconnectMax})
+	set := gateway.NewSet(gateway.SetOptions{Logger: logger, Version: buildVersion(), Environ: os.Environ(), Backoff: u.reconnectMax})
 	var warned []string
-	running := o.cfg
+	running := u.cfg
 	declare := func(ctx context.Context, cfg *gatewayconfig.Config) (*gateway.Declaration, error) {
 		decl, err := set.Declare(ctx, cfg)
 		if err != nil {
-			return nil, errors.New(secrets.redact(fmt.Sprintf("idem gateway: %v", err)))
+			return nil, errors.New(secrets.redact(fmt.Sprintf("idem %s: %v", u.command, err)))
 		}
 		if !slices.Equal(decl.Warnings, warned) {
 			for _, w := range decl.Warnings {
-				logger.Warn("gateway", "warning", w)
+				logger.Warn(u.command, "warning", w)
 			}
 			warned = decl.Warnings
 		}
 		return decl, nil
 	}
 	logStates := func() {
+		if u.command == "proxy" {
+			return // idem proxy says "proxying" instead, as it always did
+		}
 		for _, st := range set.States() {
-			logger.Info("gateway", "upstream", st.Name, "state", st.State, "operations", st.Operations)
+			logger.Info(u.command, "upstream", st.Name, "state", st.State, "operations", st.Operations)
 		}
 	}
 	first, err := declare(ctx, running)
@@ -229,8 +253,8 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 	app := application{operations: first.Operations, openapi: first.OpenAPI, proxied: true}
 	app.reload = func(ctx context.Context) (application, error) {
 		next := running
-		if o.config != "" {
-			cfg, err := gatewayconfig.Load(o.config, o.getenv)
+		if u.file != "" {
+			cfg, err := gatewayconfig.Load(u.file, u.getenv)
 			if err == nil {
 				err = gatewayPolicies(cfg.Policies, cfg.Limits)
 			}
@@ -254,7 +278,7 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 			logStates()
 		}}, nil
 	}
-	app.reloadEvery = o.reloadEvery
+	app.reloadEvery = u.reloadEvery
 	now := make(chan string, 1)
 	ask := func(why string) {
 		select {
@@ -272,8 +296,8 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 			}
 		}
 	}()
-	if o.config != "" && o.watchEvery > 0 {
-		go watchFile(ctx, o.config, o.watchEvery, func() { ask("the config file changed") })
+	if u.file != "" && u.watchEvery > 0 {
+		go watchFile(ctx, u.file, u.watchEvery, func() { ask("the config file changed") })
 	}
 	app.reloadNow = now
 	app.close = set.Close
