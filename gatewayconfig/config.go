@@ -543,6 +543,7 @@ func (p *parser) resolve(raw string) (string, bool, error) {
 		} else if v == "" && missing == nil {
 			missing = fmt.Errorf("the variable %s of ${%s} is not set (or empty)", name, name)
 		}
+		p.c.AddSecret(v) // alone too: an upstream's error may quote the token without its "Bearer "
 		return v
 	})
 	if missing != nil {
