@@ -163,6 +163,8 @@ func (o gatewayOptions) gatewayConfig(getenv func(string) string) (*gatewayconfi
 				if value, ok = lookupEnv(getenv, name); !ok {
 					return nil, usagef("--upstream-env %s: idem's environment has no %s to pass (give NAME=VALUE)", name, name)
 				}
+				cfg.AddSecret(value) // passed from the environment, as a ${VAR} reference is
+
 			}
 			u.Env[name] = value
 		}
