@@ -333,6 +333,24 @@ func (s *Set) States() []UpstreamState {
 	return out
 }
 
+// Upstreams are the MCP sessions of the set's MCP upstreams that are
+// connected, by upstream name: for what is forwarded besides tools
+// (resources, prompts), which must reach the upstream a name came from.
+func (s *Set) Upstreams() map[string]*Upstream {
+	s.mu.Lock()
+	members := maps.Clone(s.members)
+	s.mu.Unlock()
+	out := map[string]*Upstream{}
+	for name, m := range members {
+		m.mu.Lock()
+		if m.up != nil && !m.retired {
+			out[name] = m.up
+		}
+		m.mu.Unlock()
+	}
+	return out
+}
+
 // member is one upstream of the set.
 type member struct {
 	set *Set

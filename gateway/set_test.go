@@ -61,6 +61,9 @@ func TestSetNamesAndFilters(t *testing.T) {
 			t.Errorf("state %+v", st)
 		}
 	}
+	if ups := set.Upstreams(); len(ups) != 2 || ups["a"] == nil || ups["b"] == nil {
+		t.Errorf("Upstreams: %v", ups)
+	}
 }
 
 // TestSetCollision: a name served by two upstreams is refused naming both.
