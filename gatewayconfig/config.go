@@ -598,8 +598,15 @@ func httpURL(n *yaml.Node, where string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", at(n, "%s: %q is not an http(s) URL", where, s)
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", at(n, "%s: not a URL: give http(s)://host[:port]/path", where)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", at(n, "%s: %q is not an http(s) URL", where, u.Redacted())
+	}
+	if u.User != nil {
+		return "", at(n, "%s: %s holds credentials: give them in headers (Authorization), where they are redacted", where, u.Redacted())
 	}
 	return s, nil
 }

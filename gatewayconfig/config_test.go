@@ -98,6 +98,8 @@ func TestParseRefusals(t *testing.T) {
 		{"two transports", "upstreams:\n  - {name: a, command: x, url: 'http://h/mcp'}\n", `not command and url`},
 		{"args with url", "upstreams:\n  - {name: a, url: 'http://h/mcp', args: [x]}\n", `upstreams[0] "a": args is not for an upstream given by url`},
 		{"headers with command", "upstreams:\n  - {name: a, command: x, headers: {A: b}}\n", `upstreams[0] "a": headers is not for an upstream given by command`},
+		{"credentials in a url", "upstreams:\n  - {name: a, url: 'http://me:pw@h/mcp'}\n", `upstreams[0] "a": url: http://me:xxxxx@h/mcp holds credentials`},
+		{"not a url", "upstreams:\n  - {name: a, url: 'http://h:x/%zz'}\n", `upstreams[0] "a": url: not a URL`},
 		{"bad url", "upstreams:\n  - {name: a, url: 'ftp://h'}\n", `upstreams[0] "a": url: "ftp://h" is not an http(s) URL`},
 		{"empty command", "upstreams:\n  - {name: a, command: ' '}\n", `upstreams[0] "a": command is empty`},
 		{"args not a list", "upstreams:\n  - {name: a, command: x, args: y}\n", `upstreams[0] "a": args: want a list`},
