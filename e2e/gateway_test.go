@@ -143,8 +143,7 @@ func startGateway(t *testing.T, dir, store string, env []string, upstream ...str
 // graph in memoryFile.
 func memoryGateway(t *testing.T, dir, store, memoryFile string) *server {
 	t.Helper()
-	return startGateway(t, dir, store, []string{"MEMORY_FILE_PATH=" + memoryFile},
-		"--upstream-command", "node "+memoryServer(t))
+	return startGateway(t, dir, store, nil, "--upstream-command", "node "+memoryServer(t), "--upstream-env", "MEMORY_FILE_PATH="+memoryFile)
 }
 
 // graph reads the knowledge graph through the upstream's own read tool.
@@ -590,8 +589,8 @@ func TestGatewayStdioUpstreamDiedBetweenCalls(t *testing.T) {
 	// (The shell's stderr, the harness's pipe, is let go once node is gone,
 	// so that a left-over sleep does not hold the test's log open.)
 	wrapper := fmt.Sprintf(`sh -c "exec 3<&0 0</dev/null; node %s <&3 3<&- & exec 3<&-; wait; exec sleep 15 2>/dev/null"`, memoryServer(t))
-	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), []string{"MEMORY_FILE_PATH=" + filepath.Join(dir, "memory.jsonl")},
-		"--upstream-command", wrapper)
+	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil,
+		"--upstream-command", wrapper, "--upstream-env", "MEMORY_FILE_PATH="+filepath.Join(dir, "memory.jsonl"))
 	g.do(t, "POST", "/tools/read_graph", gatewayToken, `{}`).want(t, 200, "")
 
 	children := func(pid, name string) []string {

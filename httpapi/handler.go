@@ -55,6 +55,10 @@ type Config struct {
 	// NoDirectCLIOperations leaves the catalog's directCliOperations
 	// empty: the operations are an upstream's (idem proxy).
 	NoDirectCLIOperations bool
+	// Readiness, when set, adds facts to GET /readyz's data (idem
+	// gateway: each upstream's state), which stays 200 while the store
+	// answers.
+	Readiness func(context.Context) map[string]any
 	// ProtectedResource, when set, names the API's protected resource
 	// metadata in the challenge of every 401 (resource_metadata).
 	ProtectedResource *ProtectedResource
@@ -581,7 +585,15 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 		write(w, idem.ErrorResult(idem.Unavailable("ping", err), nil))
 		return
 	}
-	writeData(w, map[string]string{"status": "ready"}, nil)
+	data := map[string]any{"status": "ready"}
+	if h.cfg.Readiness != nil {
+		for k, v := range h.cfg.Readiness(r.Context()) {
+			if k != "status" {
+				data[k] = v
+			}
+		}
+	}
+	writeData(w, data, nil)
 }
 
 var approvalStatuses = []idem.ApprovalStatus{idem.ApprovalPending, idem.ApprovalApproved, idem.ApprovalRejected, idem.ApprovalConsumed, idem.ApprovalExpired}

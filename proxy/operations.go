@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,13 @@ type Options struct {
 	// proxies of different upstreams sharing one store never answer each
 	// other's keys; proxies of one upstream share them.
 	Upstream *url.URL
+	// Prefix, when set, serves the operations of several upstreams side
+	// by side (idem gateway --config, SPEC §17.1): each operation is named
+	// Prefix+"."+operationId, its route is "/"+Prefix+path (the upstream
+	// still receives path), and reconcile names are prefixed alike. The
+	// overlay stays keyed by operationId. Built.Document is then nil: the
+	// gateway serves one document for all its upstreams.
+	Prefix string
 }
 
 // Operation is what Build knows about one proxied operation.
@@ -135,6 +143,9 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in --contracts",
 			len(undeclared), namedList(undeclared)))
 	}
+	if opts.Prefix != "" {
+		return out, nil
+	}
 	// The document describes the proxy (httpapi.OpenAPIOver): clients
 	// reach the operations through it, not at the upstream.
 	base, err := json.Marshal(doc.T)
@@ -211,11 +222,28 @@ func declare(in, out *converter, method, path string, item *openapi3.PathItem, o
 		warn = fmt.Sprintf("operation %q: input is forwarded without validation: %s", name, why)
 	}
 	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
+	handler := opts.Forward(p)
+	if opts.Prefix != "" {
+		meta.Name, meta.Path, p.Name = opts.Prefix+"."+name, "/"+opts.Prefix+path, opts.Prefix+"."+name
+		if meta.Retry.Reconcile != "" {
+			meta.Retry.Reconcile = opts.Prefix + "." + meta.Retry.Reconcile
+		}
+		handler = unprefixed("/"+opts.Prefix, handler)
+	}
 	spec := idem.RawSpec{Params: params, InputSchema: schema, OutputSchema: output,
-		Unvalidated: opts.Unvalidated || !validate, Target: idem.TargetOf(opts.Upstream), Handler: opts.Forward(p)}
+		Unvalidated: opts.Unvalidated || !validate, Target: idem.TargetOf(opts.Upstream), Handler: handler}
 	d := idem.Descriptor{Metadata: meta.WithDefaults(), InputSchema: spec.InputSchema, OutputSchema: spec.OutputSchema,
 		Params: spec.Params, Raw: true}
 	return declared{op: idem.DefineRaw(meta, spec), proxied: p, descriptor: d, dropped: dropped}, warn, nil
+}
+
+// unprefixed forwards a call served under prefix to the upstream's own
+// path.
+func unprefixed(prefix string, next idem.RawHandler) idem.RawHandler {
+	return func(ctx context.Context, call *idem.Call, req idem.RawRequest) (idem.RawResponse, error) {
+		req.Path = strings.TrimPrefix(req.Path, prefix)
+		return next(ctx, call, req)
+	}
 }
 
 // summaryOf is the operation's summary, else the first line of its

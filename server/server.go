@@ -86,6 +86,8 @@ type Config struct {
 	// of every 401 are built on it; without it they are built on a
 	// request's own Host only when that is a loopback host (docs/auth.md).
 	PublicURL string
+	// Readiness, when set, adds facts to GET /readyz (httpapi.Config).
+	Readiness func(context.Context) map[string]any
 	// NoConsole leaves the web console out.
 	NoConsole bool
 	// Version names the API (OpenAPI info.version, MCP server version).
@@ -181,7 +183,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Runner: runner, Store: mx.Store(cfg.Store), Auth: cfg.Auth, Logger: log, Version: cfg.Version,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: cfg.Routes,
 		OpenAPI: cfg.OpenAPI, NoDirectCLIOperations: cfg.NoDirectCLIOperations, BasePath: cfg.BasePath,
-		ProtectedResource: resource,
+		ProtectedResource: resource, Readiness: cfg.Readiness,
 	}
 	s.api.Store(httpapi.NewHandler(s.http))
 	backend := mcpserver.RunnerBackend{Runner: runner}

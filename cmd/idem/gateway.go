@@ -2,163 +2,412 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	yaml "go.yaml.in/yaml/v4"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
-	"github.com/idem-run/idem/httpapi"
-	"github.com/idem-run/idem/proxy"
+	"github.com/idem-run/idem/gatewayconfig"
 	"github.com/idem-run/idem/secretbox"
 )
 
-// gatewayOptions are the flags of idem gateway (SPEC §17) besides those it
-// shares with idem serve.
+// gatewayOptions are the flags of idem gateway (SPEC §17, §17.1) besides
+// those it shares with idem serve.
 type gatewayOptions struct {
 	serveOptions
-	upstream        string
-	upstreamCommand string
+	config          string
+	upstream        []string
+	upstreamCommand []string
 	upstreamHeaders []string
+	upstreamEnv     []string
 	contracts       string
+	connectTimeout  time.Duration
 	reloadEvery     time.Duration
-	cfg             gateway.UpstreamConfig // from the flags above
+	watchEvery      time.Duration
+	reconnectMax    time.Duration
+	cfg             *gatewayconfig.Config // from --config, or from the one-upstream flags
+	getenv          func(string) string
 }
 
 func (m Main) gatewayCommand() *cobra.Command {
 	var o gatewayOptions
 	cmd := &cobra.Command{
-		Use:   "gateway --upstream URL | --upstream-command \"CMD ARGS\"",
-		Short: "Put idem in front of an MCP server",
-		Long: "Serve every tool of an MCP server (reached over streamable HTTP, or spawned and spoken to over\n" +
-			"stdio) through idem's pipeline: one operation per tool, named as the tool, served at /mcp and at\n" +
-			"POST /tools/{name}; idempotency keys, replays of the upstream's stored tool result, 409 in flight,\n" +
-			"indeterminate answers, approvals, audit, the catalog. A contract comes from --contracts (keyed by\n" +
-			"tool name), else from the tool's annotations (readOnlyHint: fresh_read; idempotentHint with a\n" +
-			"reconcile: convergent; any other: no_automatic_retry). The upstream's tools/list_changed updates\n" +
-			"the tools served. See docs/gateway.md.",
+		Use:   "gateway --config FILE | --upstream URL | --upstream-command \"CMD ARGS\"",
+		Short: "Put idem in front of MCP servers and HTTP APIs",
+		Long: "Serve every tool of MCP servers (reached over streamable HTTP, or spawned and spoken to over stdio)\n" +
+			"and every operation of HTTP APIs described by OpenAPI documents through idem's pipeline, at one /mcp\n" +
+			"and at POST /tools/{name}: idempotency keys, replays of the upstream's stored tool result, 409 in flight,\n" +
+			"indeterminate answers, approvals, audit, the catalog. --config FILE names the upstreams (SPEC §17.1;\n" +
+			"a tool is served as <upstream>.<tool>); --upstream or --upstream-command fronts one MCP server, its tools\n" +
+			"named as they are. A contract comes from the upstream's contracts overlay (keyed by tool name), else\n" +
+			"from the tool's annotations (readOnlyHint: fresh_read; idempotentHint with a reconcile: convergent;\n" +
+			"any other: no_automatic_retry). The config file reloads on SIGHUP and when it changes; an upstream's\n" +
+			"tools/list_changed updates the tools served. A spawned upstream gets PATH, HOME, LANG, LC_*, TMPDIR,\n" +
+			"USER, LOGNAME, SHELL and TERM of idem's environment, and what env (--upstream-env) names. See docs/gateway.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m.defaults(&o.serveOptions)
-			if o.upstream == "" && o.upstreamCommand == "" {
-				o.upstream = m.Getenv("IDEM_UPSTREAM")
-			}
-			if (o.upstream == "") == (o.upstreamCommand == "") {
-				return usagef("give the MCP server to front with --upstream URL (streamable HTTP) or --upstream-command \"CMD ARGS\" (spawned, stdio), one of them")
-			}
 			if o.reloadEvery < 0 {
 				return usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
 			}
-			cfg, err := o.upstreamConfig()
+			if o.reconnectMax < time.Second {
+				return usagef("--reconnect-max-wait must be 1s or more, got %s", o.reconnectMax)
+			}
+			if o.connectTimeout < 0 {
+				return usagef("--connect-timeout must be 0 or more, got %s", o.connectTimeout)
+			}
+			cfg, err := o.gatewayConfig(m.Getenv)
 			if err != nil {
 				return err
 			}
-			o.cfg = cfg
+			o.cfg, o.getenv = cfg, m.Getenv
 			return m.serve(cmd.Context(), o.serveOptions, o.application)
 		},
 	}
 	o.flags(cmd)
 	f := cmd.Flags()
-	f.StringVar(&o.upstream, "upstream", "", "streamable HTTP endpoint of the MCP server, e.g. http://127.0.0.1:3001/mcp (env IDEM_UPSTREAM)")
-	f.StringVar(&o.upstreamCommand, "upstream-command", "", "command that runs the MCP server over stdio, e.g. \"node server.js\" (split on spaces; quote with ' or \"); it inherits idem's environment")
+	f.StringVar(&o.config, "config", "", "YAML file of the upstreams to front (SPEC §17.1, docs/gateway.md); reloaded on SIGHUP and when it changes")
+	f.StringArrayVar(&o.upstream, "upstream", nil, "streamable HTTP endpoint of the one MCP server to front, e.g. http://127.0.0.1:3001/mcp (env IDEM_UPSTREAM)")
+	f.StringArrayVar(&o.upstreamCommand, "upstream-command", nil, "command that runs the one MCP server to front over stdio, e.g. \"node server.js\" (split on spaces; quote with ' or \"); see --upstream-env")
 	f.StringArrayVar(&o.upstreamHeaders, "upstream-header", nil, "NAME=VALUE header sent with every request to an HTTP upstream (its credentials: Authorization=Bearer …); repeatable")
+	f.StringArrayVar(&o.upstreamEnv, "upstream-env", nil, "NAME=VALUE, or NAME to pass idem's own value, for the spawned upstream's environment (it gets only PATH, HOME, LANG, LC_*, TMPDIR, USER, LOGNAME, SHELL, TERM besides); repeatable")
 	f.StringVar(&o.contracts, "contracts", "", "overlay (YAML or JSON) of retry contracts by tool name: kind, reconcile, rationale, sideEffect, timeoutMs, approval")
-	f.DurationVar(&o.reloadEvery, "reload-interval", time.Minute, "list the upstream's tools (and re-read --contracts) this often besides on tools/list_changed and SIGHUP (0: never); a list that fails to load or register keeps the running declarations")
+	f.DurationVar(&o.connectTimeout, "connect-timeout", 0, "bound on connecting to the upstream and its MCP handshake (0: 15s; timeouts.connect in --config)")
+	f.DurationVar(&o.reloadEvery, "reload-interval", time.Minute, "list the upstreams' tools (and re-read the contracts and the config) this often besides on tools/list_changed and SIGHUP (0: never); a list that fails to load or register keeps the running declarations")
+	f.DurationVar(&o.reconnectMax, "reconnect-max-wait", gateway.DefaultBackoffCap, "longest wait between two attempts to reach an upstream that is down (the first after 1s, then twice as long each time)")
+	f.DurationVar(&o.watchEvery, "config-check-interval", 2*time.Second, "how often --config's file is checked for a change, which reloads it (0: only on SIGHUP)")
 	return cmd
 }
 
-// upstreamConfig checks the upstream's flags (before anything is opened).
-func (o gatewayOptions) upstreamConfig() (gateway.UpstreamConfig, error) {
-	var cfg gateway.UpstreamConfig
-	if o.upstream != "" {
-		u, err := url.Parse(o.upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return cfg, usagef("--upstream %q is not an http(s) URL", o.upstream)
-		}
-		cfg.URL = o.upstream
-		cfg.Header = http.Header{}
-		for _, h := range o.upstreamHeaders {
-			name, value, ok := strings.Cut(h, "=")
-			if !ok || strings.TrimSpace(name) == "" {
-				return cfg, usagef("--upstream-header %q: want NAME=VALUE", h)
+// gatewayConfig is the config of --config, or the one-upstream config the
+// flags say (prefix: false, SPEC §17.1), checked before anything is
+// opened.
+func (o gatewayOptions) gatewayConfig(getenv func(string) string) (*gatewayconfig.Config, error) {
+	if o.config != "" {
+		for name, given := range map[string]bool{"--upstream": len(o.upstream) > 0, "--upstream-command": len(o.upstreamCommand) > 0,
+			"--upstream-header": len(o.upstreamHeaders) > 0, "--upstream-env": len(o.upstreamEnv) > 0, "--contracts": o.contracts != "", "--connect-timeout": o.connectTimeout != 0} {
+			if given {
+				return nil, usagef("%s is for one upstream without --config; in the config file, give it to its upstream (docs/gateway.md)", name)
 			}
-			cfg.Header.Add(strings.TrimSpace(name), value)
+		}
+		cfg, err := gatewayconfig.Load(o.config, getenv)
+		if err != nil {
+			return nil, err
+		}
+		if err := gatewayPolicies(cfg.Policies, cfg.Limits); err != nil {
+			return nil, err
 		}
 		return cfg, nil
 	}
-	if len(o.upstreamHeaders) > 0 {
-		return cfg, usagef("--upstream-header is for an HTTP upstream; a spawned one takes its credentials from the environment")
+	if len(o.upstream) == 0 && len(o.upstreamCommand) == 0 {
+		if v := getenv("IDEM_UPSTREAM"); v != "" {
+			o.upstream = []string{v}
+		}
 	}
-	args, err := splitCommand(o.upstreamCommand)
-	if err != nil {
-		return cfg, usagef("--upstream-command: %v", err)
+	for name, n := range map[string]int{"--upstream": len(o.upstream), "--upstream-command": len(o.upstreamCommand)} {
+		if n > 1 {
+			return nil, usagef("%s is given %d times: one gateway without --config fronts one MCP server; front several with --config FILE (docs/gateway.md)", name, n)
+		}
 	}
-	cfg.Command = args
+	if (len(o.upstream) == 0) == (len(o.upstreamCommand) == 0) {
+		return nil, usagef("give the MCP server to front with --upstream URL (streamable HTTP) or --upstream-command \"CMD ARGS\" (spawned, stdio), one of them, or several upstreams with --config FILE")
+	}
+	u := gatewayconfig.Upstream{Name: "upstream", Kind: gatewayconfig.KindMCP, Contracts: o.contracts,
+		Timeouts: gatewayconfig.Timeouts{Connect: o.connectTimeout}}
+	cfg := &gatewayconfig.Config{}
+	if len(o.upstream) == 1 {
+		raw := o.upstream[0]
+		parsed, err := url.Parse(raw)
+		if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+			return nil, usagef("--upstream %q is not an http(s) URL", raw)
+		}
+		if len(o.upstreamEnv) > 0 {
+			return nil, usagef("--upstream-env is for a spawned upstream (--upstream-command); an HTTP one takes its credentials in --upstream-header")
+		}
+		u.URL, u.Headers = raw, map[string]string{}
+		for _, h := range o.upstreamHeaders {
+			name, value, ok := strings.Cut(h, "=")
+			if !ok || strings.TrimSpace(name) == "" {
+				return nil, usagef("--upstream-header %q: want NAME=VALUE", h)
+			}
+			u.Headers[strings.TrimSpace(name)] = value
+			cfg.AddSecret(value)
+		}
+	} else {
+		if len(o.upstreamHeaders) > 0 {
+			return nil, usagef("--upstream-header is for an HTTP upstream; a spawned one takes its credentials in --upstream-env")
+		}
+		args, err := splitCommand(o.upstreamCommand[0])
+		if err != nil {
+			return nil, usagef("--upstream-command: %v", err)
+		}
+		u.Command, u.Env = args, map[string]string{}
+		for _, e := range o.upstreamEnv {
+			name, value, ok := strings.Cut(e, "=")
+			if err := gatewayconfig.CheckEnvName(name); err != nil {
+				return nil, usagef("--upstream-env %q: %v", name, err)
+			}
+			if !ok {
+				if value, ok = lookupEnv(getenv, name); !ok {
+					return nil, usagef("--upstream-env %s: idem's environment has no %s to pass (give NAME=VALUE)", name, name)
+				}
+				cfg.AddSecret(value) // passed from the environment, as a ${VAR} reference is
+
+			}
+			u.Env[name] = value
+		}
+	}
+	cfg.Upstreams = []gatewayconfig.Upstream{u}
+	cfg.Upstreams[0].Prefix = false
+	if err := cfg.Finish(); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 
-// application connects to the upstream and declares its tools.
-func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
-	cfg := o.cfg
-	cfg.Logger, cfg.Version = logger, buildVersion()
-	changed := make(chan struct{}, 1)
-	cfg.OnToolsChanged = func() {
-		select {
-		case changed <- struct{}{}:
-		default: // one re-list is already due
+// lookupEnv is getenv's value of name, and whether it is set (not empty).
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+// gatewayPolicies takes the policies: and limits: sections of --config
+// (SPEC §8.1). Issue 35's package replaces it; until then a section with
+// anything in it is refused rather than ignored.
+var gatewayPolicies = func(policies, limits *yaml.Node) error {
+	for name, n := range map[string]*yaml.Node{"policies": policies, "limits": limits} {
+		if n != nil && len(n.Content) > 0 {
+			return usagef("%s: policies in the gateway config arrive with issue 35; leave policies: and limits: empty for now", name)
 		}
 	}
-	up, err := gateway.Dial(ctx, cfg)
-	if err != nil {
-		return application{}, err
-	}
+	return nil
+}
+
+// application starts the upstreams and declares their operations.
+func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
+	return upstreams{cfg: o.cfg, file: o.config, getenv: o.getenv, reloadEvery: o.reloadEvery, watchEvery: o.watchEvery,
+		reconnectMax: o.reconnectMax, command: "gateway"}.application(ctx, logger)
+}
+
+// upstreams is what idem gateway and idem proxy serve: the upstreams of a
+// config (SPEC §17.1), run by a gateway.Set.
+type upstreams struct {
+	cfg *gatewayconfig.Config
+	// file is the config file to read again on a reload ("": cfg came
+	// from flags and stays).
+	file   string
+	getenv func(string) string
+	// reloadEvery: declare again this often (0: never); watchEvery: check
+	// file for a change this often (0: never).
+	reloadEvery, watchEvery time.Duration
+	reconnectMax            time.Duration
+	// command names the log lines and errors: "gateway" or "proxy".
+	command string
+}
+
+func (u upstreams) application(ctx context.Context, logger *slog.Logger) (application, error) {
+	secrets := &redactor{}
+	secrets.add(u.cfg)
+	logger = slog.New(redacting{next: logger.Handler(), r: secrets})
+	set := gateway.NewSet(gateway.SetOptions{Logger: logger, Version: buildVersion(), Environ: os.Environ(), Backoff: u.reconnectMax})
 	var warned []string
-	app, err := o.declare(ctx, up, logger, &warned)
+	running := u.cfg
+	declare := func(ctx context.Context, cfg *gatewayconfig.Config) (*gateway.Declaration, error) {
+		decl, err := set.Declare(ctx, cfg)
+		if err != nil {
+			return nil, errors.New(secrets.redact(fmt.Sprintf("idem %s: %v", u.command, err)))
+		}
+		if !slices.Equal(decl.Warnings, warned) {
+			for _, w := range decl.Warnings {
+				logger.Warn(u.command, "warning", w)
+			}
+			warned = decl.Warnings
+		}
+		return decl, nil
+	}
+	logStates := func() {
+		if u.command == "proxy" {
+			return // idem proxy says "proxying" instead, as it always did
+		}
+		for _, st := range set.States() {
+			logger.Info(u.command, "upstream", st.Name, "state", st.State, "operations", st.Operations)
+		}
+	}
+	first, err := declare(ctx, running)
 	if err != nil {
-		up.Close()
+		set.Close()
 		return application{}, err
 	}
-	app.reload = func(ctx context.Context) (application, error) { return o.declare(ctx, up, logger, &warned) }
-	app.reloadEvery = o.reloadEvery
-	app.reloadNow = changed
-	app.close = func() { up.Close() }
+	first.Commit()
+	logStates()
+	app := application{operations: first.Operations, openapi: first.OpenAPI, proxied: true}
+	app.reload = func(ctx context.Context) (application, error) {
+		next := running
+		if u.file != "" {
+			cfg, err := gatewayconfig.Load(u.file, u.getenv)
+			if err == nil {
+				err = gatewayPolicies(cfg.Policies, cfg.Limits)
+			}
+			if err != nil {
+				return application{}, fmt.Errorf("the config file is refused and the running config stays: %s", secrets.redact(err.Error()))
+			}
+			secrets.add(cfg)
+			next = cfg
+		}
+		decl, err := declare(ctx, next)
+		if err != nil {
+			return application{}, err
+		}
+		return application{operations: decl.Operations, openapi: decl.OpenAPI, proxied: true, committed: func(err error) {
+			if err != nil {
+				decl.Abort()
+				return
+			}
+			decl.Commit()
+			running = next
+			logStates()
+		}}, nil
+	}
+	app.reloadEvery = u.reloadEvery
+	now := make(chan string, 1)
+	ask := func(why string) {
+		select {
+		case now <- why:
+		default: // a reload is already due
+		}
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-set.Changed():
+				ask("an upstream's tools changed, or an upstream answers again")
+			}
+		}
+	}()
+	if u.file != "" && u.watchEvery > 0 {
+		go watchFile(ctx, u.file, u.watchEvery, func() { ask("the config file changed") })
+	}
+	app.reloadNow = now
+	app.close = set.Close
+	app.readiness = func(context.Context) map[string]any { return map[string]any{"upstreams": set.States()} }
 	return app, nil
 }
 
-// declare lists the upstream's tools, reads the overlay and declares the
-// operations (at start, and again on every reload).
-func (o gatewayOptions) declare(ctx context.Context, up *gateway.Upstream, logger *slog.Logger, warned *[]string) (application, error) {
-	overlay, err := proxy.LoadOverlay(o.contracts)
-	if err != nil {
-		return application{}, err
-	}
-	tools, err := up.Tools(ctx)
-	if err != nil {
-		return application{}, err
-	}
-	built, err := gateway.Build(tools, overlay, up)
-	if err != nil {
-		return application{}, fmt.Errorf("idem gateway: %w", err)
-	}
-	if !slices.Equal(built.Warnings, *warned) {
-		for _, w := range built.Warnings {
-			logger.Warn("gateway", "warning", w)
+// watchFile calls changed when the file's content differs from what it
+// was at the last check (every interval): an editor's rename over the
+// file counts, a touch does not.
+func watchFile(ctx context.Context, file string, interval time.Duration, changed func()) {
+	sum := func() (out [32]byte) {
+		f, err := os.Open(file)
+		if err != nil {
+			return out
 		}
-		*warned = built.Warnings
+		defer f.Close()
+		h := sha256.New()
+		io.Copy(h, io.LimitReader(f, gatewayconfig.MaxFileBytes+1))
+		copy(out[:], h.Sum(nil))
+		return out
 	}
-	doc, err := gateway.Document(built.Operations, httpapi.OpenAPIInfo{Title: "idem gateway", Version: buildVersion()})
-	if err != nil {
-		return application{}, fmt.Errorf("idem gateway: %w", err)
+	last := sum()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if now := sum(); now != last {
+				last = now
+				changed()
+			}
+		}
 	}
-	logger.Info("gateway", "upstream", up.Describe(), "tools", len(built.Operations))
-	return application{operations: built.Operations, openapi: doc, proxied: true}, nil
+}
+
+// redactor takes every credential any config of this run resolved out of
+// a text.
+type redactor struct {
+	mu  sync.Mutex
+	all gatewayconfig.Config
+}
+
+func (r *redactor) add(c *gatewayconfig.Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range c.Secrets() {
+		r.all.AddSecret(s)
+	}
+}
+
+func (r *redactor) redact(s string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.all.Redact(s)
+}
+
+// redacting is a slog.Handler that takes the credentials out of every
+// message and string value (errors included) before next sees them.
+type redacting struct {
+	next slog.Handler
+	r    *redactor
+}
+
+func (h redacting) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h redacting) Handle(ctx context.Context, rec slog.Record) error {
+	out := slog.NewRecord(rec.Time, rec.Level, h.r.redact(rec.Message), rec.PC)
+	rec.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.attr(a))
+		return true
+	})
+	return h.next.Handle(ctx, out)
+}
+
+func (h redacting) attr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, h.r.redact(v.String()))
+	case slog.KindGroup:
+		attrs := v.Group()
+		out := make([]any, len(attrs))
+		for i, g := range attrs {
+			out[i] = h.attr(g)
+		}
+		return slog.Group(a.Key, out...)
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			return slog.String(a.Key, h.r.redact(err.Error()))
+		}
+		return slog.String(a.Key, h.r.redact(fmt.Sprint(v.Any())))
+	}
+	return a
+}
+
+func (h redacting) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		out[i] = h.attr(a)
+	}
+	return redacting{next: h.next.WithAttrs(out), r: h.r}
+}
+
+func (h redacting) WithGroup(name string) slog.Handler {
+	return redacting{next: h.next.WithGroup(name), r: h.r}
 }
 
 // splitCommand splits a command line on spaces, keeping what '…' or "…"

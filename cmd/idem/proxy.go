@@ -2,16 +2,16 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/gateway"
+	"github.com/idem-run/idem/gatewayconfig"
 	"github.com/idem-run/idem/proxy"
 	"github.com/idem-run/idem/secretbox"
 )
@@ -66,10 +66,12 @@ func (m Main) proxyCommand() *cobra.Command {
 	return cmd
 }
 
-// application loads the document and the overlay and declares the
-// proxied operations.
+// application serves the upstream as a one-upstream config of idem
+// gateway --config (an openapi upstream named "upstream", prefix: false;
+// SPEC §17.1): one code path with the gateway's.
 func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
-	upstream, err := url.Parse(strings.TrimRight(o.upstream, "/"))
+	base := strings.TrimRight(o.upstream, "/")
+	upstream, err := url.Parse(base)
 	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
 		return application{}, usagef("--upstream %q is not an http(s) URL", o.upstream)
 	}
@@ -79,39 +81,19 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 	if o.reloadEvery < 0 {
 		return application{}, usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
 	}
-	fwd := &proxy.Forwarder{Upstream: upstream, Client: proxy.NewClient(), MaxResponse: o.maxStored, UpstreamAuth: o.upstreamAuth}
-	var warned []string // the warnings logged last: a reload logs them again only when they change
-	app, err := o.declare(ctx, fwd, logger, &warned)
+	cfg := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "upstream", Kind: gatewayconfig.KindOpenAPI,
+		OpenAPI: o.openapi, BaseURL: base, Validate: o.validate, MaxStoredResponse: o.maxStored, Contracts: o.contracts}}}
+	if o.upstreamAuth != "" {
+		cfg.Upstreams[0].Headers = map[string]string{"Authorization": o.upstreamAuth}
+		cfg.AddSecret(o.upstreamAuth)
+	}
+	if err := cfg.Finish(); err != nil {
+		return application{}, err
+	}
+	app, err := upstreams{cfg: cfg, reloadEvery: o.reloadEvery, reconnectMax: gateway.DefaultBackoffCap, command: "proxy"}.application(ctx, logger)
 	if err != nil {
 		return application{}, err
 	}
-	app.reload = func(ctx context.Context) (application, error) { return o.declare(ctx, fwd, logger, &warned) }
-	app.reloadEvery = o.reloadEvery
+	logger.Info("proxying", "upstream", upstream.String(), "operations", len(app.operations), "openapi", o.openapi)
 	return app, nil
-}
-
-// declare reads the document and the overlay and declares the operations
-// (at start, and again on every reload). It logs the build's warnings
-// unless they are the ones *warned holds, which it then updates.
-func (o proxyOptions) declare(ctx context.Context, fwd *proxy.Forwarder, logger *slog.Logger, warned *[]string) (application, error) {
-	doc, err := proxy.Load(ctx, o.openapi, fwd.Upstream, fwd.Client)
-	if err != nil {
-		return application{}, err
-	}
-	overlay, err := proxy.LoadOverlay(o.contracts)
-	if err != nil {
-		return application{}, err
-	}
-	built, err := proxy.Build(doc, overlay, proxy.Options{Forward: fwd.Handler, Unvalidated: !o.validate, Upstream: fwd.Upstream})
-	if err != nil {
-		return application{}, fmt.Errorf("idem proxy: %w", err)
-	}
-	if !slices.Equal(built.Warnings, *warned) {
-		for _, w := range built.Warnings {
-			logger.Warn("proxy", "warning", w)
-		}
-		*warned = built.Warnings
-	}
-	logger.Info("proxying", "upstream", fwd.Upstream.String(), "operations", len(built.Operations), "openapi", o.openapi)
-	return application{operations: built.Operations, openapi: built.Document, proxied: true}, nil
 }

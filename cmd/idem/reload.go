@@ -34,12 +34,14 @@ func reloadLoop(ctx context.Context, srv *server.Server, app application, logger
 			why = "SIGHUP"
 		case <-tick:
 			why = "interval"
-		case <-app.reloadNow:
-			why = "upstream tools/list_changed"
+		case why = <-app.reloadNow:
 		}
 		next, err := app.reload(ctx)
 		if err == nil {
 			err = srv.Reload(ctx, next.operations, next.openapi)
+			if next.committed != nil {
+				next.committed(err)
+			}
 		}
 		if err != nil {
 			logger.Error("reload failed: the running declarations stay", "trigger", why, "error", err)

@@ -227,7 +227,8 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
 		},
 		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
-		Version: buildVersion(),
+		Readiness: app.readiness,
+		Version:   buildVersion(),
 	})
 	if err != nil {
 		return err
@@ -321,13 +322,18 @@ type application struct {
 	// document re-read) on SIGHUP and every reloadEvery (when positive).
 	reload      func(context.Context) (application, error)
 	reloadEvery time.Duration
-	// reloadNow, when set, asks for a reload at once (idem gateway: the
-	// upstream's tools/list_changed).
-	reloadNow <-chan struct{}
+	// reloadNow, when set, asks for a reload at once, saying why (idem
+	// gateway: an upstream's tools/list_changed, its config file changed).
+	reloadNow <-chan string
+	// committed, when set on what reload returned, is told whether the
+	// server took it (nil) or refused it.
+	committed func(error)
 	// proxied: the operations are an upstream's (idem proxy, idem gateway), so the
 	// catalog lists no direct CLI operations.
 	proxied bool
-	close   func()
+	// readiness adds facts to GET /readyz (idem gateway: its upstreams).
+	readiness func(context.Context) map[string]any
+	close     func()
 }
 
 // demoApplication is idem serve's application: the reference application

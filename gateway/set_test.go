@@ -1,0 +1,139 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/gateway"
+	"github.com/idem-run/idem/gatewayconfig"
+)
+
+func config(t *testing.T, ups ...gatewayconfig.Upstream) *gatewayconfig.Config {
+	t.Helper()
+	c := &gatewayconfig.Config{Upstreams: ups}
+	if err := c.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func names(ops []idem.Operation) []string {
+	var out []string
+	for _, op := range ops {
+		out = append(out, op.Metadata().Name+" "+op.Metadata().Path)
+	}
+	return out
+}
+
+// TestSetNamesAndFilters: two upstreams, one prefixed and filtered, one
+// not; their tools are served side by side, and a call reaches the
+// upstream under its own tool name.
+func TestSetNamesAndFilters(t *testing.T) {
+	a, b := newUpstream(t), newUpstream(t)
+	set := gateway.NewSet(gateway.SetOptions{})
+	defer set.Close()
+	d, err := set.Declare(t.Context(), config(t,
+		gatewayconfig.Upstream{Name: "a", Kind: gatewayconfig.KindMCP, URL: a.url, Prefix: true, Include: []string{"add", "t*"}},
+		gatewayconfig.Upstream{Name: "b", Kind: gatewayconfig.KindMCP, URL: b.url, Prefix: false, Exclude: []string{"slow", "fail", "reset", "total"}},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	want := []string{"a.add /tools/a.add", "a.total /tools/a.total", "add /tools/add"}
+	if got := names(d.Operations); !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+	var doc struct {
+		Paths map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(d.OpenAPI, &doc); err != nil || doc.Paths["/tools/a.add"] == nil || doc.Paths["/tools/add"] == nil {
+		t.Fatalf("the document: %v %s", err, d.OpenAPI)
+	}
+	for _, st := range set.States() {
+		if st.State != "up" {
+			t.Errorf("state %+v", st)
+		}
+	}
+	if ups := set.Upstreams(); len(ups) != 2 || ups["a"] == nil || ups["b"] == nil {
+		t.Errorf("Upstreams: %v", ups)
+	}
+}
+
+// TestSetCollision: a name served by two upstreams is refused naming both.
+func TestSetCollision(t *testing.T) {
+	a, b := newUpstream(t), newUpstream(t)
+	set := gateway.NewSet(gateway.SetOptions{})
+	defer set.Close()
+	_, err := set.Declare(t.Context(), config(t,
+		gatewayconfig.Upstream{Name: "a", Kind: gatewayconfig.KindMCP, URL: a.url},
+		gatewayconfig.Upstream{Name: "b", Kind: gatewayconfig.KindMCP, URL: b.url},
+	))
+	if err == nil || !strings.Contains(err.Error(), `the upstreams "a" and "b" both serve "add"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestSetDownAtStart: an upstream nobody answers is down, serves nothing
+// and does not stop the others; once it answers, Changed fires and a new
+// declaration serves its tools.
+func TestSetDownAtStart(t *testing.T) {
+	a := newUpstream(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens there now
+	set := gateway.NewSet(gateway.SetOptions{Backoff: time.Second})
+	defer set.Close()
+	cfg := config(t,
+		gatewayconfig.Upstream{Name: "a", Kind: gatewayconfig.KindMCP, URL: a.url, Prefix: true},
+		gatewayconfig.Upstream{Name: "late", Kind: gatewayconfig.KindMCP, URL: "http://" + addr + "/mcp", Prefix: true,
+			Timeouts: gatewayconfig.Timeouts{Connect: 2 * time.Second}},
+	)
+	d, err := set.Declare(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	for _, n := range names(d.Operations) {
+		if strings.HasPrefix(n, "late.") {
+			t.Fatalf("a down upstream serves %s", n)
+		}
+	}
+	states := set.States()
+	if states[1].Name != "late" || states[1].State != "down" || strings.Contains(states[1].Error, "key is free") {
+		t.Fatalf("states: %+v", states)
+	}
+	// It comes up where it was said to be.
+	late := newUpstream(t)
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	late.http.Close()
+	late.serve(t, ln2)
+	select {
+	case <-set.Changed():
+	case <-time.After(20 * time.Second):
+		t.Fatal("no change signalled once the upstream answers")
+	}
+	d, err = set.Declare(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	if !slices.Contains(names(d.Operations), "late.add /tools/late.add") {
+		t.Fatalf("served %v", names(d.Operations))
+	}
+	if set.States()[1].State != "up" {
+		t.Fatalf("states: %+v", set.States())
+	}
+}
