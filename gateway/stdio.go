@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,10 @@ import (
 type stdioTransport struct {
 	cmd       *exec.Cmd
 	terminate time.Duration // how long Close waits after closing stdin before SIGTERM, then before SIGKILL
+	maxLine   int64         // the longest line read (one message); the SDK's default when 0
+	// over is set once the process wrote a line longer than maxLine: the
+	// session ends (the framing is lost), and a call it held ran.
+	over atomic.Bool
 }
 
 func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -58,7 +63,8 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 		p.waitErr = t.cmd.Wait()
 		close(p.exited)
 	}()
-	inner, err := (&mcp.IOTransport{Reader: io.NopCloser(outR), Writer: p}).Connect(ctx)
+	inner, err := (&mcp.IOTransport{Reader: io.NopCloser(&lineBound{r: outR, limit: t.maxLine, over: &t.over}), Writer: p,
+		MaxLineLength: int(t.maxLine)}).Connect(ctx)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -156,4 +162,31 @@ func (p *process) exitErr() error {
 		return nil // its exit status is its own business once it is stopped
 	}
 	return p.waitErr
+}
+
+// lineBound passes the process's output through and notes (over) a line
+// longer than limit; the SDK's reader, bounded to the same limit, ends
+// the session there.
+type lineBound struct {
+	r     io.Reader
+	limit int64
+	over  *atomic.Bool
+	n     int64 // bytes of the current line
+}
+
+func (l *lineBound) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if l.limit <= 0 {
+		return n, err
+	}
+	for _, b := range p[:n] {
+		if b == '\n' {
+			l.n = 0
+			continue
+		}
+		if l.n++; l.n > l.limit {
+			l.over.Store(true)
+		}
+	}
+	return n, err
 }
