@@ -35,7 +35,6 @@ func TestGatewayCallDroppedAfterReadIsSentOnce(t *testing.T) {
 	}
 }
 
-
 // TestGatewayUpstreamRestartedSessionIsReplaced (issue 33 item 4): an
 // upstream restarted between two calls refuses the old Mcp-Session-Id,
 // as MCP says (404, here with a JSON-RPC error carrying an id) or as
