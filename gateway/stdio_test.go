@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +24,10 @@ import (
 // server (tool add) that writes its pid to that file: the spawned
 // upstream of TestUpstreamStdioDiedBetweenCalls.
 func TestMain(m *testing.M) {
+	if effects := os.Getenv("IDEM_GATEWAY_TEST_STDIO_DROP"); effects != "" {
+		dropAfterReadingACall(effects)
+		return
+	}
 	if pidFile := os.Getenv("IDEM_GATEWAY_TEST_STDIO"); pidFile != "" {
 		os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644)
 		s := mcp.NewServer(&mcp.Implementation{Name: "stdio-upstream", Version: "1"}, nil)
@@ -99,5 +106,58 @@ func TestUpstreamStdioDiedBetweenCalls(t *testing.T) {
 	}
 	if raw2, _ := os.ReadFile(pidFile); string(raw2) == string(raw) {
 		t.Fatal("the upstream was not spawned anew")
+	}
+}
+
+// dropAfterReadingACall is a raw stdio MCP server that, once it has read
+// a tools/call, notes the effect in the file effects and exits without
+// answering: the hostile upstream of TestUpstreamStdioCallWrittenOnce.
+func dropAfterReadingACall(effects string) {
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(in.Bytes(), &req)
+		switch req.Method {
+		case "initialize":
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"drop","version":"1"}}}`+"\n", req.ID)
+		case "tools/list":
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"add","inputSchema":{"type":"object"}}]}}`+"\n", req.ID)
+		case "tools/call":
+			f, _ := os.OpenFile(effects, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			f.WriteString("x")
+			f.Close()
+			os.Exit(0)
+		default:
+			if req.ID != nil {
+				fmt.Printf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", req.ID)
+			}
+		}
+	}
+}
+
+// TestUpstreamStdioCallWrittenOnce (issue 33 item 1): a spawned upstream
+// that exits after reading a call ran it once, and the call is not
+// reported as unsent (its key stays indeterminate, never free to run
+// again): the gateway writes a call once and never re-sends it.
+func TestUpstreamStdioCallWrittenOnce(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	effects := filepath.Join(t.TempDir(), "effects")
+	u, err := Dial(t.Context(), UpstreamConfig{Command: []string{self}, Env: append(os.Environ(), "IDEM_GATEWAY_TEST_STDIO_DROP="+effects)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	_, err = u.Call(t.Context(), &mcp.CallToolParams{Name: "add", Arguments: map[string]any{}})
+	if err == nil || idem.IsNotDispatched(err) {
+		t.Fatalf("a call the upstream read and died on: %v, want an error that may have followed an effect", err)
+	}
+	if raw, _ := os.ReadFile(effects); string(raw) != "x" {
+		t.Fatalf("the upstream ran the call %d times, want once", len(raw))
 	}
 }

@@ -270,7 +270,7 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 		if d.over.Load() || u.stdioOver(cs) {
 			// The upstream answered: the call ran; what it said is not
 			// read, so nothing can be stored.
-			return nil, fmt.Errorf("the upstream's answer exceeded %d bytes, the most the gateway reads of one answer; the call ran, but its result was not read", u.cfg.MaxResultBytes)
+			return nil, idem.Errorf(idem.CodeExecutionFailed, "the upstream's answer to tools/call %q exceeded %d bytes, the most the gateway reads of one answer: the call ran, but its result was not read or stored", params.Name, u.cfg.MaxResultBytes)
 		}
 		if err == nil {
 			return res, nil
