@@ -29,6 +29,7 @@ type gatewayOptions struct {
 	upstreamHeaders []string
 	contracts       string
 	reloadEvery     time.Duration
+	maxAnswer       int64
 	cfg             gateway.UpstreamConfig // from the flags above
 }
 
@@ -71,6 +72,7 @@ func (m Main) gatewayCommand() *cobra.Command {
 	f.StringArrayVar(&o.upstreamHeaders, "upstream-header", nil, "NAME=VALUE header sent with every request to an HTTP upstream (its credentials: Authorization=Bearer …); repeatable")
 	f.StringVar(&o.contracts, "contracts", "", "overlay (YAML or JSON) of retry contracts by tool name: kind, reconcile, rationale, sideEffect, timeoutMs, approval")
 	f.DurationVar(&o.reloadEvery, "reload-interval", time.Minute, "list the upstream's tools (and re-read --contracts) this often besides on tools/list_changed and SIGHUP (0: never); a list that fails to load or register keeps the running declarations")
+	f.Int64Var(&o.maxAnswer, "upstream-max-answer", gateway.DefaultMaxResultBytes, "bytes the gateway reads of one upstream answer (a JSON body, an SSE event, a stdio line) before it stops: a tool result over it is EXECUTION_FAILED, the call having run")
 	return cmd
 }
 
@@ -107,7 +109,7 @@ func (o gatewayOptions) upstreamConfig() (gateway.UpstreamConfig, error) {
 // application connects to the upstream and declares its tools.
 func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
 	cfg := o.cfg
-	cfg.Logger, cfg.Version = logger, buildVersion()
+	cfg.Logger, cfg.Version, cfg.MaxResultBytes = logger, buildVersion(), o.maxAnswer
 	changed := make(chan struct{}, 1)
 	cfg.OnToolsChanged = func() {
 		select {
