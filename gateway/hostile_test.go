@@ -147,6 +147,12 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 // gatewayOver serves a gateway in front of cfg's upstream; its URL.
 func gatewayOver(t *testing.T, cfg gateway.UpstreamConfig, ov proxy.Overlay) (string, *gateway.Upstream) {
 	t.Helper()
+	return gatewayOn(t, filepath.Join(t.TempDir(), "idem.db"), cfg, ov)
+}
+
+// gatewayOn is gatewayOver with its store in the SQLite file db.
+func gatewayOn(t *testing.T, db string, cfg gateway.UpstreamConfig, ov proxy.Overlay) (string, *gateway.Upstream) {
+	t.Helper()
 	ctx := t.Context()
 	up, err := gateway.Dial(ctx, cfg)
 	if err != nil {
@@ -161,7 +167,7 @@ func gatewayOver(t *testing.T, cfg gateway.UpstreamConfig, ov proxy.Overlay) (st
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	store, err := sqlitestore.Open(ctx, db, idem.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +22,11 @@ import (
 // streamable HTTP at URL, or by spawning Command and speaking MCP over its
 // stdin and stdout. Exactly one of URL and Command is set.
 type UpstreamConfig struct {
+	// Name names the upstream in every call's fingerprint (SPEC §6.2), so
+	// that gateways in front of different servers on one store never
+	// answer each other's keys. When empty, the upstream's Target says
+	// what names it.
+	Name string
 	// URL is the upstream's streamable HTTP endpoint
 	// (http://127.0.0.1:3001/mcp).
 	URL string
@@ -107,6 +114,24 @@ func (u *Upstream) Describe() string {
 		return u.cfg.URL
 	}
 	return fmt.Sprint(u.cfg.Command)
+}
+
+// Target is what names the upstream in its tools' fingerprints
+// (idem.RawSpec.Target): "mcp:" and the configured Name; else the URL as
+// idem.TargetOf spells it (scheme, host, port, path); else "stdio:" and
+// the command line, its words joined by spaces (another command line, an
+// upgrade's new version in it too, is another upstream).
+func (u *Upstream) Target() string {
+	switch {
+	case u.cfg.Name != "":
+		return "mcp:" + u.cfg.Name
+	case u.cfg.URL != "":
+		if parsed, err := url.Parse(u.cfg.URL); err == nil {
+			return idem.TargetOf(parsed)
+		}
+		return u.cfg.URL
+	}
+	return "stdio:" + strings.Join(u.cfg.Command, " ")
 }
 
 // current returns the live session, connecting first when there is none.
