@@ -121,6 +121,12 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if media == "text/event-stream" {
+		if d != nil && d.list == nil && r.Method == http.MethodPost && resp.StatusCode == http.StatusOK {
+			if id := callIDOf(payload); id != nil {
+				resp.Body = newResumingStream(r, resp, t.next, id, d, limit)
+				return resp, nil
+			}
+		}
 		if d == nil || d.list == nil || resp.StatusCode/100 != 2 {
 			resp.Body = &eventBound{body: resp.Body, limit: limit, d: d}
 			return resp, nil
