@@ -184,7 +184,9 @@ func (l *lineBound) Read(p []byte) (int, error) {
 			l.n = 0
 			continue
 		}
-		if l.n++; l.n > l.limit {
+		// The SDK's reader, bounded to limit, fails once it holds limit
+		// bytes of one line.
+		if l.n++; l.n >= l.limit {
 			l.over.Store(true)
 		}
 	}

@@ -129,6 +129,10 @@ func dropAfterReadingACall(effects string) {
 			f, _ := os.OpenFile(effects, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 			f.WriteString("x")
 			f.Close()
+			if os.Getenv("IDEM_GATEWAY_TEST_STDIO_BIG") != "" {
+				fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}`+"\n", req.ID, strings.Repeat("a", 1<<20))
+				continue
+			}
 			os.Exit(0)
 		default:
 			if req.ID != nil {
@@ -156,6 +160,32 @@ func TestUpstreamStdioCallWrittenOnce(t *testing.T) {
 	_, err = u.Call(t.Context(), &mcp.CallToolParams{Name: "add", Arguments: map[string]any{}})
 	if err == nil || idem.IsNotDispatched(err) {
 		t.Fatalf("a call the upstream read and died on: %v, want an error that may have followed an effect", err)
+	}
+	if raw, _ := os.ReadFile(effects); string(raw) != "x" {
+		t.Fatalf("the upstream ran the call %d times, want once", len(raw))
+	}
+}
+
+// TestUpstreamStdioAnswerOverTheBound (issue 33 item 3): a spawned
+// upstream answering a call with a line longer than the bound: the call
+// ran, so it is EXECUTION_FAILED naming the bound, not unsent; the next
+// call spawns the upstream anew.
+func TestUpstreamStdioAnswerOverTheBound(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	effects := filepath.Join(t.TempDir(), "effects")
+	u, err := Dial(t.Context(), UpstreamConfig{Command: []string{self}, MaxResultBytes: 64 << 10,
+		Env: append(os.Environ(), "IDEM_GATEWAY_TEST_STDIO_DROP="+effects, "IDEM_GATEWAY_TEST_STDIO_BIG=1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	_, err = u.Call(t.Context(), &mcp.CallToolParams{Name: "add", Arguments: map[string]any{}})
+	var ie *idem.Error
+	if !errors.As(err, &ie) || ie.Code != idem.CodeExecutionFailed || !strings.Contains(err.Error(), "exceeded 65536 bytes") || idem.IsNotDispatched(err) {
+		t.Fatalf("a 1 MiB line under a 64 KiB bound: %v", err)
 	}
 	if raw, _ := os.ReadFile(effects); string(raw) != "x" {
 		t.Fatalf("the upstream ran the call %d times, want once", len(raw))
