@@ -124,7 +124,20 @@ func dropAfterReadingACall(effects string) {
 		case "initialize":
 			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"drop","version":"1"}}}`+"\n", req.ID)
 		case "tools/list":
-			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"add","inputSchema":{"type":"object"}}]}}`+"\n", req.ID)
+			deep := ""
+			if os.Getenv("IDEM_GATEWAY_TEST_STDIO_DEEP") != "" {
+				deep = `,{"name":"deep","inputSchema":` + strings.Repeat(`{"type":"object","properties":{"a":`, 500) + `{}` + strings.Repeat(`}}`, 500) + `}`
+			}
+			if os.Getenv("IDEM_GATEWAY_TEST_STDIO_MANY") != "" {
+				// 2200 tools of 2 KiB: a 4.5 MiB page, over the bound of a
+				// call's answer, within a listing's.
+				var b strings.Builder
+				for i := range 2200 {
+					fmt.Fprintf(&b, `,{"name":"t%d","description":"%s","inputSchema":{"type":"object"}}`, i, strings.Repeat("d", 2<<10))
+				}
+				deep += b.String()
+			}
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"add","inputSchema":{"type":"object"}}%s]}}`+"\n", req.ID, deep)
 		case "tools/call":
 			f, _ := os.OpenFile(effects, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 			f.WriteString("x")
@@ -189,5 +202,45 @@ func TestUpstreamStdioAnswerOverTheBound(t *testing.T) {
 	}
 	if raw, _ := os.ReadFile(effects); string(raw) != "x" {
 		t.Fatalf("the upstream ran the call %d times, want once", len(raw))
+	}
+}
+
+// TestUpstreamStdioDeepToolIsLeftOut (issue 33, a low): a spawned
+// upstream listing a tool nested 500 levels deep (the SDK refuses a
+// message nested deeper than 1000 levels whole): that tool is left out
+// with a warning, the others listed.
+func TestUpstreamStdioDeepToolIsLeftOut(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := Dial(t.Context(), UpstreamConfig{Command: []string{self},
+		Env: append(os.Environ(), "IDEM_GATEWAY_TEST_STDIO_DROP="+filepath.Join(t.TempDir(), "effects"), "IDEM_GATEWAY_TEST_STDIO_DEEP=1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	tools, warnings, err := u.ListTools(t.Context())
+	if err != nil || len(tools) != 1 || tools[0].Name != "add" || len(warnings) != 1 || !strings.Contains(warnings[0], `"deep"`) {
+		t.Fatalf("tools %v, warnings %q, %v", tools, warnings, err)
+	}
+}
+
+// TestUpstreamStdioLargeListPage: a 4.5 MiB tools/list page from a spawned
+// upstream is read (a listing's bound, 32 MiB, not a call answer's).
+func TestUpstreamStdioLargeListPage(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := Dial(t.Context(), UpstreamConfig{Command: []string{self},
+		Env: append(os.Environ(), "IDEM_GATEWAY_TEST_STDIO_DROP="+filepath.Join(t.TempDir(), "effects"), "IDEM_GATEWAY_TEST_STDIO_MANY=1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	tools, err := u.Tools(t.Context())
+	if err != nil || len(tools) != 2201 {
+		t.Fatalf("%d tools, %v", len(tools), err)
 	}
 }
