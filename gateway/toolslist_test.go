@@ -170,3 +170,35 @@ func TestGatewaysInFrontOfTwoUpstreamsShareNoKeys(t *testing.T) {
 		t.Fatalf("calls: A %d, B %d", a.calls.Load(), b.calls.Load())
 	}
 }
+
+// TestUpstreamLargeToolListPage: a 4.5 MiB tools/list page, over the
+// bound of a call's answer and within a listing's, is read, as JSON and
+// as an SSE event.
+func TestUpstreamLargeToolListPage(t *testing.T) {
+	for _, sse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sse=%v", sse), func(t *testing.T) {
+			u := newRawUpstream(t)
+			u.list = func(w http.ResponseWriter, req rpc) {
+				tools := make([]any, 2200)
+				for i := range tools {
+					tools[i] = map[string]any{"name": fmt.Sprintf("t%d", i), "description": strings.Repeat("d", 2<<10), "inputSchema": object}
+				}
+				if !sse {
+					page(w, req, tools, "")
+					return
+				}
+				raw, _ := json.Marshal(result(req.ID, map[string]any{"tools": tools}))
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "data: %s\n\n", raw)
+			}
+			up, err := gateway.Dial(t.Context(), gateway.UpstreamConfig{URL: u.url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer up.Close()
+			if tools, err := up.Tools(t.Context()); err != nil || len(tools) != 2200 {
+				t.Fatalf("%d tools, %v", len(tools), err)
+			}
+		})
+	}
+}

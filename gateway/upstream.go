@@ -180,9 +180,9 @@ func (u *Upstream) transport() mcp.Transport {
 			Endpoint:   u.cfg.URL,
 			HTTPClient: &http.Client{Transport: &tracked{header: u.cfg.Header, next: u.httpTransport(), limit: u.cfg.MaxResultBytes}},
 			MaxRetries: 2,
-			// tracked fails an event over the bound first; this is the
-			// SDK's own cap, kept above it.
-			MaxEventSize: int(u.cfg.MaxResultBytes) + 64<<10,
+			// tracked bounds an event first (a call's answer, a listing's
+			// page); this is the SDK's own cap, kept above both.
+			MaxEventSize: int(max(u.cfg.MaxResultBytes, MaxToolListBytes)) + 64<<10,
 		}
 	}
 	cmd := exec.Command(u.cfg.Command[0], u.cfg.Command[1:]...)
