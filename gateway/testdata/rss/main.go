@@ -6,6 +6,10 @@
 //	go run ./gateway/testdata/rss pages    # tools/list pages forever (stopped after 20 s)
 //	go run ./gateway/testdata/rss tools    # tools/list of 20,000 tools
 //	go run ./gateway/testdata/rss enum     # a tool with a 1,000,000-value enum, built
+//
+// With a second argument "serve" it only serves that upstream (its URL on
+// stdout) for an idem gateway process to be measured against; the tool
+// of the answer modes is "big".
 package main
 
 import (
@@ -81,6 +85,10 @@ func main() {
 		}
 	}))
 	defer srv.Close()
+	if len(os.Args) > 2 && os.Args[2] == "serve" {
+		fmt.Println(srv.URL)
+		select {}
+	}
 	ctx := context.Background()
 	up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: srv.URL})
 	if err != nil {
@@ -121,6 +129,8 @@ func listPage(w io.Writer, mode string, id json.RawMessage, body []byte) {
 			}
 			fmt.Fprintf(w, `{"name":"t%d","description":"a tool","inputSchema":{"type":"object","properties":{"a":{"type":"string"}}}}`, i)
 		}
+	case "", "sse":
+		fmt.Fprint(w, `{"name":"big","inputSchema":{"type":"object"}}`)
 	case "enum":
 		fmt.Fprint(w, `{"name":"pick","inputSchema":{"type":"object","properties":{"id":{"type":"string","enum":[`)
 		for i := range 1_000_000 {
