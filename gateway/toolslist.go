@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idem-run/idem/proxy"
 )
@@ -30,6 +31,9 @@ const (
 	// left out with a warning (the SDK refuses a page nested deeper than
 	// 1000 levels whole, which would take the other tools with it).
 	MaxToolDepth = 128
+	// MaxToolListDuration bounds one listing, all its pages: an upstream
+	// that answers a byte at a time is not waited for without end.
+	MaxToolListDuration = time.Minute
 )
 
 // listPage edits one tools/list answer before the SDK decodes it: it

@@ -215,6 +215,8 @@ func (u *Upstream) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 // not followed. A session the upstream no longer knows is made anew, and
 // the listing begun again once.
 func (u *Upstream) ListTools(ctx context.Context) ([]*mcp.Tool, []string, error) {
+	ctx, cancel := context.WithTimeout(ctx, MaxToolListDuration)
+	defer cancel()
 	for try := 0; ; try++ {
 		cs, err := u.current(ctx)
 		if err != nil {
@@ -292,7 +294,7 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 		d.abort = abort
 		res, err := cs.CallTool(context.WithValue(cctx, dispatchKey{}, d), params)
 		abort(nil)
-		if d.over.Load() || u.stdioOver(cs) {
+		if d.over.Load() || (err != nil && u.stdioOver(cs)) {
 			// The upstream answered: the call ran; what it said is not
 			// read, so nothing can be stored.
 			return nil, idem.Errorf(idem.CodeExecutionFailed, "the upstream's answer to tools/call %q exceeded %d bytes, the most the gateway reads of one answer: the call ran, but its result was not read or stored", params.Name, u.cfg.MaxResultBytes)
