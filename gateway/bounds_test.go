@@ -76,3 +76,18 @@ func TestGatewayResultOverTheBoundIsNotRead(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayResultOverTheStoredBoundSaysSo: a result read whole (under
+// the read bound) but over the 1 MiB the gateway stores is
+// EXECUTION_FAILED with a message naming that bound (it said only
+// "operation add failed" before).
+func TestGatewayResultOverTheStoredBoundSaysSo(t *testing.T) {
+	u := newRawUpstream(t)
+	var done atomic.Bool
+	u.call = bigAnswer(false, 2<<20, &done)
+	gw, _ := gatewayOver(t, gateway.UpstreamConfig{URL: u.url}, addOverlay)
+	status, body := post(t, gw, "add", "stored-1", `{}`)
+	if status != http.StatusInternalServerError || !strings.Contains(body, "over the 1048576 the gateway stores") {
+		t.Fatalf("a 2 MiB result: %d %.400s", status, body)
+	}
+}
