@@ -345,16 +345,21 @@ func (u *Upstream) drop(cs *mcp.ClientSession) {
 	go cs.Close()
 }
 
-// Close ends the session (a spawned server is stopped).
+// Close ends the session (a spawned server is stopped) and the
+// connections kept for it.
 func (u *Upstream) Close() error {
 	u.mu.Lock()
 	cs := u.session
 	u.session, u.closed = nil, true
 	u.mu.Unlock()
+	var err error
 	if cs != nil {
-		return cs.Close()
+		err = cs.Close()
 	}
-	return nil
+	if u.pool != nil {
+		u.pool.CloseIdleConnections() // the upstream's own pool: nothing else uses it
+	}
+	return err
 }
 
 // unavailable is the error of a call that never reached the upstream: 503
