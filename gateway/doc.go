@@ -10,7 +10,15 @@
 // certainly never reached the server (idem.NotDispatched, 503
 // UPSTREAM_UNAVAILABLE, the key stays free) from one that may have had an
 // effect. A lost session is made again before the next call, never by
-// sending a call twice.
+// sending a call twice; a call the upstream refused for a session it
+// forgot is sent once to the new one.
+//
+// Below the SDK, the gateway's own HTTP transport (httpclient.go) keeps
+// every layer under idem from re-sending a request, bounds each answer as
+// it is read (a tool result, a tools/list page: toolslist.go), and
+// resumes a call's SSE stream with Last-Event-ID until its answer comes
+// (resume.go: SEP-1699 polling, which the SDK gives up on); over stdio a
+// line reader does the bounding (stdio.go).
 //
 // Build declares one raw operation (idem.DefineRaw) per tool, named as the
 // tool, at POST /tools/{name} with the arguments as the JSON body, its

@@ -62,7 +62,7 @@ func forward(up Caller, name string, writes bool) idem.RawHandler {
 			return idem.RawResponse{}, fmt.Errorf("tools/call %s: the upstream's result: %w", name, err)
 		}
 		if len(body) > MaxStoredResult {
-			return idem.RawResponse{}, fmt.Errorf("tools/call %s: the upstream's result is %d bytes, over the %d the gateway stores (it did act)", name, len(body), MaxStoredResult)
+			return idem.RawResponse{}, idem.Errorf(idem.CodeExecutionFailed, "the upstream's result of tools/call %q is %d bytes, over the %d the gateway stores: the call ran, but its result cannot be replayed", name, len(body), MaxStoredResult)
 		}
 		status := http.StatusOK
 		if res.IsError {

@@ -37,6 +37,9 @@ type SetOptions struct {
 	// Backoff bounds the wait between two attempts to reach an upstream
 	// that is down (first 1 s, doubling; DefaultBackoffCap when 0).
 	Backoff time.Duration
+	// MaxResultBytes bounds one MCP upstream answer
+	// (UpstreamConfig.MaxResultBytes).
+	MaxResultBytes int64
 }
 
 // DefaultBackoffCap is the longest wait between two attempts to reach an
@@ -455,7 +458,10 @@ func (m *member) connect(ctx context.Context) error {
 	m.mu.Unlock()
 	if up == nil {
 		cfg := UpstreamConfig{ConnectTimeout: m.connectTimeout(), Logger: m.log, Version: m.set.opts.Version,
-			OnToolsChanged: m.set.signal}
+			OnToolsChanged: m.set.signal, MaxResultBytes: m.set.opts.MaxResultBytes}
+		if !m.cfg.Anonymous {
+			cfg.Name = m.cfg.Name // its records are its own (SPEC §6.2)
+		}
 		if m.cfg.URL != "" {
 			cfg.URL, cfg.Header = m.cfg.URL, headerOf(m.cfg.Headers)
 		} else {

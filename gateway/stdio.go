@@ -1,13 +1,17 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +33,62 @@ import (
 type stdioTransport struct {
 	cmd       *exec.Cmd
 	terminate time.Duration // how long Close waits after closing stdin before SIGTERM, then before SIGKILL
+	maxLine   int64         // the longest line read that answers no tools/list (one message)
+	// over is set once the process wrote a line longer than its bound:
+	// the session ends (the framing is lost), and a call it held ran.
+	over atomic.Bool
+
+	mu    sync.Mutex
+	lists map[string]*dispatch // tools/list requests awaiting their answer, by id
+}
+
+// awaitList notes a tools/list request whose answer d edits and bounds.
+func (t *stdioTransport) awaitList(id jsonrpc.ID, d *dispatch) {
+	raw, err := json.Marshal(id.Raw())
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lists == nil {
+		t.lists = map[string]*dispatch{}
+	}
+	t.lists[string(raw)] = d
+}
+
+// bound is the longest line read now: maxLine, or more while a
+// tools/list page may be on its way.
+func (t *stdioTransport) bound() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.maxLine
+	for _, d := range t.lists {
+		b = max(b, d.limit)
+	}
+	return b
+}
+
+// listAnswer is the dispatch of the tools/list that line answers, nil
+// when it answers none.
+func (t *stdioTransport) listAnswer(line []byte) *dispatch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lists) == 0 {
+		return nil
+	}
+	var m struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(line, &m) != nil {
+		return nil
+	}
+	var key bytes.Buffer
+	if json.Compact(&key, m.ID) != nil {
+		return nil
+	}
+	d := t.lists[key.String()]
+	delete(t.lists, key.String())
+	return d
 }
 
 func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -58,12 +118,15 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 		p.waitErr = t.cmd.Wait()
 		close(p.exited)
 	}()
-	inner, err := (&mcp.IOTransport{Reader: io.NopCloser(outR), Writer: p}).Connect(ctx)
+	// The lines are bounded (and tools/list pages edited) here; the SDK's
+	// own bound is kept above every bound of ours.
+	inner, err := (&mcp.IOTransport{Reader: io.NopCloser(&lineReader{t: t, br: bufio.NewReaderSize(outR, 64<<10)}), Writer: p,
+		MaxLineLength: int(max(t.maxLine, MaxToolListBytes)) + 64<<10}).Connect(ctx)
 	if err != nil {
 		p.Close()
 		return nil, err
 	}
-	return &stdioConn{Connection: inner, p: p}, nil
+	return &stdioConn{Connection: inner, p: p, t: t}, nil
 }
 
 // stdioConn is the SDK's connection over the process's pipes; a write
@@ -72,6 +135,7 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 type stdioConn struct {
 	mcp.Connection
 	p  *process
+	t  *stdioTransport
 	mu sync.Mutex // one write at a time, so p.wrote is that write's
 }
 
@@ -79,6 +143,11 @@ func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.p.wrote = false
+	if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/list" {
+		if d := dispatchOf(ctx); d != nil && d.list != nil {
+			c.t.awaitList(req.ID, d)
+		}
+	}
 	err := c.Connection.Write(ctx, msg)
 	if d, ok := ctx.Value(dispatchKey{}).(*dispatch); ok && c.p.wrote {
 		d.wrote.Store(true)
@@ -156,4 +225,72 @@ func (p *process) exitErr() error {
 		return nil // its exit status is its own business once it is stopped
 	}
 	return p.waitErr
+}
+
+// lineReader hands the SDK the process's output a whole line at a time,
+// each at most the transport's bound: a longer line fails the session
+// (over), as nothing after it can be framed. A line answering a
+// tools/list is counted, bounded by and edited for its listing, as the
+// HTTP transport does with a page.
+type lineReader struct {
+	t       *stdioTransport
+	br      *bufio.Reader
+	line    bytes.Buffer
+	pending []byte
+}
+
+// errLineTooLong ends a spawned upstream's session on a line over the
+// bound.
+var errLineTooLong = errors.New("the upstream wrote a line longer than the gateway reads")
+
+func (l *lineReader) Read(p []byte) (int, error) {
+	for len(l.pending) == 0 {
+		if err := l.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, l.pending)
+	l.pending = l.pending[n:]
+	return n, nil
+}
+
+func (l *lineReader) next() error {
+	l.line.Reset()
+	bound := l.t.bound()
+	for {
+		chunk, err := l.br.ReadSlice('\n')
+		if int64(l.line.Len()+len(chunk)) > bound {
+			bound = l.t.bound() // a tools/list sent since may allow more
+		}
+		if int64(l.line.Len()+len(chunk)) > bound {
+			l.t.over.Store(true)
+			return fmt.Errorf("%w (%d bytes)", errLineTooLong, bound)
+		}
+		l.line.Write(chunk)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if l.line.Len() > 0 {
+				break // the last line, without its newline
+			}
+			return err
+		}
+		break
+	}
+	line := l.line.Bytes()
+	if d := l.t.listAnswer(line); d != nil {
+		d.read.Add(int64(len(line)))
+		if int64(len(line)) > d.limit {
+			d.over.Store(true)
+		}
+		l.pending = append(d.list.edit(bytes.TrimRight(line, "\r\n")), '\n')
+		return nil
+	}
+	if int64(len(line)) > l.t.maxLine {
+		l.t.over.Store(true)
+		return fmt.Errorf("%w (%d bytes)", errLineTooLong, l.t.maxLine)
+	}
+	l.pending = line
+	return nil
 }

@@ -62,10 +62,14 @@ func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller) (*Built, error) 
 	var undeclared, noReconcile []string
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		t := byName[name]
-		op, note, err := declare(t, overlay, up)
+		op, note, dropped, err := declare(t, overlay, up)
 		if err != nil {
 			out.Warnings = append(out.Warnings, fmt.Sprintf("tool %q is not served: %v", name, err))
 			continue
+		}
+		for _, d := range dropped {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("tool %q: the enum at %s has %d values, more than %d: idem does not check it, and the served tool, catalog entry and validated schema leave it out (the upstream still checks it)",
+				name, d.at, d.values, proxy.MaxEnum))
 		}
 		switch note {
 		case noteUndeclared:
@@ -122,14 +126,20 @@ func kindOf(t *mcp.Tool, overlay proxy.Overlay) idem.RetryKind {
 // declared contract.
 const undeclaredRationale = "No retry contract is declared for this tool (no overlay entry, no readOnlyHint or idempotentHint): never retry it automatically; after an ambiguous result, check the current state and decide."
 
-// declare builds one tool's operation.
-func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (idem.Operation, note, error) {
+// declare builds one tool's operation; dropped are the enums left out of
+// its input schema.
+func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (_ idem.Operation, _ note, dropped []droppedEnum, _ error) {
 	if !toolName.MatchString(t.Name) {
-		return nil, noteNone, errors.New("its name is not 1 to 128 letters, digits, '_', '.' or '-'")
+		return nil, noteNone, nil, errors.New("its name is not 1 to 128 letters, digits, '_', '.' or '-'")
 	}
-	input, params, err := inputOf(t)
+	if t.Name == "." || t.Name == ".." {
+		// POST /tools/. and /tools/.. are paths the router cleans and
+		// redirects elsewhere: such a tool could not be called.
+		return nil, noteNone, nil, fmt.Errorf("its name %q is a path segment HTTP cannot route (/tools/%s)", t.Name, t.Name)
+	}
+	input, params, dropped, err := inputOf(t)
 	if err != nil {
-		return nil, noteNone, err
+		return nil, noteNone, nil, err
 	}
 	entry, inOverlay := overlay[t.Name]
 	a := t.Annotations
@@ -183,10 +193,13 @@ func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (idem.Operation, not
 		meta.Approval = entry.Approval
 	}
 	if meta.Retry.Preview {
-		return nil, noteNone, errors.New("the overlay asks for preview, which an MCP tool call cannot carry (there is no dry run of tools/call)")
+		return nil, noteNone, nil, errors.New("the overlay asks for preview, which an MCP tool call cannot carry (there is no dry run of tools/call)")
 	}
 	spec := idem.RawSpec{Params: params, InputSchema: input, Handler: forward(up, t.Name, meta.SideEffect.Writes())}
-	return idem.DefineRaw(meta, spec), n, nil
+	if tg, ok := up.(interface{ Target() string }); ok {
+		spec.Target = tg.Target()
+	}
+	return idem.DefineRaw(meta, spec), n, dropped, nil
 }
 
 func orDefault(s, def string) string {
@@ -213,10 +226,15 @@ func summaryOf(t *mcp.Tool) string {
 // body member) and its flat arguments. A schema the validator cannot
 // compile is refused: the gateway validates every call before it is
 // stored.
-func inputOf(t *mcp.Tool) (json.RawMessage, []idem.Param, error) {
-	raw, err := json.Marshal(t.InputSchema)
+func inputOf(t *mcp.Tool) (json.RawMessage, []idem.Param, []droppedEnum, error) {
+	var dropped []droppedEnum
+	schemaValue := dropEnums(t.InputSchema, "#", &dropped)
+	raw, err := json.Marshal(schemaValue)
 	if err != nil {
-		return nil, nil, fmt.Errorf("input schema: %w", err)
+		return nil, nil, nil, fmt.Errorf("input schema: %w", err)
+	}
+	if len(dropped) > 0 {
+		t.InputSchema = schemaValue // what is served leaves them out too
 	}
 	if string(raw) == "null" {
 		raw = json.RawMessage(`{"type":"object"}`)
@@ -226,20 +244,84 @@ func inputOf(t *mcp.Tool) (json.RawMessage, []idem.Param, error) {
 		Properties map[string]json.RawMessage `json:"properties"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, nil, fmt.Errorf("input schema is not a JSON object: %w", err)
+		return nil, nil, nil, fmt.Errorf("input schema is not a JSON object: %w", err)
 	}
 	if s.Type != "object" {
-		return nil, nil, fmt.Errorf(`input schema: "type" is %v, not "object"`, s.Type)
+		return nil, nil, nil, fmt.Errorf(`input schema: "type" is %v, not "object"`, s.Type)
 	}
 	var params []idem.Param
 	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
 		if name == mcpserver.ArgIdempotencyKey || name == mcpserver.ArgDryRun {
-			return nil, nil, fmt.Errorf("its argument %q is idem's own (the MCP surface reserves it)", name)
+			return nil, nil, nil, fmt.Errorf("its argument %q is idem's own (the MCP surface reserves it)", name)
 		}
 		params = append(params, idem.Param{Name: name, In: "body"})
 	}
 	if _, err := schema.Compile(raw); err != nil {
-		return nil, nil, fmt.Errorf("input schema: %w", err)
+		return nil, nil, nil, fmt.Errorf("input schema: %w", err)
 	}
-	return raw, params, nil
+	return raw, params, dropped, nil
+}
+
+// droppedEnum is an enum of more than proxy.MaxEnum values left out of a
+// tool's input schema (as idem proxy leaves them out of an operation's):
+// at is its JSON pointer in the schema.
+type droppedEnum struct {
+	at     string
+	values int
+}
+
+// dropEnums returns v, a decoded JSON schema, without its enums of more
+// than proxy.MaxEnum values (a copy of what it edits; v itself when it
+// has none), adding each to dropped.
+func dropEnums(v any, at string, dropped *[]droppedEnum) any {
+	if !hasBigEnum(v) {
+		return v
+	}
+	out, _ := dropEnumsIn(v, at, dropped)
+	return out
+}
+
+func hasBigEnum(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			if l, ok := child.([]any); ok && k == "enum" && len(l) > proxy.MaxEnum || hasBigEnum(child) {
+				return true
+			}
+		}
+	case []any:
+		return slices.ContainsFunc(v, hasBigEnum)
+	}
+	return false
+}
+
+func dropEnumsIn(v any, at string, dropped *[]droppedEnum) (any, bool) {
+	changed := false
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, child := range v {
+			path := at + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+			if l, ok := child.([]any); ok && k == "enum" && len(l) > proxy.MaxEnum {
+				*dropped = append(*dropped, droppedEnum{at: path, values: len(l)})
+				changed = true
+				continue
+			}
+			c, ch := dropEnumsIn(child, path, dropped)
+			out[k], changed = c, changed || ch
+		}
+		if changed {
+			return out, true
+		}
+	case []any:
+		out := make([]any, len(v))
+		for i, child := range v {
+			c, ch := dropEnumsIn(child, fmt.Sprintf("%s/%d", at, i), dropped)
+			out[i], changed = c, changed || ch
+		}
+		if changed {
+			return out, true
+		}
+	}
+	return v, false
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptrace"
+	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -22,6 +22,11 @@ import (
 // streamable HTTP at URL, or by spawning Command and speaking MCP over its
 // stdin and stdout. Exactly one of URL and Command is set.
 type UpstreamConfig struct {
+	// Name names the upstream in every call's fingerprint (SPEC §6.2), so
+	// that gateways in front of different servers on one store never
+	// answer each other's keys. When empty, the upstream's Target says
+	// what names it.
+	Name string
 	// URL is the upstream's streamable HTTP endpoint
 	// (http://127.0.0.1:3001/mcp).
 	URL string
@@ -43,6 +48,11 @@ type UpstreamConfig struct {
 	Logger *slog.Logger
 	// Version names the gateway in the MCP handshake.
 	Version string
+	// MaxResultBytes bounds what is read of one upstream answer before it
+	// is held whole: a JSON body, one SSE event, one stdio line
+	// (DefaultMaxResultBytes when 0). A tool result over it is an error
+	// of a call that ran.
+	MaxResultBytes int64
 }
 
 // DefaultConnectTimeout bounds a connection to the upstream and its
@@ -60,7 +70,12 @@ type Upstream struct {
 
 	mu      sync.Mutex
 	session *mcp.ClientSession // nil until connected, and once lost
+	stdio   *stdioTransport    // stdioOf's transport, when the upstream is spawned
+	stdioOf *mcp.ClientSession
 	closed  bool
+
+	poolOnce sync.Once
+	pool     *http.Transport
 }
 
 // Dial connects to the upstream and checks the handshake.
@@ -70,6 +85,9 @@ func Dial(ctx context.Context, cfg UpstreamConfig) (*Upstream, error) {
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = DefaultMaxResultBytes
 	}
 	u := &Upstream{cfg: cfg, log: cfg.Logger}
 	if u.log == nil {
@@ -98,6 +116,24 @@ func (u *Upstream) Describe() string {
 	return fmt.Sprint(u.cfg.Command)
 }
 
+// Target is what names the upstream in its tools' fingerprints
+// (idem.RawSpec.Target): "mcp:" and the configured Name; else the URL as
+// idem.TargetOf spells it (scheme, host, port, path); else "stdio:" and
+// the command line, its words joined by spaces (another command line, an
+// upgrade's new version in it too, is another upstream).
+func (u *Upstream) Target() string {
+	switch {
+	case u.cfg.Name != "":
+		return "mcp:" + u.cfg.Name
+	case u.cfg.URL != "":
+		if parsed, err := url.Parse(u.cfg.URL); err == nil {
+			return idem.TargetOf(parsed)
+		}
+		return u.cfg.URL
+	}
+	return "stdio:" + strings.Join(u.cfg.Command, " ")
+}
+
 // current returns the live session, connecting first when there is none.
 // A failure to connect is idem.NotDispatched: no call was sent.
 func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
@@ -111,11 +147,14 @@ func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout)
 	defer cancel()
-	cs, err := u.client.Connect(cctx, u.transport(), nil)
+	t := u.transport()
+	cs, err := u.client.Connect(cctx, t, nil)
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("connect to the upstream MCP server %s: %w", u.Describe(), err))
 	}
 	u.session = cs
+	u.stdio, _ = t.(*stdioTransport)
+	u.stdioOf = cs
 	go func() {
 		// A spawned server that exits, or a connection that fails for good,
 		// ends the session: the next call connects again.
@@ -139,36 +178,99 @@ func (u *Upstream) transport() mcp.Transport {
 	if u.cfg.URL != "" {
 		return &mcp.StreamableClientTransport{
 			Endpoint:   u.cfg.URL,
-			HTTPClient: &http.Client{Transport: &tracked{header: u.cfg.Header, next: http.DefaultTransport}},
+			HTTPClient: &http.Client{Transport: &tracked{header: u.cfg.Header, next: u.httpTransport(), limit: u.cfg.MaxResultBytes}},
 			MaxRetries: 2,
+			// tracked bounds an event first (a call's answer, a listing's
+			// page); this is the SDK's own cap, kept above both.
+			MaxEventSize: int(max(u.cfg.MaxResultBytes, MaxToolListBytes)) + 64<<10,
 		}
 	}
 	cmd := exec.Command(u.cfg.Command[0], u.cfg.Command[1:]...)
 	cmd.Env = u.cfg.Env
 	cmd.Stderr = os.Stderr // the upstream's own logs, beside the gateway's
-	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second}
+	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second, maxLine: u.cfg.MaxResultBytes}
 }
 
-// Tools lists every tool of the upstream, all pages.
+// httpTransport is the upstream's own connection pool (not
+// http.DefaultTransport, which others may tune), made once.
+func (u *Upstream) httpTransport() http.RoundTripper {
+	u.poolOnce.Do(func() { u.pool = http.DefaultTransport.(*http.Transport).Clone() })
+	return u.pool
+}
+
+// Tools lists every tool of the upstream, all pages, within the bounds
+// (MaxTools, MaxToolPages, MaxToolListBytes); a tool left out (nested
+// deeper than MaxToolDepth) is logged. See ListTools.
 func (u *Upstream) Tools(ctx context.Context) ([]*mcp.Tool, error) {
-	cs, err := u.current(ctx)
-	if err != nil {
-		return nil, err
+	tools, warnings, err := u.ListTools(ctx)
+	for _, w := range warnings {
+		u.log.Warn("gateway", "upstream", u.Describe(), "warning", w)
 	}
-	var out []*mcp.Tool
-	for t, err := range cs.Tools(ctx, nil) {
+	return tools, err
+}
+
+// ListTools lists every tool of the upstream, all pages, and says which
+// it left out and why. A listing past a bound is an error naming it: a
+// hostile upstream that pages forever or lists without end is refused,
+// not followed. A session the upstream no longer knows is made anew, and
+// the listing begun again once.
+func (u *Upstream) ListTools(ctx context.Context) ([]*mcp.Tool, []string, error) {
+	ctx, cancel := context.WithTimeout(ctx, MaxToolListDuration)
+	defer cancel()
+	for try := 0; ; try++ {
+		cs, err := u.current(ctx)
 		if err != nil {
-			if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, errNotWritten) {
-				u.forget(cs)
-				if u.cfg.URL == "" {
-					go cs.Close()
-				}
-			}
-			return nil, fmt.Errorf("tools/list on the upstream %s: %w", u.Describe(), err)
+			return nil, nil, err
 		}
-		out = append(out, t)
+		tools, warnings, gone, err := u.list(ctx, cs)
+		if err == nil {
+			return tools, warnings, nil
+		}
+		if gone || errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, errNotWritten) {
+			u.drop(cs)
+			if gone && try == 0 {
+				continue
+			}
+		}
+		return nil, nil, fmt.Errorf("tools/list on the upstream %s: %w", u.Describe(), err)
 	}
-	return out, nil
+}
+
+// list reads the pages of tools/list on cs; gone says the upstream
+// refused a page for the session.
+func (u *Upstream) list(ctx context.Context, cs *mcp.ClientSession) (tools []*mcp.Tool, warnings []string, gone bool, err error) {
+	budget := int64(MaxToolListBytes)
+	cursors := map[string]bool{}
+	cursor := ""
+	for page := 1; ; page++ {
+		if page > MaxToolPages {
+			return nil, nil, false, tooMuch("pages", MaxToolPages)
+		}
+		d := &dispatch{limit: budget, list: &listPage{room: MaxTools - len(tools)}}
+		res, err := cs.ListTools(context.WithValue(ctx, dispatchKey{}, d), &mcp.ListToolsParams{Cursor: cursor})
+		budget -= d.read.Load()
+		if d.over.Load() || budget < 0 {
+			return nil, nil, false, tooMuch("bytes", MaxToolListBytes)
+		}
+		if d.list.tooMany || (err == nil && len(tools)+len(res.Tools) > MaxTools) {
+			return nil, nil, false, tooMuch("tools", MaxTools)
+		}
+		for _, name := range d.list.skipped {
+			warnings = append(warnings, fmt.Sprintf("tool %q is not served: its description nests deeper than %d levels", name, MaxToolDepth))
+		}
+		if err != nil {
+			return nil, nil, d.sessionGone(), err
+		}
+		tools = append(tools, res.Tools...)
+		if res.NextCursor == "" {
+			return tools, warnings, false, nil
+		}
+		if cursors[res.NextCursor] {
+			return nil, nil, false, fmt.Errorf("the upstream's tools/list gave the cursor %.64q twice (page %d): it pages in a circle", res.NextCursor, page)
+		}
+		cursors[res.NextCursor] = true
+		cursor = res.NextCursor
+	}
 }
 
 // Call sends one tools/call. Its error is idem.NotDispatched when the call
@@ -178,40 +280,47 @@ func (u *Upstream) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 // or no byte of it was written to a spawned upstream's stdin, because the
 // session had already ended or the pipe was broken: the process had
 // exited); any other error may have followed an effect. A spawned
-// upstream found dead so is spawned anew for the next call.
+// upstream found dead so is spawned anew for the next call. The call is
+// written once: the only second sending is to a new session after the
+// upstream refused the first for its session (it ran nothing).
 func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	for try := 0; ; try++ {
 		cs, err := u.current(ctx)
 		if err != nil {
 			return nil, err
 		}
-		sent := &dispatch{}
-		res, err := cs.CallTool(context.WithValue(ctx, dispatchKey{}, sent), params)
+		d := &dispatch{limit: u.cfg.MaxResultBytes}
+		cctx, abort := context.WithCancelCause(ctx)
+		d.abort = abort
+		res, err := cs.CallTool(context.WithValue(cctx, dispatchKey{}, d), params)
+		abort(nil)
+		if d.over.Load() || (err != nil && u.stdioOver(cs)) {
+			// The upstream answered: the call ran; what it said is not
+			// read, so nothing can be stored.
+			return nil, idem.Errorf(idem.CodeExecutionFailed, "the upstream's answer to tools/call %q exceeded %d bytes, the most the gateway reads of one answer: the call ran, but its result was not read or stored", params.Name, u.cfg.MaxResultBytes)
+		}
 		if err == nil {
 			return res, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if u.cfg.URL != "" && errors.Is(err, mcp.ErrSessionMissing) {
-			// The upstream answered 404 for the session (it restarted):
-			// it ran nothing. Open a session and send the call once more.
-			u.forget(cs)
-			cs.Close()
+		if u.cfg.URL != "" && (d.sessionGone() || (errors.Is(err, mcp.ErrSessionMissing) && !d.wrote.Load())) {
+			// The upstream refused the call for its session (it restarted
+			// and forgot it) before running anything: open a session and
+			// send the call there, once.
+			u.drop(cs)
 			if try == 0 {
 				continue
 			}
 			return nil, unavailable(err)
 		}
-		if !sent.wrote.Load() {
+		if !d.wrote.Load() {
 			// Not a byte of it went out: over HTTP, no request was
 			// written; over stdio, the session had ended or the pipe was
 			// broken before the write (the process died between two
 			// calls, before its session's end was seen).
-			u.forget(cs)
-			if u.cfg.URL == "" {
-				go cs.Close() // stop what is left of the process; the next call spawns anew
-			}
+			u.drop(cs)
 			return nil, unavailable(err)
 		}
 		if errors.Is(err, mcp.ErrConnectionClosed) {
@@ -221,42 +330,36 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 	}
 }
 
-// Close ends the session (a spawned server is stopped).
+// stdioOver says whether cs is a spawned upstream's session that ended on
+// a line over the bound.
+func (u *Upstream) stdioOver(cs *mcp.ClientSession) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.stdio != nil && u.stdioOf == cs && u.stdio.over.Load()
+}
+
+// drop forgets cs and closes it (a spawned process is stopped; an HTTP
+// session is deleted, best effort) without waiting.
+func (u *Upstream) drop(cs *mcp.ClientSession) {
+	u.forget(cs)
+	go cs.Close()
+}
+
+// Close ends the session (a spawned server is stopped) and the
+// connections kept for it.
 func (u *Upstream) Close() error {
 	u.mu.Lock()
 	cs := u.session
 	u.session, u.closed = nil, true
 	u.mu.Unlock()
+	var err error
 	if cs != nil {
-		return cs.Close()
+		err = cs.Close()
 	}
-	return nil
-}
-
-// dispatch records whether any of a call was written: its HTTP request
-// (tracked), or a byte of it to a spawned upstream's stdin (stdioConn).
-type dispatch struct{ wrote atomic.Bool }
-
-type dispatchKey struct{}
-
-// tracked is the HTTP upstream's transport: it adds the configured headers
-// and records, for a call's requests, whether any was written (SDK
-// requests carry the call's context).
-type tracked struct {
-	header http.Header
-	next   http.RoundTripper
-}
-
-func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	for name, values := range t.header {
-		r.Header[http.CanonicalHeaderKey(name)] = values
+	if u.pool != nil {
+		u.pool.CloseIdleConnections() // the upstream's own pool: nothing else uses it
 	}
-	if d, ok := r.Context().Value(dispatchKey{}).(*dispatch); ok {
-		trace := &httptrace.ClientTrace{WroteHeaders: func() { d.wrote.Store(true) }}
-		r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
-	}
-	return t.next.RoundTrip(r)
+	return err
 }
 
 // unavailable is the error of a call that never reached the upstream: 503

@@ -60,9 +60,15 @@ type Config struct {
 
 // Upstream is one upstream of the gateway.
 type Upstream struct {
-	// Name is [a-z0-9-]+, unique: the prefix of its served names.
+	// Name is [a-z0-9-]+, unique: the prefix of its served names, and
+	// what names an MCP upstream in its calls' fingerprints (SPEC §6.2).
 	Name string
-	Kind Kind
+	// Anonymous marks the upstream of the one-upstream flags: its calls'
+	// fingerprints name it by its URL or command instead of its name, so
+	// that two such gateways in front of different servers on one store
+	// share no records.
+	Anonymous bool
+	Kind      Kind
 	// Command is the program to spawn and its arguments (an MCP upstream
 	// over stdio).
 	Command []string

@@ -37,6 +37,7 @@ type gatewayOptions struct {
 	reloadEvery     time.Duration
 	watchEvery      time.Duration
 	reconnectMax    time.Duration
+	maxAnswer       int64
 	cfg             *gatewayconfig.Config // from --config, or from the one-upstream flags
 	getenv          func(string) string
 }
@@ -86,6 +87,7 @@ func (m Main) gatewayCommand() *cobra.Command {
 	f.StringVar(&o.contracts, "contracts", "", "overlay (YAML or JSON) of retry contracts by tool name: kind, reconcile, rationale, sideEffect, timeoutMs, approval")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", 0, "bound on connecting to the upstream and its MCP handshake (0: 15s; timeouts.connect in --config)")
 	f.DurationVar(&o.reloadEvery, "reload-interval", time.Minute, "list the upstreams' tools (and re-read the contracts and the config) this often besides on tools/list_changed and SIGHUP (0: never); a list that fails to load or register keeps the running declarations")
+	f.Int64Var(&o.maxAnswer, "upstream-max-answer", gateway.DefaultMaxResultBytes, "bytes the gateway reads of one MCP upstream answer (a JSON body, an SSE event, a stdio line) before it stops: a tool result over it is EXECUTION_FAILED, the call having run")
 	f.DurationVar(&o.reconnectMax, "reconnect-max-wait", gateway.DefaultBackoffCap, "longest wait between two attempts to reach an upstream that is down (the first after 1s, then twice as long each time)")
 	f.DurationVar(&o.watchEvery, "config-check-interval", 2*time.Second, "how often --config's file is checked for a change, which reloads it (0: only on SIGHUP)")
 	return cmd
@@ -124,7 +126,7 @@ func (o gatewayOptions) gatewayConfig(getenv func(string) string) (*gatewayconfi
 	if (len(o.upstream) == 0) == (len(o.upstreamCommand) == 0) {
 		return nil, usagef("give the MCP server to front with --upstream URL (streamable HTTP) or --upstream-command \"CMD ARGS\" (spawned, stdio), one of them, or several upstreams with --config FILE")
 	}
-	u := gatewayconfig.Upstream{Name: "upstream", Kind: gatewayconfig.KindMCP, Contracts: o.contracts,
+	u := gatewayconfig.Upstream{Name: "upstream", Anonymous: true, Kind: gatewayconfig.KindMCP, Contracts: o.contracts,
 		Timeouts: gatewayconfig.Timeouts{Connect: o.connectTimeout}}
 	cfg := &gatewayconfig.Config{}
 	if len(o.upstream) == 1 {
@@ -198,7 +200,7 @@ var gatewayPolicies = func(policies, limits *yaml.Node) error {
 // application starts the upstreams and declares their operations.
 func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
 	return upstreams{cfg: o.cfg, file: o.config, getenv: o.getenv, reloadEvery: o.reloadEvery, watchEvery: o.watchEvery,
-		reconnectMax: o.reconnectMax, command: "gateway"}.application(ctx, logger)
+		reconnectMax: o.reconnectMax, maxAnswer: o.maxAnswer, command: "gateway"}.application(ctx, logger)
 }
 
 // upstreams is what idem gateway and idem proxy serve: the upstreams of a
@@ -213,6 +215,8 @@ type upstreams struct {
 	// file for a change this often (0: never).
 	reloadEvery, watchEvery time.Duration
 	reconnectMax            time.Duration
+	// maxAnswer bounds one MCP upstream answer (0: gateway's default).
+	maxAnswer int64
 	// command names the log lines and errors: "gateway" or "proxy".
 	command string
 }
@@ -221,7 +225,8 @@ func (u upstreams) application(ctx context.Context, logger *slog.Logger) (applic
 	secrets := &redactor{}
 	secrets.add(u.cfg)
 	logger = slog.New(redacting{next: logger.Handler(), r: secrets})
-	set := gateway.NewSet(gateway.SetOptions{Logger: logger, Version: buildVersion(), Environ: os.Environ(), Backoff: u.reconnectMax})
+	set := gateway.NewSet(gateway.SetOptions{Logger: logger, Version: buildVersion(), Environ: os.Environ(), Backoff: u.reconnectMax,
+		MaxResultBytes: u.maxAnswer})
 	var warned []string
 	running := u.cfg
 	declare := func(ctx context.Context, cfg *gatewayconfig.Config) (*gateway.Declaration, error) {

@@ -1,0 +1,243 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxIdleResumptions bounds the resumptions in a row that bring no new
+// event id; the call's timeout bounds the rest.
+const maxIdleResumptions = 100
+
+// resumingStream is a call's SSE stream as the SDK reads it: the
+// upstream's answer to the POST and, when that ends before the call's
+// answer came, the streams the gateway resumes with Last-Event-ID
+// (SEP-1699, MCP 2025-11-25), joined into one, a whole event at a time.
+//
+// The gateway resumes rather than leaving it to the SDK because the SDK
+// (go-sdk v1.8.0, streamableClientConn.handleSSE) forgets the event id it
+// resumed from: when a resumed stream ends before an event with an id
+// (an upstream that polls: it closes the stream while the call runs and
+// answers on a later resumption), the SDK fails the call ("request
+// terminated without response") though the upstream answers it on the
+// next resumption; and after MaxRetries resumptions without a new id it
+// fails the whole session. The gateway keeps the last id seen and
+// resumes with it, waiting the upstream's retry each time, until the
+// answer comes, the call's context ends, or the upstream refuses.
+//
+// Every event passes whole and unchanged, so the SDK decodes what the
+// upstream sent; an event over limit fails the call as eventBound does.
+type resumingStream struct {
+	ctx    context.Context
+	next   http.RoundTripper
+	url    string
+	header http.Header // the POST's: session, protocol version, credentials
+	callID []byte      // the call's JSON-RPC id, compact
+	d      *dispatch
+	limit  int64
+
+	body     io.ReadCloser
+	br       *bufio.Reader
+	event    bytes.Buffer // the event being read
+	data     bytes.Buffer // its data
+	pending  []byte       // a whole event, not yet read by the SDK
+	lastID   string
+	retry    time.Duration
+	idle     int
+	answered bool
+}
+
+func newResumingStream(r *http.Request, resp *http.Response, next http.RoundTripper, callID []byte, d *dispatch, limit int64) *resumingStream {
+	h := r.Header.Clone()
+	for _, name := range []string{"Content-Type", "Content-Length", "Mcp-Method", "Mcp-Name"} {
+		h.Del(name)
+	}
+	for name := range h {
+		if strings.HasPrefix(name, "Mcp-Param-") {
+			h.Del(name)
+		}
+	}
+	h.Set("Accept", "text/event-stream")
+	return &resumingStream{ctx: r.Context(), next: next, url: r.URL.String(), header: h, callID: callID, d: d, limit: limit,
+		body: resp.Body, br: bufio.NewReaderSize(resp.Body, 32<<10)}
+}
+
+func (s *resumingStream) Read(p []byte) (int, error) {
+	for len(s.pending) == 0 {
+		if s.answered {
+			return 0, io.EOF
+		}
+		if err := s.readEvent(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, s.pending)
+	s.pending = s.pending[n:]
+	return n, nil
+}
+
+// readEvent reads the next whole event into pending, resuming the stream
+// when it ends first.
+func (s *resumingStream) readEvent() error {
+	for {
+		line, err := s.br.ReadSlice('\n')
+		if len(line) > 0 {
+			if int64(s.event.Len()+len(line)) > s.limit {
+				s.d.over.Store(true)
+				if s.d.abort != nil {
+					s.d.abort(errOverLimit)
+				}
+				return fmt.Errorf("%w (an SSE event over %d bytes)", errOverLimit, s.limit)
+			}
+			s.event.Write(line)
+		}
+		if err == bufio.ErrBufferFull {
+			continue // a long line: read on
+		}
+		if err == nil {
+			if s.endOfLine() {
+				return nil
+			}
+			continue
+		}
+		// The stream ended (or broke). An event without its blank line
+		// is dropped, as SSE says.
+		s.event.Reset()
+		s.data.Reset()
+		if rerr := s.resume(); rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// endOfLine takes the line at the end of s.event; true when it ended the
+// event (which is then pending).
+func (s *resumingStream) endOfLine() bool {
+	buf := s.event.Bytes()
+	start := bytes.LastIndexByte(buf[:len(buf)-1], '\n') + 1
+	line := strings.TrimRight(string(buf[start:]), "\r\n")
+	if line == "" {
+		if s.data.Len() > 0 {
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Result json.RawMessage `json:"result"`
+				Error  json.RawMessage `json:"error"`
+			}
+			if json.Unmarshal(s.data.Bytes(), &m) == nil && (m.Result != nil || m.Error != nil) && compactEqual(m.ID, s.callID) {
+				s.answered = true
+			}
+		}
+		s.pending = bytes.Clone(buf)
+		s.event.Reset()
+		s.data.Reset()
+		return true
+	}
+	field, value, _ := strings.Cut(line, ":")
+	value = strings.TrimPrefix(value, " ")
+	switch field {
+	case "id":
+		if value != s.lastID {
+			s.lastID, s.idle = value, 0
+		}
+	case "retry":
+		if ms, err := strconv.ParseInt(value, 10, 64); err == nil && ms >= 0 {
+			s.retry = time.Duration(ms) * time.Millisecond
+		}
+	case "data":
+		if s.data.Len() > 0 {
+			s.data.WriteByte('\n')
+		}
+		s.data.WriteString(value)
+	}
+	return false
+}
+
+// resume opens the stream again from the last event id, after the
+// upstream's retry (1 s when it gave none); io.EOF when it cannot be
+// resumed (no event id came, or too many resumptions brought nothing),
+// which leaves the SDK to end the call.
+func (s *resumingStream) resume() error {
+	s.body.Close()
+	for {
+		if s.lastID == "" || s.idle >= maxIdleResumptions {
+			return io.EOF
+		}
+		s.idle++
+		wait := s.retry
+		if wait <= 0 {
+			wait = time.Second
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			timer.Stop()
+			return s.ctx.Err()
+		case <-timer.C:
+		}
+		req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, s.url, nil)
+		if err != nil {
+			return err
+		}
+		req.Header = s.header.Clone()
+		req.Header.Set("Last-Event-ID", s.lastID)
+		resp, err := s.next.RoundTrip(req)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return s.ctx.Err()
+			}
+			continue // the connection failed: try again after the retry
+		}
+		media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
+			resp.Body.Close()
+			if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+				continue
+			}
+			return fmt.Errorf("resuming the call's stream from event %q: the upstream answered %s", s.lastID, resp.Status)
+		}
+		s.body = resp.Body
+		s.br.Reset(resp.Body)
+		return nil
+	}
+}
+
+func (s *resumingStream) Close() error { return s.body.Close() }
+
+// compactEqual says whether two JSON values are the same once compacted.
+func compactEqual(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return false
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+// callIDOf is the JSON-RPC id of the request in payload; nil for a
+// notification or a response.
+func callIDOf(payload func() (io.ReadCloser, error)) []byte {
+	if payload == nil {
+		return nil
+	}
+	rc, err := payload()
+	if err != nil {
+		return nil
+	}
+	defer rc.Close()
+	var req struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.NewDecoder(rc).Decode(&req) != nil || req.Method == "" || len(req.ID) == 0 || string(req.ID) == "null" {
+		return nil
+	}
+	return req.ID
+}
