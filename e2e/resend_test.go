@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// droppingUpstream is a hostile HTTP/1.1 upstream on a raw socket (issue
+// 33 item 1): it counts every request it reads as an effect, answers the
+// first request of each connection and keeps it alive, and drops the
+// connection, unanswered, after reading the second.
+type droppingUpstream struct {
+	url      string
+	effects  atomic.Int32
+	answered atomic.Int32
+	dropped  atomic.Int32
+}
+
+func startDroppingUpstream(t *testing.T) *droppingUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	u := &droppingUpstream{url: "http://" + ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go u.serve(c)
+		}
+	}()
+	return u
+}
+
+func (u *droppingUpstream) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for n := 1; ; n++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		if req.URL.Path == "/charges" { // the read: not an effect
+			if n == 2 {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"charges\":[]}")
+			continue
+		}
+		u.effects.Add(1)
+		if n == 2 {
+			u.dropped.Add(1)
+			return
+		}
+		u.answered.Add(1)
+		body := fmt.Sprintf(`{"charge":%q}`, req.URL.Path)
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+}
+
+// resendDocument declares a GET that writes (the overlay says so) and a
+// fresh read.
+const resendDocument = `{"openapi":"3.0.3","info":{"title":"charges","version":"1"},"paths":{
+"/charges/{id}":{"get":{"operationId":"charge","parameters":[{"name":"id","in":"path","required":true,"schema":{"type":"string"}}],
+  "responses":{"200":{"description":"charged","content":{"application/json":{"schema":{"type":"object"}}}}}}},
+"/charges":{"get":{"operationId":"listCharges","responses":{"200":{"description":"the charges","content":{"application/json":{"schema":{"type":"object"}}}}}}}}}`
+
+// TestProxyNeverResendsAWrite: idem proxy in front of an upstream that
+// drops kept-alive connections after reading the request. N keyed calls
+// of a GET declared sideEffect: write make exactly N upstream effects;
+// the caller of each dropped one is told it may have executed (500, then
+// 409 indeterminate on a same-key retry), never a 200 of a second run.
+// Before issue 33 item 1, net/http re-sent every dropped GET on a new
+// connection: 4 calls made 7 effects, all answered 200.
+func TestProxyNeverResendsAWrite(t *testing.T) {
+	up := startDroppingUpstream(t)
+	dir := writeServerDir(t, proxyToken, proxyApprover, `charge:
+  kind: same_key_replay
+  reconcile: listCharges
+  rationale: A charge replays by key.
+  sideEffect: write
+`)
+	doc := filepath.Join(dir, "openapi.json")
+	if err := os.WriteFile(doc, []byte(resendDocument), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--openapi", doc)
+
+	const calls = 6
+	var ok, indeterminate []int
+	for i := 1; i <= calls; i++ {
+		r := p.do(t, "GET", fmt.Sprintf("/charges/c%d", i), proxyToken, "", "Idempotency-Key", fmt.Sprintf("charge-%d", i))
+		switch {
+		case r.status == 200:
+			ok = append(ok, i)
+		case r.status == 500 && r.get("code") == "EXECUTION_FAILED" && r.get("retryable") == false &&
+			r.get("details.reconcile") == "listCharges":
+			indeterminate = append(indeterminate, i)
+		default:
+			t.Fatalf("call %d: %d %s", i, r.status, r.raw)
+		}
+	}
+	if n := up.effects.Load(); n != calls {
+		t.Fatalf("%d keyed calls made %d upstream effects (%d answered, %d dropped); want exactly %d: something below idem re-sent a write",
+			calls, n, up.answered.Load(), up.dropped.Load(), calls)
+	}
+	if len(indeterminate) == 0 || int32(len(indeterminate)) != up.dropped.Load() || int32(len(ok)) != up.answered.Load() {
+		t.Fatalf("%d answered 200 and %d indeterminate; the upstream answered %d and dropped %d", len(ok), len(indeterminate), up.answered.Load(), up.dropped.Load())
+	}
+	for _, i := range indeterminate {
+		p.do(t, "GET", fmt.Sprintf("/charges/c%d", i), proxyToken, "", "Idempotency-Key", fmt.Sprintf("charge-%d", i)).
+			want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
+	}
+	if n := up.effects.Load(); n != calls {
+		t.Fatalf("same-key retries of the indeterminate calls made %d more effects", n-calls)
+	}
+
+	// A fresh read may still be re-sent by the transport on a dropped
+	// kept-alive connection: every read is answered.
+	for i := 0; i < 4; i++ {
+		r := p.do(t, "GET", "/charges", proxyToken, "")
+		if r.status != 200 || strings.TrimSpace(string(r.raw)) != `{"charges":[]}` {
+			t.Fatalf("read %d: %d %s", i, r.status, r.raw)
+		}
+	}
+}

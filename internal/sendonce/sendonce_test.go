@@ -1,0 +1,276 @@
+package sendonce_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-run/idem/internal/sendonce"
+)
+
+// dropper is an HTTP/1.1 upstream on a raw socket that counts every
+// request it reads as an effect, answers the first request of each
+// connection (keeping it alive) and drops the connection, unanswered,
+// after reading the second.
+type dropper struct {
+	url     string
+	effects atomic.Int32
+}
+
+func startDropper(t *testing.T) *dropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	d := &dropper{url: "http://" + ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go d.serve(c)
+		}
+	}()
+	return d
+}
+
+func (d *dropper) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for n := 1; ; n++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		d.effects.Add(1)
+		if n == 2 {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}
+}
+
+// TestHoldHTTP1: on a kept-alive connection dropped after the request was
+// read, the transport re-sends an unheld GET or keyed POST on a new
+// connection (one more effect, and the caller sees a success); a held
+// one is sent once and fails.
+func TestHoldHTTP1(t *testing.T) {
+	cases := []struct {
+		name string
+		req  func(url string) *http.Request
+	}{
+		{"GET", func(url string) *http.Request {
+			r, _ := http.NewRequest("GET", url+"/charge", nil)
+			return r
+		}},
+		{"POST with Idempotency-Key", func(url string) *http.Request {
+			r, _ := http.NewRequest("POST", url+"/charge", bytes.NewReader([]byte(`{"amount":1}`)))
+			r.Header.Set("Idempotency-Key", "k-1")
+			return r
+		}},
+		{"DELETE without a body", func(url string) *http.Request {
+			r, _ := http.NewRequest("DELETE", url+"/charge", nil)
+			r.Header.Set("X-Idempotency-Key", "k-1")
+			return r
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, held := range []bool{false, true} {
+				d := startDropper(t)
+				tr := http.DefaultTransport.(*http.Transport).Clone()
+				tr.MaxConnsPerHost = 1 // the second request waits for the first's connection
+				client := &http.Client{Transport: tr}
+				send := func() error {
+					r := tc.req(d.url)
+					if held {
+						sendonce.Hold(r)
+					}
+					resp, err := client.Do(r)
+					if err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body) // read to the end: the connection stays alive
+						resp.Body.Close()
+					}
+					return err
+				}
+				if err := send(); err != nil {
+					t.Fatalf("held=%v: first request: %v", held, err)
+				}
+				err := send()
+				got := d.effects.Load()
+				switch {
+				case !held && (err != nil || got != 3):
+					t.Fatalf("unheld: err %v, %d effects; want the transport's re-send (3 effects, no error): the test no longer shows what Hold prevents", err, got)
+				case held && (err == nil || got != 2):
+					t.Fatalf("held: err %v, %d effects; want 2 effects and the dropped request's error", err, got)
+				}
+			}
+		})
+	}
+}
+
+// TestHoldHTTP1Wire: a held request without a body reaches the upstream
+// as it would have: no body, and Content-Length: 0 only where the method
+// takes one.
+func TestHoldHTTP1Wire(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type seen struct {
+		length int64
+		te     []string
+		body   string
+	}
+	got := make(chan seen, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(c)
+			req, err := http.ReadRequest(br)
+			if err == nil {
+				b, _ := io.ReadAll(req.Body)
+				got <- seen{req.ContentLength, req.TransferEncoding, string(b)}
+				_, _ = io.WriteString(c, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+			}
+			c.Close()
+		}
+	}()
+	for _, method := range []string{"GET", "HEAD", "DELETE", "OPTIONS", "POST"} {
+		r, _ := http.NewRequest(method, "http://"+ln.Addr().String()+"/x", nil)
+		sendonce.Hold(r)
+		resp, err := http.DefaultTransport.RoundTrip(r)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		resp.Body.Close()
+		s := <-got
+		if s.body != "" || (method != "POST" && (s.length != 0 || len(s.te) != 0)) {
+			t.Fatalf("%s: the upstream saw length %d, transfer-encoding %v, body %q", method, s.length, s.te, s.body)
+		}
+	}
+}
+
+// TestHoldHTTP2: an HTTP/2 upstream (prior knowledge) that resets every
+// stream with PROTOCOL_ERROR after reading its headers: the transport
+// re-sends an unheld request at once (and up to six times, with
+// backoff); a held one is sent once.
+func TestHoldHTTP2(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var effects atomic.Int32
+		second := make(chan struct{})
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go serveResetting(c, func() {
+					if effects.Add(1) == 2 {
+						close(second)
+					}
+				})
+			}
+		}()
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		r, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/charge", nil)
+		if held {
+			sendonce.Hold(r)
+		}
+		done := make(chan error, 1)
+		go func() {
+			resp, err := (&http.Client{Transport: tr}).Do(r)
+			if err == nil {
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		if held {
+			if err := <-done; err == nil || !strings.Contains(err.Error(), "PROTOCOL_ERROR") {
+				t.Fatalf("held: %v; want the stream's error", err)
+			}
+			if n := effects.Load(); n != 1 {
+				t.Fatalf("held: %d effects, want 1", n)
+			}
+		} else {
+			select {
+			case <-second: // the transport's re-send, which Hold prevents
+			case err := <-done:
+				t.Fatalf("unheld: the request ended (%v) after %d effects without a re-send: the test no longer shows what Hold prevents", err, effects.Load())
+			}
+			cancel()
+			<-done
+		}
+		cancel()
+		tr.CloseIdleConnections()
+		ln.Close()
+	}
+}
+
+// serveResetting speaks just enough HTTP/2 to read a request: it counts
+// each HEADERS frame as an effect and answers it with RST_STREAM
+// PROTOCOL_ERROR.
+func serveResetting(c net.Conn, effect func()) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	preface := make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+	if _, err := io.ReadFull(br, preface); err != nil {
+		return
+	}
+	frame := func(typ, flags byte, stream uint32, payload []byte) {
+		h := make([]byte, 9, 9+len(payload))
+		h[0], h[1], h[2] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
+		h[3], h[4] = typ, flags
+		binary.BigEndian.PutUint32(h[5:], stream)
+		_, _ = c.Write(append(h, payload...))
+	}
+	const (
+		typeHeaders  = 0x1
+		typeRST      = 0x3
+		typeSettings = 0x4
+		flagAck      = 0x1
+	)
+	frame(typeSettings, 0, 0, nil)
+	head := make([]byte, 9)
+	for {
+		if _, err := io.ReadFull(br, head); err != nil {
+			return
+		}
+		length := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
+		if _, err := io.CopyN(io.Discard, br, int64(length)); err != nil {
+			return
+		}
+		stream := binary.BigEndian.Uint32(head[5:]) & 0x7fffffff
+		switch head[3] {
+		case typeSettings:
+			if head[4]&flagAck == 0 {
+				frame(typeSettings, flagAck, 0, nil)
+			}
+		case typeHeaders:
+			effect()
+			frame(typeRST, 0, stream, []byte{0, 0, 0, 1}) // PROTOCOL_ERROR
+		}
+	}
+}
