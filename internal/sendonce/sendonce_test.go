@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idem-run/idem/internal/hostile"
 	"github.com/idem-run/idem/internal/sendonce"
 )
 
@@ -172,30 +172,22 @@ func TestHoldHTTP1Wire(t *testing.T) {
 // backoff); a held one is sent once.
 func TestHoldHTTP2(t *testing.T) {
 	for _, held := range []bool{false, true} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		up, err := hostile.NewResettingHTTP2()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var effects atomic.Int32
 		second := make(chan struct{})
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go serveResetting(c, func() {
-					if effects.Add(1) == 2 {
-						close(second)
-					}
-				})
+		up.OnEffect = func(n int32) {
+			if n == 2 {
+				close(second)
 			}
-		}()
+		}
+		up.Start()
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
 		ctx, cancel := context.WithCancel(context.Background())
-		r, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/charge", nil)
+		r, _ := http.NewRequestWithContext(ctx, "GET", up.URL+"/charge", nil)
 		if held {
 			sendonce.Hold(r)
 		}
@@ -211,66 +203,20 @@ func TestHoldHTTP2(t *testing.T) {
 			if err := <-done; err == nil || !strings.Contains(err.Error(), "PROTOCOL_ERROR") {
 				t.Fatalf("held: %v; want the stream's error", err)
 			}
-			if n := effects.Load(); n != 1 {
+			if n := up.Effects(); n != 1 {
 				t.Fatalf("held: %d effects, want 1", n)
 			}
 		} else {
 			select {
 			case <-second: // the transport's re-send, which Hold prevents
 			case err := <-done:
-				t.Fatalf("unheld: the request ended (%v) after %d effects without a re-send: the test no longer shows what Hold prevents", err, effects.Load())
+				t.Fatalf("unheld: the request ended (%v) after %d effects without a re-send: the test no longer shows what Hold prevents", err, up.Effects())
 			}
 			cancel()
 			<-done
 		}
 		cancel()
 		tr.CloseIdleConnections()
-		ln.Close()
-	}
-}
-
-// serveResetting speaks just enough HTTP/2 to read a request: it counts
-// each HEADERS frame as an effect and answers it with RST_STREAM
-// PROTOCOL_ERROR.
-func serveResetting(c net.Conn, effect func()) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	preface := make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
-	if _, err := io.ReadFull(br, preface); err != nil {
-		return
-	}
-	frame := func(typ, flags byte, stream uint32, payload []byte) {
-		h := make([]byte, 9, 9+len(payload))
-		h[0], h[1], h[2] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
-		h[3], h[4] = typ, flags
-		binary.BigEndian.PutUint32(h[5:], stream)
-		_, _ = c.Write(append(h, payload...))
-	}
-	const (
-		typeHeaders  = 0x1
-		typeRST      = 0x3
-		typeSettings = 0x4
-		flagAck      = 0x1
-	)
-	frame(typeSettings, 0, 0, nil)
-	head := make([]byte, 9)
-	for {
-		if _, err := io.ReadFull(br, head); err != nil {
-			return
-		}
-		length := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
-		if _, err := io.CopyN(io.Discard, br, int64(length)); err != nil {
-			return
-		}
-		stream := binary.BigEndian.Uint32(head[5:]) & 0x7fffffff
-		switch head[3] {
-		case typeSettings:
-			if head[4]&flagAck == 0 {
-				frame(typeSettings, flagAck, 0, nil)
-			}
-		case typeHeaders:
-			effect()
-			frame(typeRST, 0, stream, []byte{0, 0, 0, 1}) // PROTOCOL_ERROR
-		}
+		up.Close()
 	}
 }
