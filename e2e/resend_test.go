@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -71,11 +72,14 @@ func (u *droppingUpstream) serve(c net.Conn) {
 	}
 }
 
-// resendDocument declares a GET that writes (the overlay says so) and a
-// fresh read.
+// resendDocument declares a GET that writes (the overlay says so), a
+// fresh read and a POST with a header parameter.
 const resendDocument = `{"openapi":"3.0.3","info":{"title":"charges","version":"1"},"paths":{
 "/charges/{id}":{"get":{"operationId":"charge","parameters":[{"name":"id","in":"path","required":true,"schema":{"type":"string"}}],
   "responses":{"200":{"description":"charged","content":{"application/json":{"schema":{"type":"object"}}}}}}},
+"/tags":{"post":{"operationId":"tag","parameters":[{"name":"X-Tenant","in":"header","required":true,"schema":{"type":"string"}}],
+  "requestBody":{"content":{"application/json":{"schema":{"type":"object","properties":{"name":{"type":"string"}}}}}},
+  "responses":{"200":{"description":"tagged","content":{"application/json":{"schema":{"type":"object"}}}}}}},
 "/charges":{"get":{"operationId":"listCharges","responses":{"200":{"description":"the charges","content":{"application/json":{"schema":{"type":"object"}}}}}}}}}`
 
 // TestProxyNeverResendsAWrite: idem proxy in front of an upstream that
@@ -135,5 +139,48 @@ func TestProxyNeverResendsAWrite(t *testing.T) {
 		if r.status != 200 || strings.TrimSpace(string(r.raw)) != `{"charges":[]}` {
 			t.Fatalf("read %d: %d %s", i, r.status, r.raw)
 		}
+	}
+}
+
+// TestProxyHeaderArgumentWithCRLF: over MCP (the SDK client against the
+// built binary) a proxied header parameter holding CR or LF is 400
+// INVALID_INPUT naming the argument, not retryable, and nothing reaches
+// the upstream (issue 33 item 8; before: 503 UPSTREAM_UNAVAILABLE,
+// retryable). HTTP cannot carry such a value: the server refuses the
+// request before idem reads it.
+func TestProxyHeaderArgumentWithCRLF(t *testing.T) {
+	up := startDroppingUpstream(t)
+	dir := writeServerDir(t, proxyToken, proxyApprover, "tag:\n  kind: same_key_replay\n  reconcile: listCharges\n  rationale: A tag replays by key.\n")
+	doc := filepath.Join(dir, "openapi.json")
+	if err := os.WriteFile(doc, []byte(resendDocument), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--openapi", doc)
+	cs := mcpHTTP(t, p, proxyToken)
+	for name, value := range map[string]string{"CR": "acme\rX-Evil: 1", "LF": "acme\nX-Evil: 1", "CRLF": "acme\r\nX-Evil: 1"} {
+		sc, res := toolCall(t, cs, "tag", map[string]any{"X-Tenant": value, "name": "a", "idempotencyKey": "t-" + name})
+		raw, _ := json.Marshal(sc)
+		if !res.IsError || !strings.Contains(string(raw), "INVALID_INPUT") || strings.Contains(string(raw), "UPSTREAM_UNAVAILABLE") ||
+			!strings.Contains(string(raw), "X-Tenant") || strings.Contains(string(raw), `"retryable":true`) {
+			t.Fatalf("%s in X-Tenant over MCP: %s", name, raw)
+		}
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = fmt.Fprintf(c, "POST /tags HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nIdempotency-Key: t-http\r\nX-Tenant: acme\rX-Evil: 1\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 12\r\nConnection: close\r\n\r\n{\"name\":\"a\"}", proxyToken)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("a CR in X-Tenant over HTTP: %d", resp.StatusCode)
+	}
+	if n := up.effects.Load(); n != 0 {
+		t.Fatalf("the upstream got %d requests", n)
 	}
 }
