@@ -184,3 +184,26 @@ func TestProxyHeaderArgumentWithCRLF(t *testing.T) {
 		t.Fatalf("the upstream got %d requests", n)
 	}
 }
+
+// TestProxyKeyInHeaderAndBody: a proxied call (whose upstream schema
+// takes other body members) with an Idempotency-Key header and a
+// different idempotencyKey body member is refused as MCP refuses two
+// keys, before anything reaches the upstream (issue 33, Low). Before, it
+// ran under the header's key.
+func TestProxyKeyInHeaderAndBody(t *testing.T) {
+	up := startDroppingUpstream(t)
+	dir := writeServerDir(t, proxyToken, proxyApprover, "tag:\n  kind: same_key_replay\n  reconcile: listCharges\n  rationale: A tag replays by key.\n")
+	doc := filepath.Join(dir, "openapi.json")
+	if err := os.WriteFile(doc, []byte(resendDocument), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--openapi", doc)
+	r := p.do(t, "POST", "/tags", proxyToken, `{"name":"a","idempotencyKey":"k-body"}`, "Idempotency-Key", "k-header", "X-Tenant", "acme").
+		want(t, 400, "IDEMPOTENCY_KEY_INVALID")
+	if d, _ := r.get("detail").(string); !strings.Contains(d, "Idempotency-Key header") || !strings.Contains(d, "body member idempotencyKey") {
+		t.Fatalf("the problem does not name both places: %s", r.raw)
+	}
+	if n := up.effects.Load(); n != 0 {
+		t.Fatalf("the upstream got %d requests", n)
+	}
+}
