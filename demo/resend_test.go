@@ -23,7 +23,7 @@ func TestWebhookDeliveryIsSentOnce(t *testing.T) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	e := newTestEnv(t, stores["sqlite"](t), Config{HTTPClient: &http.Client{Transport: tr, Timeout: 5 * time.Second}})
+	e := newTestEnv(t, stores["sqlite"](t), Config{HTTPClient: &http.Client{Transport: tr, Timeout: 5 * time.Second}, WebhookLoopback: true})
 	createBusiness(t, e, "quillby")
 	w := createWebhook(t, e, rcv.URL+"/hooks")
 	var d Delivery

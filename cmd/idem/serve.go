@@ -45,6 +45,9 @@ type serveOptions struct {
 	logReplays     float64
 	jwt            jwtOptions
 	demo           bool
+	// webhookLoopback lets the demo's webhooks deliver to loopback
+	// addresses (docs/webhooks.md, Destinations).
+	webhookLoopback bool
 }
 
 func (m Main) serveCommand() *cobra.Command {
@@ -66,6 +69,7 @@ func (m Main) serveCommand() *cobra.Command {
 	o.flags(cmd)
 	f := cmd.Flags()
 	f.BoolVar(&o.demo, "demo", false, "serve the reference application of SPEC §12 with its demo tokens")
+	f.BoolVar(&o.webhookLoopback, "webhook-loopback", false, "with --demo, deliver webhooks to loopback addresses too (127.0.0.1, ::1: a local receiver such as idem webhook listen); without it such a delivery is refused before connecting, so that callers cannot probe this host's ports")
 	return cmd
 }
 
@@ -336,7 +340,7 @@ func (o serveOptions) demoApplication(ctx context.Context, opened idem.Store, bo
 	if !o.demo {
 		return application{}, nil
 	}
-	cfg := demo.Config{Sealer: box}
+	cfg := demo.Config{Sealer: box, WebhookLoopback: o.webhookLoopback}
 	if sq, ok := opened.(*sqlitestore.Store); ok {
 		cfg.Writer = sq.Write // one writer for the file: shared group commit
 	}
