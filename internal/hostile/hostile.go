@@ -13,9 +13,13 @@ import (
 // ResettingHTTP2 is an HTTP/2 server (prior knowledge, no TLS) on a raw
 // socket that speaks just enough of the protocol to read a request: it
 // counts each HEADERS frame as an effect and answers it with RST_STREAM
-// PROTOCOL_ERROR, which Go's HTTP/2 transport takes as leave to send the
+// PROTOCOL_ERROR, or with GOAWAY naming no stream as processed (GoAway),
+// either of which Go's HTTP/2 transport takes as leave to send the
 // request again.
 type ResettingHTTP2 struct {
+	// GoAway, set before the first request, answers with GOAWAY (last
+	// stream 0) and closes the connection instead of resetting the stream.
+	GoAway bool
 	// URL is http://host:port.
 	URL     string
 	ln      net.Listener
@@ -72,6 +76,7 @@ func (s *ResettingHTTP2) serve(c net.Conn) {
 		typeHeaders  = 0x1
 		typeRST      = 0x3
 		typeSettings = 0x4
+		typeGoAway   = 0x7
 		flagAck      = 0x1
 	)
 	frame(typeSettings, 0, 0, nil)
@@ -94,6 +99,10 @@ func (s *ResettingHTTP2) serve(c net.Conn) {
 			n := s.effects.Add(1)
 			if s.OnEffect != nil {
 				s.OnEffect(n)
+			}
+			if s.GoAway {
+				frame(typeGoAway, 0, 0, make([]byte, 8)) // last stream 0, NO_ERROR
+				return
 			}
 			frame(typeRST, 0, stream, []byte{0, 0, 0, 1}) // PROTOCOL_ERROR
 		}

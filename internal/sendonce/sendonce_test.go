@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -167,56 +166,63 @@ func TestHoldHTTP1Wire(t *testing.T) {
 }
 
 // TestHoldHTTP2: an HTTP/2 upstream (prior knowledge) that resets every
-// stream with PROTOCOL_ERROR after reading its headers: the transport
-// re-sends an unheld request at once (and up to six times, with
-// backoff); a held one is sent once.
+// stream with PROTOCOL_ERROR after reading its headers, or answers GOAWAY
+// saying it processed none: the transport re-sends an unheld request at
+// once; a held one is sent once.
 func TestHoldHTTP2(t *testing.T) {
-	for _, held := range []bool{false, true} {
-		up, err := hostile.NewResettingHTTP2()
-		if err != nil {
-			t.Fatal(err)
+	for _, goAway := range []bool{false, true} {
+		for _, held := range []bool{false, true} {
+			testHoldHTTP2(t, goAway, held)
 		}
-		second := make(chan struct{})
-		up.OnEffect = func(n int32) {
-			if n == 2 {
-				close(second)
-			}
+	}
+}
+
+func testHoldHTTP2(t *testing.T, goAway, held bool) {
+	up, err := hostile.NewResettingHTTP2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.GoAway = goAway
+	second := make(chan struct{})
+	up.OnEffect = func(n int32) {
+		if n == 2 {
+			close(second)
 		}
-		up.Start()
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetUnencryptedHTTP2(true)
-		ctx, cancel := context.WithCancel(context.Background())
-		r, _ := http.NewRequestWithContext(ctx, "GET", up.URL+"/charge", nil)
-		if held {
-			sendonce.Hold(r)
+	}
+	up.Start()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	r, _ := http.NewRequestWithContext(ctx, "GET", up.URL+"/charge", nil)
+	if held {
+		sendonce.Hold(r)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Do(r)
+		if err == nil {
+			resp.Body.Close()
 		}
-		done := make(chan error, 1)
-		go func() {
-			resp, err := (&http.Client{Transport: tr}).Do(r)
-			if err == nil {
-				resp.Body.Close()
-			}
-			done <- err
-		}()
-		if held {
-			if err := <-done; err == nil || !strings.Contains(err.Error(), "PROTOCOL_ERROR") {
-				t.Fatalf("held: %v; want the stream's error", err)
-			}
-			if n := up.Effects(); n != 1 {
-				t.Fatalf("held: %d effects, want 1", n)
-			}
-		} else {
-			select {
-			case <-second: // the transport's re-send, which Hold prevents
-			case err := <-done:
-				t.Fatalf("unheld: the request ended (%v) after %d effects without a re-send: the test no longer shows what Hold prevents", err, up.Effects())
-			}
-			cancel()
-			<-done
+		done <- err
+	}()
+	if held {
+		if err := <-done; err == nil {
+			t.Fatalf("held (GOAWAY %v): no error; want the stream's", goAway)
+		}
+		if n := up.Effects(); n != 1 {
+			t.Fatalf("held (GOAWAY %v): %d effects, want 1", goAway, n)
+		}
+	} else {
+		select {
+		case <-second: // the transport's re-send, which Hold prevents
+		case err := <-done:
+			t.Fatalf("unheld (GOAWAY %v): the request ended (%v) after %d effects without a re-send: the test no longer shows what Hold prevents", goAway, err, up.Effects())
 		}
 		cancel()
-		tr.CloseIdleConnections()
-		up.Close()
+		<-done
 	}
+	cancel()
+	tr.CloseIdleConnections()
+	up.Close()
 }
