@@ -4,6 +4,7 @@ package hostile
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -20,6 +21,9 @@ type ResettingHTTP2 struct {
 	// GoAway, set before the first request, answers with GOAWAY (last
 	// stream 0) and closes the connection instead of resetting the stream.
 	GoAway bool
+	// TLS, set before Start, serves HTTP/2 over TLS (its NextProtos
+	// should offer "h2"); URL is then https://host:port.
+	TLS *tls.Config
 	// URL is http://host:port.
 	URL     string
 	ln      net.Listener
@@ -41,6 +45,9 @@ func NewResettingHTTP2() (*ResettingHTTP2, error) {
 
 // Start accepts connections until Close.
 func (s *ResettingHTTP2) Start() {
+	if s.TLS != nil {
+		s.URL = "https://" + s.ln.Addr().String()
+	}
 	go func() {
 		for {
 			c, err := s.ln.Accept()
@@ -59,6 +66,9 @@ func (s *ResettingHTTP2) Effects() int32 { return s.effects.Load() }
 func (s *ResettingHTTP2) Close() error { return s.ln.Close() }
 
 func (s *ResettingHTTP2) serve(c net.Conn) {
+	if s.TLS != nil {
+		c = tls.Server(c, s.TLS)
+	}
 	defer c.Close()
 	br := bufio.NewReader(c)
 	preface := make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))

@@ -4,14 +4,14 @@
 // net/http's Transport re-sends a request on a new connection when a
 // reused kept-alive one breaks after the request was written, if the
 // request looks replayable: a GET, HEAD, OPTIONS or TRACE, or any request
-// carrying an Idempotency-Key or X-Idempotency-Key header, whose body is
-// absent or rewindable (Request.isReplayable, persistConn.shouldRetryRequest).
-// Its HTTP/2 transport re-sends a request whose body is absent or
-// rewindable after a GOAWAY, a REFUSED_STREAM or a peer's PROTOCOL_ERROR,
-// up to six times (http2shouldRetryRequest). For a call that may change
-// the world, only idem may decide a re-send: Hold takes away what both
-// rules need, a body that is absent or rewindable, and nothing else, so
-// the request keeps its kept-alive connection.
+// carrying an Idempotency-Key or X-Idempotency-Key header (the exact map
+// key), whose body is absent or rewindable (Request.isReplayable,
+// persistConn.shouldRetryRequest). Its HTTP/2 transport re-sends a request
+// whose body is absent or rewindable after a GOAWAY, a REFUSED_STREAM or a
+// peer's PROTOCOL_ERROR (http2shouldRetryRequest). For a call that may
+// change the world only idem may decide a re-send: Hold takes away what
+// those rules need and nothing else, so the request keeps its kept-alive
+// connection.
 package sendonce
 
 import (
@@ -19,19 +19,57 @@ import (
 	"net/http"
 )
 
-// Hold makes r a request no transport of net/http sends a second time on
-// its own: its body is non-nil and cannot be rewound (GetBody nil). A
-// request without a body gets an empty one; on HTTP/1.1 a GET, HEAD,
-// DELETE or OPTIONS is written as before (the transport finds the body
-// empty), and another method without a body goes with an empty chunked
-// body instead of Content-Length: 0. Redirects that need to resend the
-// body (307, 308) are then not followed, which idem's clients never do.
+// Hold makes r a request that no transport of net/http sends a second
+// time on its own:
+//
+//   - a body is made unrewindable (GetBody nil), which both rules need;
+//   - the key headers go under their lower-case names (case-insensitive
+//     on the wire), which HTTP/1.1's exact lookup misses;
+//   - a request without a body gets an empty, unrewindable one when its
+//     method is one the transport probes for a body (GET, HEAD, DELETE,
+//     OPTIONS): it is written as before, with no body and no length.
+//     Another method without a body (POST, PUT, PATCH) keeps
+//     Content-Length: 0 over http, where HTTP/1.1 holds it by its method;
+//     over https, where HTTP/2 may carry it, it gets the empty body too,
+//     and over HTTP/1.1 then goes without Content-Length (a request
+//     without one has no body, RFC 9112 §6.3) rather than chunked, which
+//     a server that cannot read chunked bodies would take for the start
+//     of the next request.
+//
+// Not held: such a bodiless request over unencrypted HTTP/2 (h2c), which
+// none of idem's clients speak. Redirects that need to resend the body
+// (307, 308) are not followed, which idem's clients never do anyway.
 func Hold(r *http.Request) {
-	if r.Body == nil || r.Body == http.NoBody {
-		r.Body = empty{}
-		r.ContentLength = 0
-	}
 	r.GetBody = nil
+	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if v, ok := r.Header[name]; ok {
+			delete(r.Header, name)
+			r.Header[lower(name)] = v
+		}
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		return
+	}
+	switch r.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		r.Body, r.ContentLength = empty{}, 0
+	default:
+		if r.URL != nil && r.URL.Scheme == "http" {
+			return
+		}
+		r.Body, r.ContentLength = empty{}, 0
+		r.TransferEncoding = []string{"identity"}
+	}
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // empty is a body with nothing in it that is not http.NoBody (which the

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
@@ -78,6 +80,11 @@ func TestHoldHTTP1(t *testing.T) {
 			r.Header.Set("Idempotency-Key", "k-1")
 			return r
 		}},
+		{"POST without a body, with Idempotency-Key", func(url string) *http.Request {
+			r, _ := http.NewRequest("POST", url+"/charge", nil)
+			r.Header.Set("Idempotency-Key", "k-1")
+			return r
+		}},
 		{"DELETE without a body", func(url string) *http.Request {
 			r, _ := http.NewRequest("DELETE", url+"/charge", nil)
 			r.Header.Set("X-Idempotency-Key", "k-1")
@@ -119,69 +126,74 @@ func TestHoldHTTP1(t *testing.T) {
 	}
 }
 
-// TestHoldHTTP1Wire: a held request without a body reaches the upstream
-// as it would have: no body, and Content-Length: 0 only where the method
-// takes one.
+// TestHoldHTTP1Wire: a held request without a body reaches an HTTP/1.1
+// upstream as it would have: no body, no chunks; Content-Length: 0 where
+// Go sends one (POST over http), none over https (where the request may
+// go by HTTP/2 and needs the empty body).
 func TestHoldHTTP1Wire(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	type seen struct {
-		length int64
+		length string
 		te     []string
 		body   string
 	}
 	got := make(chan seen, 1)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			br := bufio.NewReader(c)
-			req, err := http.ReadRequest(br)
-			if err == nil {
-				b, _ := io.ReadAll(req.Body)
-				got <- seen{req.ContentLength, req.TransferEncoding, string(b)}
-				_, _ = io.WriteString(c, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
-			}
-			c.Close()
-		}
-	}()
-	for _, method := range []string{"GET", "HEAD", "DELETE", "OPTIONS", "POST"} {
-		r, _ := http.NewRequest(method, "http://"+ln.Addr().String()+"/x", nil)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Header.Get("Content-Length"), r.TransferEncoding, string(b)}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	plain, tls := httptest.NewServer(handler), httptest.NewTLSServer(handler)
+	defer plain.Close()
+	defer tls.Close()
+	for _, tc := range []struct {
+		srv    *httptest.Server
+		method string
+		length string
+	}{
+		{plain, "GET", ""}, {plain, "HEAD", ""}, {plain, "DELETE", ""}, {plain, "OPTIONS", ""}, {plain, "POST", "0"}, {plain, "PUT", "0"},
+		{tls, "GET", ""}, {tls, "DELETE", ""}, {tls, "POST", ""}, {tls, "PATCH", ""},
+	} {
+		r, _ := http.NewRequest(tc.method, tc.srv.URL+"/x", nil)
 		sendonce.Hold(r)
-		resp, err := http.DefaultTransport.RoundTrip(r)
+		resp, err := tc.srv.Client().Do(r)
 		if err != nil {
-			t.Fatalf("%s: %v", method, err)
+			t.Fatalf("%s %s: %v", tc.method, tc.srv.URL, err)
 		}
 		resp.Body.Close()
-		s := <-got
-		if s.body != "" || (method != "POST" && (s.length != 0 || len(s.te) != 0)) {
-			t.Fatalf("%s: the upstream saw length %d, transfer-encoding %v, body %q", method, s.length, s.te, s.body)
+		if s := <-got; s.body != "" || s.length != tc.length || len(s.te) != 0 {
+			t.Fatalf("%s %s: the upstream saw Content-Length %q, transfer-encoding %v, body %q; want Content-Length %q and no chunks",
+				tc.method, tc.srv.URL, s.length, s.te, s.body, tc.length)
 		}
 	}
 }
 
-// TestHoldHTTP2: an HTTP/2 upstream (prior knowledge) that resets every
-// stream with PROTOCOL_ERROR after reading its headers, or answers GOAWAY
-// saying it processed none: the transport re-sends an unheld request at
-// once; a held one is sent once.
+// TestHoldHTTP2: an HTTP/2 upstream that resets every stream with
+// PROTOCOL_ERROR after reading its headers, or answers GOAWAY saying it
+// processed none: the transport re-sends an unheld request at once; a
+// held one is sent once. A GET over prior-knowledge HTTP/2, and a POST
+// without a body over TLS (the case Hold gives an empty body for).
 func TestHoldHTTP2(t *testing.T) {
-	for _, goAway := range []bool{false, true} {
-		for _, held := range []bool{false, true} {
-			testHoldHTTP2(t, goAway, held)
+	for _, tc := range []struct {
+		name   string
+		method string
+		tls    bool
+	}{{"GET, h2c", "GET", false}, {"POST without a body, h2 over TLS", "POST", true}} {
+		for _, goAway := range []bool{false, true} {
+			for _, held := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s, GOAWAY %v, held %v", tc.name, goAway, held), func(t *testing.T) {
+					testHoldHTTP2(t, tc.method, tc.tls, goAway, held)
+				})
+			}
 		}
 	}
 }
 
-func testHoldHTTP2(t *testing.T, goAway, held bool) {
+func testHoldHTTP2(t *testing.T, method string, useTLS, goAway, held bool) {
 	up, err := hostile.NewResettingHTTP2()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer up.Close()
 	up.GoAway = goAway
 	second := make(chan struct{})
 	up.OnEffect = func(n int32) {
@@ -189,12 +201,28 @@ func testHoldHTTP2(t *testing.T, goAway, held bool) {
 			close(second)
 		}
 	}
+	var tr *http.Transport
+	if useTLS {
+		// Borrow httptest's certificate (valid for 127.0.0.1) and a
+		// client that trusts it.
+		srv := httptest.NewUnstartedServer(nil)
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		defer srv.Close()
+		up.TLS = srv.TLS.Clone()
+		up.TLS.NextProtos = []string{"h2"}
+		tr = srv.Client().Transport.(*http.Transport).Clone()
+		tr.ForceAttemptHTTP2 = true
+	} else {
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	defer tr.CloseIdleConnections()
 	up.Start()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Protocols = new(http.Protocols)
-	tr.Protocols.SetUnencryptedHTTP2(true)
 	ctx, cancel := context.WithCancel(context.Background())
-	r, _ := http.NewRequestWithContext(ctx, "GET", up.URL+"/charge", nil)
+	defer cancel()
+	r, _ := http.NewRequestWithContext(ctx, method, up.URL+"/charge", nil)
 	if held {
 		sendonce.Hold(r)
 	}
@@ -208,21 +236,18 @@ func testHoldHTTP2(t *testing.T, goAway, held bool) {
 	}()
 	if held {
 		if err := <-done; err == nil {
-			t.Fatalf("held (GOAWAY %v): no error; want the stream's", goAway)
+			t.Fatal("held: no error; want the stream's")
 		}
 		if n := up.Effects(); n != 1 {
-			t.Fatalf("held (GOAWAY %v): %d effects, want 1", goAway, n)
+			t.Fatalf("held: %d effects, want 1", n)
 		}
-	} else {
-		select {
-		case <-second: // the transport's re-send, which Hold prevents
-		case err := <-done:
-			t.Fatalf("unheld (GOAWAY %v): the request ended (%v) after %d effects without a re-send: the test no longer shows what Hold prevents", goAway, err, up.Effects())
-		}
-		cancel()
-		<-done
+		return
+	}
+	select {
+	case <-second: // the transport's re-send, which Hold prevents
+	case err := <-done:
+		t.Fatalf("unheld: the request ended (%v) after %d effects without a re-send: the test no longer shows what Hold prevents", err, up.Effects())
 	}
 	cancel()
-	tr.CloseIdleConnections()
-	up.Close()
+	<-done
 }
