@@ -126,10 +126,10 @@ func TestHoldHTTP1(t *testing.T) {
 	}
 }
 
-// TestHoldHTTP1Wire: a held request without a body reaches an HTTP/1.1
-// upstream as it would have: no body, no chunks; Content-Length: 0 where
-// Go sends one (POST over http), none over https (where the request may
-// go by HTTP/2 and needs the empty body).
+// TestHoldHTTP1Wire: a held request without a body reaches an upstream
+// as it would have: no body, no chunks; Content-Length: 0 where Go sends
+// one (POST over http), none over https (where the request may go by
+// HTTP/2 and needs the empty body); an HTTP/2 upstream answers it.
 func TestHoldHTTP1Wire(t *testing.T) {
 	type seen struct {
 		length string
@@ -145,6 +145,10 @@ func TestHoldHTTP1Wire(t *testing.T) {
 	plain, tls := httptest.NewServer(handler), httptest.NewTLSServer(handler)
 	defer plain.Close()
 	defer tls.Close()
+	h2 := httptest.NewUnstartedServer(handler)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	defer h2.Close()
 	for _, tc := range []struct {
 		srv    *httptest.Server
 		method string
@@ -152,6 +156,7 @@ func TestHoldHTTP1Wire(t *testing.T) {
 	}{
 		{plain, "GET", ""}, {plain, "HEAD", ""}, {plain, "DELETE", ""}, {plain, "OPTIONS", ""}, {plain, "POST", "0"}, {plain, "PUT", "0"},
 		{tls, "GET", ""}, {tls, "DELETE", ""}, {tls, "POST", ""}, {tls, "PATCH", ""},
+		{h2, "GET", ""}, {h2, "POST", ""},
 	} {
 		r, _ := http.NewRequest(tc.method, tc.srv.URL+"/x", nil)
 		sendonce.Hold(r)
@@ -160,6 +165,9 @@ func TestHoldHTTP1Wire(t *testing.T) {
 			t.Fatalf("%s %s: %v", tc.method, tc.srv.URL, err)
 		}
 		resp.Body.Close()
+		if tc.srv == h2 && resp.ProtoMajor != 2 {
+			t.Fatalf("%s %s: answered in %s, want HTTP/2", tc.method, tc.srv.URL, resp.Proto)
+		}
 		if s := <-got; s.body != "" || s.length != tc.length || len(s.te) != 0 {
 			t.Fatalf("%s %s: the upstream saw Content-Length %q, transfer-encoding %v, body %q; want Content-Length %q and no chunks",
 				tc.method, tc.srv.URL, s.length, s.te, s.body, tc.length)
