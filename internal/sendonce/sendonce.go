@@ -25,16 +25,15 @@ import (
 //   - a body is made unrewindable (GetBody nil), which both rules need;
 //   - the key headers go under their lower-case names (case-insensitive
 //     on the wire), which HTTP/1.1's exact lookup misses;
-//   - a request without a body gets an empty, unrewindable one when its
-//     method is one the transport probes for a body (GET, HEAD, DELETE,
-//     OPTIONS): it is written as before, with no body and no length.
-//     Another method without a body (POST, PUT, PATCH) keeps
-//     Content-Length: 0 over http, where HTTP/1.1 holds it by its method;
-//     over https, where HTTP/2 may carry it, it gets the empty body too,
-//     and over HTTP/1.1 then goes without Content-Length (a request
-//     without one has no body, RFC 9112 §6.3) rather than chunked, which
-//     a server that cannot read chunked bodies would take for the start
-//     of the next request.
+//   - a GET, HEAD, DELETE or OPTIONS without a body gets an empty,
+//     unrewindable one, written as before: no body, no length. Another
+//     method without a body (POST, PUT, PATCH) keeps Content-Length: 0
+//     over http, where HTTP/1.1 holds it by its method; over https, where
+//     HTTP/2 may carry it, it gets the empty body too, and over HTTP/1.1
+//     then goes without Content-Length (a request without one has no
+//     body, RFC 9112 §6.3) rather than chunked, which a server that
+//     cannot read chunked bodies would take for the start of the next
+//     request.
 //
 // Not held: such a bodiless request over unencrypted HTTP/2 (h2c), which
 // none of idem's clients speak. Redirects that need to resend the body
@@ -52,14 +51,15 @@ func Hold(r *http.Request) {
 	}
 	switch r.Method {
 	case "", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
-		r.Body, r.ContentLength = empty{}, 0
 	default:
 		if r.URL != nil && r.URL.Scheme == "http" {
 			return
 		}
-		r.Body, r.ContentLength = empty{}, 0
-		r.TransferEncoding = []string{"identity"}
 	}
+	// "identity": HTTP/1.1 writes the empty body with no length and no
+	// chunks, without the probe (a goroutine and a timer) it gives a body
+	// of unknown length.
+	r.Body, r.ContentLength, r.TransferEncoding = empty{}, 0, []string{"identity"}
 }
 
 func lower(s string) string {
@@ -76,5 +76,6 @@ func lower(s string) string {
 // transports treat as no body, hence replayable).
 type empty struct{}
 
-func (empty) Read([]byte) (int, error) { return 0, io.EOF }
-func (empty) Close() error             { return nil }
+func (empty) Read([]byte) (int, error)         { return 0, io.EOF }
+func (empty) WriteTo(io.Writer) (int64, error) { return 0, nil } // io.Copy needs no buffer
+func (empty) Close() error                     { return nil }
