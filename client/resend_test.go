@@ -1,19 +1,15 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/hostile"
 )
 
 // chargeCatalog declares a GET that writes, keyed (same_key_replay).
@@ -23,47 +19,25 @@ const chargeCatalog = `{"operations":[
  "inputSchema":{"type":"object","properties":{"id":{"type":"string","x-idem-in":"path"}}},"outputSchema":{}}
 ],"directCliOperations":[]}`
 
-// dropServer is an idem server on a raw socket that answers the first
-// request of each connection (keeping it alive) and drops the connection
-// after reading the second; every operation request it reads is an
-// effect.
-func dropServer(t *testing.T) (string, *atomic.Int32) {
+// dropServer is an idem server on a raw socket (internal/hostile) that
+// answers the first request of each connection (keeping it alive) and
+// drops the connection after reading the second; every operation request
+// it reads is an effect.
+func dropServer(t *testing.T) *hostile.DroppingHTTP1 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := hostile.NewDroppingHTTP1()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	effects := new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 1; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					body := chargeCatalog
-					if !strings.HasPrefix(req.URL.Path, "/v1/operations") {
-						effects.Add(1)
-						body = `{"data":{"charged":true},"meta":{"operation":"charge.take"}}`
-					}
-					if n == 2 {
-						return
-					}
-					_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-				}
-			}()
+	s.Answer = func(r *http.Request) (string, bool) {
+		if strings.HasPrefix(r.URL.Path, "/v1/operations") {
+			return chargeCatalog, false
 		}
-	}()
-	return "http://" + ln.Addr().String(), effects
+		return `{"data":{"charged":true},"meta":{"operation":"charge.take"}}`, true
+	}
+	s.Start()
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // TestCallIsNeverResentBelowTheClient: a keyed call of a GET that writes,
@@ -72,10 +46,10 @@ func dropServer(t *testing.T) (string, *atomic.Int32) {
 // item 1 net/http re-sent it by itself: two effects for one request.
 func TestCallIsNeverResentBelowTheClient(t *testing.T) {
 	for _, retries := range []int{-1, 0} {
-		url, effects := dropServer(t)
+		srv := dropServer(t)
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxConnsPerHost = 1 // the call reuses the catalog's connection
-		c, err := New(url, "t", WithHTTPClient(&http.Client{Transport: tr}), WithBackoff(0, 0))
+		c, err := New(srv.URL, "t", WithHTTPClient(&http.Client{Transport: tr}), WithBackoff(0, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +64,7 @@ func TestCallIsNeverResentBelowTheClient(t *testing.T) {
 		default:
 			t.Fatalf("retries %d: %v", retries, err)
 		}
-		if got := int(effects.Load()); got != requests {
+		if got := int(srv.Effects()); got != requests {
 			t.Fatalf("retries %d: the client sent %d request(s) and the server ran %d: something below the client re-sent the call", retries, requests, got)
 		}
 		if retries < 0 && err == nil {

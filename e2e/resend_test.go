@@ -4,72 +4,36 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
+
+	hostileup "github.com/idem-run/idem/internal/hostile" // e2e has a func hostile
 )
 
-// droppingUpstream is a hostile HTTP/1.1 upstream on a raw socket (issue
-// 33 item 1): it counts every request it reads as an effect, answers the
-// first request of each connection and keeps it alive, and drops the
-// connection, unanswered, after reading the second.
-type droppingUpstream struct {
-	url      string
-	effects  atomic.Int32
-	answered atomic.Int32
-	dropped  atomic.Int32
-}
-
-func startDroppingUpstream(t *testing.T) *droppingUpstream {
+// startDroppingUpstream is a hostile HTTP/1.1 upstream on a raw socket
+// (issue 33 item 1, internal/hostile): it answers the first request of
+// each connection and keeps it alive, and drops the connection, unanswered,
+// after reading the second. Every request but the read GET /charges is an
+// effect.
+func startDroppingUpstream(t *testing.T) *hostileup.DroppingHTTP1 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := hostileup.NewDroppingHTTP1()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	u := &droppingUpstream{url: "http://" + ln.Addr().String()}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go u.serve(c)
+	u.Answer = func(r *http.Request) (string, bool) {
+		if r.URL.Path == "/charges" {
+			return `{"charges":[]}`, false
 		}
-	}()
-	return u
-}
-
-func (u *droppingUpstream) serve(c net.Conn) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	for n := 1; ; n++ {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		if req.URL.Path == "/charges" { // the read: not an effect
-			if n == 2 {
-				return
-			}
-			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"charges\":[]}")
-			continue
-		}
-		u.effects.Add(1)
-		if n == 2 {
-			u.dropped.Add(1)
-			return
-		}
-		u.answered.Add(1)
-		body := fmt.Sprintf(`{"charge":%q}`, req.URL.Path)
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		return fmt.Sprintf(`{"charge":%q}`, r.URL.Path), true
 	}
+	u.Start()
+	t.Cleanup(func() { u.Close() })
+	return u
 }
 
 // resendDocument declares a GET that writes (the overlay says so), a
@@ -101,7 +65,7 @@ func TestProxyNeverResendsAWrite(t *testing.T) {
 	if err := os.WriteFile(doc, []byte(resendDocument), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--openapi", doc)
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.URL, "--openapi", doc)
 
 	const calls = 6
 	var ok, indeterminate []int
@@ -117,18 +81,18 @@ func TestProxyNeverResendsAWrite(t *testing.T) {
 			t.Fatalf("call %d: %d %s", i, r.status, r.raw)
 		}
 	}
-	if n := up.effects.Load(); n != calls {
+	if n := up.Effects(); n != calls {
 		t.Fatalf("%d keyed calls made %d upstream effects (%d answered, %d dropped); want exactly %d: something below idem re-sent a write",
-			calls, n, up.answered.Load(), up.dropped.Load(), calls)
+			calls, n, up.Answered(), up.Dropped(), calls)
 	}
-	if len(indeterminate) == 0 || int32(len(indeterminate)) != up.dropped.Load() || int32(len(ok)) != up.answered.Load() {
-		t.Fatalf("%d answered 200 and %d indeterminate; the upstream answered %d and dropped %d", len(ok), len(indeterminate), up.answered.Load(), up.dropped.Load())
+	if len(indeterminate) == 0 || int32(len(indeterminate)) != up.Dropped() || int32(len(ok)) != up.Answered() {
+		t.Fatalf("%d answered 200 and %d indeterminate; the upstream answered %d and dropped %d", len(ok), len(indeterminate), up.Answered(), up.Dropped())
 	}
 	for _, i := range indeterminate {
 		p.do(t, "GET", fmt.Sprintf("/charges/c%d", i), proxyToken, "", "Idempotency-Key", fmt.Sprintf("charge-%d", i)).
 			want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
 	}
-	if n := up.effects.Load(); n != calls {
+	if n := up.Effects(); n != calls {
 		t.Fatalf("same-key retries of the indeterminate calls made %d more effects", n-calls)
 	}
 
@@ -155,7 +119,7 @@ func TestProxyHeaderArgumentWithCRLF(t *testing.T) {
 	if err := os.WriteFile(doc, []byte(resendDocument), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--openapi", doc)
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.URL, "--openapi", doc)
 	cs := mcpHTTP(t, p, proxyToken)
 	for name, value := range map[string]string{"CR": "acme\rX-Evil: 1", "LF": "acme\nX-Evil: 1", "CRLF": "acme\r\nX-Evil: 1"} {
 		sc, res := toolCall(t, cs, "tag", map[string]any{"X-Tenant": value, "name": "a", "idempotencyKey": "t-" + name})
@@ -180,7 +144,7 @@ func TestProxyHeaderArgumentWithCRLF(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Fatalf("a CR in X-Tenant over HTTP: %d", resp.StatusCode)
 	}
-	if n := up.effects.Load(); n != 0 {
+	if n := up.Effects(); n != 0 {
 		t.Fatalf("the upstream got %d requests", n)
 	}
 }
@@ -197,13 +161,13 @@ func TestProxyKeyInHeaderAndBody(t *testing.T) {
 	if err := os.WriteFile(doc, []byte(resendDocument), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--openapi", doc)
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.URL, "--openapi", doc)
 	r := p.do(t, "POST", "/tags", proxyToken, `{"name":"a","idempotencyKey":"k-body"}`, "Idempotency-Key", "k-header", "X-Tenant", "acme").
 		want(t, 400, "IDEMPOTENCY_KEY_INVALID")
 	if d, _ := r.get("detail").(string); !strings.Contains(d, "Idempotency-Key header") || !strings.Contains(d, "body member idempotencyKey") {
 		t.Fatalf("the problem does not name both places: %s", r.raw)
 	}
-	if n := up.effects.Load(); n != 0 {
+	if n := up.Effects(); n != 0 {
 		t.Fatalf("the upstream got %d requests", n)
 	}
 }

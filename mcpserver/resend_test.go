@@ -1,18 +1,14 @@
 package mcpserver_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/hostile"
 	"github.com/idem-run/idem/mcpserver"
 )
 
@@ -29,49 +25,27 @@ const chargeCatalog = `{"operations":[
 // never the transport's second send (issue 33 item 1; before: two
 // effects and a success).
 func TestRemoteBackendNeverResendsBelowIt(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := hostile.NewDroppingHTTP1()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	var effects atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 1; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					body := chargeCatalog
-					if !strings.HasPrefix(req.URL.Path, "/v1/operations") {
-						effects.Add(1)
-						body = `{"data":{"charged":true},"meta":{"operation":"charge.take"}}`
-					}
-					if n == 2 {
-						return
-					}
-					_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-				}
-			}()
+	srv.Answer = func(r *http.Request) (string, bool) {
+		if strings.HasPrefix(r.URL.Path, "/v1/operations") {
+			return chargeCatalog, false
 		}
-	}()
+		return `{"data":{"charged":true},"meta":{"operation":"charge.take"}}`, true
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Close() })
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxConnsPerHost = 1 // the call reuses the catalog's connection
-	b := mcpserver.NewRemoteBackend("http://"+ln.Addr().String(), tokenAgent, &http.Client{Transport: tr})
+	b := mcpserver.NewRemoteBackend(srv.URL, tokenAgent, &http.Client{Transport: tr})
 	if _, err := b.Descriptors(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	res, err := b.Call(t.Context(), "charge.take", map[string]json.RawMessage{"id": json.RawMessage(`"c1"`)}, "k-1", false)
 	var e *idem.Error
-	if !errors.As(err, &e) || e.Code != idem.CodeNetworkError || effects.Load() != 1 {
-		t.Fatalf("the server ran the call %d times; answer %+v, error %v; want once and NETWORK_ERROR", effects.Load(), res, err)
+	if !errors.As(err, &e) || e.Code != idem.CodeNetworkError || srv.Effects() != 1 {
+		t.Fatalf("the server ran the call %d times; answer %+v, error %v; want once and NETWORK_ERROR", srv.Effects(), res, err)
 	}
 }

@@ -1,5 +1,7 @@
 // Package hostile holds upstreams that misbehave on purpose, for tests of
-// what idem's HTTP clients do under them (issue 33 item 1).
+// what idem's HTTP clients do under them (issue 33 item 1): an HTTP/1.1
+// server that drops kept-alive connections after reading a request, and
+// an HTTP/2 one that resets streams or goes away after reading them.
 package hostile
 
 import (

@@ -1,66 +1,17 @@
 package sendonce_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idem-run/idem/internal/hostile"
 	"github.com/idem-run/idem/internal/sendonce"
 )
-
-// dropper is an HTTP/1.1 upstream on a raw socket that counts every
-// request it reads as an effect, answers the first request of each
-// connection (keeping it alive) and drops the connection, unanswered,
-// after reading the second.
-type dropper struct {
-	url     string
-	effects atomic.Int32
-}
-
-func startDropper(t *testing.T) *dropper {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	d := &dropper{url: "http://" + ln.Addr().String()}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go d.serve(c)
-		}
-	}()
-	return d
-}
-
-func (d *dropper) serve(c net.Conn) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	for n := 1; ; n++ {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		d.effects.Add(1)
-		if n == 2 {
-			return
-		}
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-	}
-}
 
 // TestHoldHTTP1: on a kept-alive connection dropped after the request was
 // read, the transport re-sends an unheld GET or keyed POST on a new
@@ -94,12 +45,17 @@ func TestHoldHTTP1(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, held := range []bool{false, true} {
-				d := startDropper(t)
+				d, err := hostile.NewDroppingHTTP1()
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.Start()
+				defer d.Close()
 				tr := http.DefaultTransport.(*http.Transport).Clone()
 				tr.MaxConnsPerHost = 1 // the second request waits for the first's connection
 				client := &http.Client{Transport: tr}
 				send := func() error {
-					r := tc.req(d.url)
+					r := tc.req(d.URL)
 					if held {
 						sendonce.Hold(r)
 					}
@@ -113,8 +69,8 @@ func TestHoldHTTP1(t *testing.T) {
 				if err := send(); err != nil {
 					t.Fatalf("held=%v: first request: %v", held, err)
 				}
-				err := send()
-				got := d.effects.Load()
+				err = send()
+				got := d.Effects()
 				switch {
 				case !held && (err != nil || got != 3):
 					t.Fatalf("unheld: err %v, %d effects; want the transport's re-send (3 effects, no error): the test no longer shows what Hold prevents", err, got)
