@@ -3,9 +3,11 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,5 +171,43 @@ func TestProxyKeyInHeaderAndBody(t *testing.T) {
 	}
 	if n := up.Effects(); n != 0 {
 		t.Fatalf("the upstream got %d requests", n)
+	}
+}
+
+// TestWebhookDeliveryIsSentOnceOverHTTP2: idem serve --demo delivers a
+// webhook over HTTP/2 (TLS, the receiver's certificate trusted through
+// SSL_CERT_FILE) to a receiver that resets the stream after reading it:
+// the receiver reads it once and the delivery is recorded failed (issue 33
+// item 1). Before, the binary's HTTP/2 transport re-sent it by itself
+// until the delivery's 5-second timeout.
+func TestWebhookDeliveryIsSentOnceOverHTTP2(t *testing.T) {
+	cert := httptest.NewUnstartedServer(nil)
+	cert.EnableHTTP2 = true
+	cert.StartTLS()
+	defer cert.Close()
+	rcv, err := hostileup.NewResettingHTTP2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv.TLS = cert.TLS.Clone()
+	rcv.TLS.NextProtos = []string{"h2"}
+	rcv.Start()
+	t.Cleanup(func() { rcv.Close() })
+	dir := t.TempDir()
+	pemFile := filepath.Join(dir, "receiver.pem")
+	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", pemFile) // the server trusts the receiver
+
+	s := serve(t, stores["sqlite"](t, dir), dir, "--webhook-loopback")
+	s.do(t, "POST", "/v1/businesses", "demo-agent", `{"slug":"reset","name":"Reset"}`, "Idempotency-Key", "create-reset").want(t, 201, "")
+	hook := s.do(t, "POST", "/v1/businesses/reset/webhooks", "demo-agent",
+		`{"url":"`+rcv.URL+`/hook","events":["payment.failed"]}`, "Idempotency-Key", "hook-reset").want(t, 201, "")
+	id, _ := hook.get("data.id").(string)
+	r := s.do(t, "POST", "/v1/businesses/reset/webhooks/"+id+"/trigger", "demo-agent", `{"type":"payment.failed"}`, "Idempotency-Key", "trigger-reset").
+		want(t, 200, "")
+	if n := rcv.Effects(); n != 1 || r.get("data.outcome") != "failed" {
+		t.Fatalf("the receiver read the delivery %d times; delivery %s", n, r.raw)
 	}
 }
