@@ -211,3 +211,48 @@ func TestWebhookDeliveryIsSentOnceOverHTTP2(t *testing.T) {
 		t.Fatalf("the receiver read the delivery %d times; delivery %s", n, r.raw)
 	}
 }
+
+// TestProxyNeverResendsAWriteOverHTTP2: idem proxy in front of an HTTP/2
+// upstream (TLS, trusted through SSL_CERT_FILE) that resets each stream
+// after reading it: a keyed call of a GET declared a write reaches it
+// once and is indeterminate (issue 33 item 1). Before, the binary's
+// HTTP/2 transport re-sent it until the attempt's timeout.
+func TestProxyNeverResendsAWriteOverHTTP2(t *testing.T) {
+	cert := httptest.NewUnstartedServer(nil)
+	cert.EnableHTTP2 = true
+	cert.StartTLS()
+	defer cert.Close()
+	up, err := hostileup.NewResettingHTTP2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.TLS = cert.TLS.Clone()
+	up.TLS.NextProtos = []string{"h2"}
+	up.Start()
+	t.Cleanup(func() { up.Close() })
+	dir := writeServerDir(t, proxyToken, proxyApprover, `charge:
+  kind: same_key_replay
+  reconcile: listCharges
+  rationale: A charge replays by key.
+  sideEffect: write
+  timeoutMs: 2000
+`)
+	doc := filepath.Join(dir, "openapi.json")
+	if err := os.WriteFile(doc, []byte(resendDocument), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pemFile := filepath.Join(dir, "upstream.pem")
+	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", pemFile) // the proxy trusts the upstream
+	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.URL, "--openapi", doc)
+	r := p.do(t, "GET", "/charges/c1", proxyToken, "", "Idempotency-Key", "charge-h2")
+	if n := up.Effects(); n != 1 || r.status != 500 || r.get("code") != "EXECUTION_FAILED" {
+		t.Fatalf("the upstream read the call %d times; answer %d %s", n, r.status, r.raw)
+	}
+	p.do(t, "GET", "/charges/c1", proxyToken, "", "Idempotency-Key", "charge-h2").want(t, 409, "IDEMPOTENCY_RESULT_INDETERMINATE")
+	if n := up.Effects(); n != 1 {
+		t.Fatalf("the same-key retry reached the upstream: %d effects", n)
+	}
+}
