@@ -8,7 +8,10 @@ import "net/http"
 // carrying "Idempotency-Key" as replayable after a reused connection
 // breaks, and only the sender may decide a re-send (SPEC §6.3, §7). The
 // header goes under its lower-case name, which the Transport's exact
-// lookup misses; field names are case-insensitive on the wire.
+// lookup misses; field names are case-insensitive on the wire. That
+// alone does not hold a GET, nor a request on HTTP/2: idem's clients
+// also hold every call that may change the world with
+// internal/sendonce.Hold (issue 33 item 1).
 func SetOutgoingKey(h http.Header, key string) {
 	delete(h, HeaderIdempotencyKey)
 	h["idempotency-key"] = []string{key}

@@ -202,6 +202,8 @@ func (c *Client) prepare(ctx context.Context, operation string, args map[string]
 	if key != "" {
 		r.header.Set(idem.HeaderIdempotencyKey, key)
 	}
+	rule := ruleFor(op, key, opts.DryRun)
+	r.once = rule != retryFreshRead || key != ""
 	b := opts.bounds()
 	b.timeout = func(w time.Duration) time.Duration {
 		if c.requestTimeout > 0 {
@@ -209,7 +211,7 @@ func (c *Client) prepare(ctx context.Context, operation string, args map[string]
 		}
 		return op.Bound() + w + 15*time.Second
 	}
-	return &prepared{op: op, key: key, r: r, rule: ruleFor(op, key, opts.DryRun), b: b}, nil
+	return &prepared{op: op, key: key, r: r, rule: rule, b: b}, nil
 }
 
 // buildRequest places the arguments of a call to op.

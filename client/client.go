@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/sendonce"
 )
 
 // Defaults of the retry bounds (SPEC §10.3).
@@ -262,6 +263,10 @@ type request struct {
 	body   []byte
 	header http.Header
 	auth   bool
+	// once holds the request to one send (internal/sendonce): a call
+	// that may change the world, which only this client's own rules may
+	// send again.
+	once bool
 }
 
 // send sends r once within timeout; a non-nil error means no HTTP answer.
@@ -287,9 +292,12 @@ func (c *Client) send(ctx context.Context, r request, timeout time.Duration) (an
 		req.Header[k] = v
 	}
 	if v, ok := req.Header[idem.HeaderIdempotencyKey]; ok && len(v) == 1 {
-		// This client retries by its own rules (bounded, counted, with
-		// Prefer: wait), never net/http's Transport.
 		idem.SetOutgoingKey(req.Header, v[0])
+	}
+	if r.once {
+		// This client retries by its own rules (bounded, counted, with
+		// Prefer: wait), never net/http's transports (issue 33 item 1).
+		sendonce.Hold(req)
 	}
 	// The caller's trace context (W3C traceparent, tracestate) travels on.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))

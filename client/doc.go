@@ -27,6 +27,11 @@
 //   - convergent, intrinsic_replay, no_automatic_retry, preview, dry runs, and
 //     same_key_replay calls without a key: never retried automatically.
 //
+// Only these rules send a request again: a keyed call, an approval
+// decision and every call whose contract is not fresh_read are held to one
+// send each, so that neither net/http's transport nor HTTP/2's re-sends
+// one by itself after a kept-alive connection breaks (issue 33 item 1).
+//
 // Retries are bounded by CallOptions.Retries (default 4, after the first
 // request) and CallOptions.RetryTimeout (default 60 s: no retry starts after
 // it). When no HTTP answer ever arrived, the error is NETWORK_ERROR with

@@ -45,7 +45,7 @@ func (c *Client) Reject(ctx context.Context, id, reason string) (*Answer[idem.Ap
 }
 
 func (c *Client) decide(ctx context.Context, id, decision, reason string) (*Answer[idem.Approval], error) {
-	r := request{method: "POST", path: "/v1/approvals/" + url.PathEscape(id) + "/" + decision, auth: true}
+	r := request{method: "POST", path: "/v1/approvals/" + url.PathEscape(id) + "/" + decision, auth: true, once: true}
 	if reason != "" {
 		r.body, _ = json.Marshal(map[string]string{"reason": reason})
 	}

@@ -19,7 +19,13 @@ type Config struct {
 	// Clock tells the time; idem.SystemClock when nil.
 	Clock idem.Clock
 	// HTTPClient delivers webhooks; a client with a short timeout when nil.
+	// Its *http.Transport (or the default one) dials through the
+	// destination rule (destination.go).
 	HTTPClient *http.Client
+	// WebhookLoopback lets webhooks deliver to loopback addresses (a
+	// local receiver, idem webhook listen); without it such a delivery
+	// is refused before connecting (docs/webhooks.md).
+	WebhookLoopback bool
 	// Sealer encrypts secrets the application must keep usable (webhook
 	// signing secrets) before they reach its tables; the server passes
 	// the same secretbox it seals one-time results with.
@@ -64,7 +70,7 @@ func Open(ctx context.Context, storeURL string, cfg Config) (*App, error) {
 	if db.dialect == "sqlite" {
 		db.writer = cfg.Writer
 	}
-	a := &App{db: db, clock: cfg.Clock, http: cfg.HTTPClient, sealer: cfg.Sealer}
+	a := &App{db: db, clock: cfg.Clock, http: guardedClient(cfg.HTTPClient, cfg.WebhookLoopback), sealer: cfg.Sealer}
 	for _, org := range Orgs {
 		if err := a.seed(ctx, org); err != nil {
 			db.Close()

@@ -33,7 +33,7 @@ var stores = map[string]func(t *testing.T) string{
 // forEachStore runs fn on SQLite and on PostgreSQL.
 func forEachStore(t *testing.T, fn func(t *testing.T, e *testEnv)) {
 	for name, url := range stores {
-		t.Run(name, func(t *testing.T) { fn(t, newTestEnv(t, url(t), Config{})) })
+		t.Run(name, func(t *testing.T) { fn(t, newTestEnv(t, url(t), Config{WebhookLoopback: true})) })
 	}
 }
 

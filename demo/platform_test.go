@@ -484,7 +484,7 @@ func TestWebhookTriggerReceiverTimeout(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			t.Cleanup(func() { close(release) })
-			e := newTestEnv(t, storeURL(t), Config{HTTPClient: &http.Client{Timeout: 100 * time.Millisecond}})
+			e := newTestEnv(t, storeURL(t), Config{HTTPClient: &http.Client{Timeout: 100 * time.Millisecond}, WebhookLoopback: true})
 			createBusiness(t, e, "quillby")
 			w := createWebhook(t, e, srv.URL)
 			var d Delivery

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/sendonce"
 	"github.com/idem-run/idem/webhooksig"
 )
 
@@ -345,6 +346,9 @@ func (a *App) sendDelivery(ctx context.Context, d Delivery, secret string, body 
 	req.Header.Set(webhooksig.HeaderSignature, webhooksig.Sign(secret, a.clock.Now(), body))
 	req.Header.Set(webhooksig.HeaderDeliveryID, d.ID)
 	req.Header.Set(webhooksig.HeaderEventType, d.Type)
+	// One delivery, one send: HTTP/2 would re-send the rewindable body by
+	// itself after a reset stream or a GOAWAY (issue 33 item 1).
+	sendonce.Hold(req)
 	client := *a.http
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := client.Do(req)

@@ -48,7 +48,7 @@ func soak(t *testing.T, url, dir string, d time.Duration) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer receiver.Close()
-	s := serve(t, url, dir, "--lease-grace", "200ms")
+	s := serve(t, url, dir, "--lease-grace", "200ms", "--webhook-loopback")
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	l := &ledger{allFaults: true}

@@ -30,7 +30,7 @@ func TestWebhookTriggerDeliversOnce(t *testing.T) {
 	defer receiver.Close()
 
 	dir := t.TempDir()
-	s := serve(t, stores["sqlite"](t, dir), dir)
+	s := serve(t, stores["sqlite"](t, dir), dir, "--webhook-loopback") // the receiver is local
 	s.do(t, "POST", "/v1/businesses", "demo-agent", `{"slug":"hooked","name":"Hooked"}`, "Idempotency-Key", "create-hooked").want(t, 201, "")
 	hook := s.do(t, "POST", "/v1/businesses/hooked/webhooks", "demo-agent",
 		`{"url":"`+receiver.URL+`/hook","events":["payment.failed"]}`, "Idempotency-Key", "hook-1").want(t, 201, "")

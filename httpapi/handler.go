@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -242,6 +243,9 @@ func (h *handler) operation(d idem.Descriptor, wildcards map[string]string) http
 			return
 		}
 		key, dryRun, intentQuery, err := ParseControls(d.Retry, query, r.Header)
+		if err == nil {
+			err = bodyKeyConflict(key, body)
+		}
 		if err != nil {
 			write(w, idem.ErrorResult(err, &idem.Meta{Operation: d.Name}))
 			return
@@ -289,6 +293,30 @@ func ParseControls(retry idem.RetryContract, query url.Values, header http.Heade
 		}
 	}
 	return key, dryRun, idem.IntentQuery(query), nil
+}
+
+// bodyKeyConflict refuses a keyed call whose JSON body also carries an
+// idempotencyKey member (the flat argument of MCP, SPEC §10.2) with
+// another value, as MCP refuses two different keys (issue 33, Low): the
+// caller meant one of them, and idem cannot tell which. No operation
+// declares an argument of that name (the registry reserves it).
+func bodyKeyConflict(key string, body []byte) error {
+	if key == "" || !bytes.Contains(body, []byte(`"idempotencyKey"`)) {
+		return nil
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return nil // not an object: the input stage words that
+	}
+	v, ok := top["idempotencyKey"]
+	if !ok {
+		return nil
+	}
+	var inBody string
+	if json.Unmarshal(v, &inBody) == nil && inBody == key {
+		return nil
+	}
+	return idem.Errorf(idem.CodeIdempotencyKeyInvalid, "the call carries two different idempotency keys, in the Idempotency-Key header and in the body member idempotencyKey; send the key once, in the Idempotency-Key header")
 }
 
 // declaredHeaders keeps only the headers that d declares as inputs

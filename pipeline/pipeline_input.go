@@ -45,6 +45,16 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 				return nil, nil, idem.InvalidInput([]map[string]string{{"path": "", "message": "the body is not acceptable JSON (RFC 8259, I-JSON): " + err.Error()}})
 			}
 		}
+		for _, p := range x.op.params {
+			if p.In != "header" {
+				continue
+			}
+			for _, v := range x.inv.Intent.Header.Values(p.Header) {
+				if msg := headerValueProblem(p, v); msg != "" {
+					return nil, nil, idem.InvalidInput([]map[string]string{{"path": "/" + p.Name, "message": msg}})
+				}
+			}
+		}
 		return json.RawMessage(`{}`), x.rawRequest(), nil
 	}
 	var args map[string]json.RawMessage // made once a member or parameter needs it
@@ -113,6 +123,10 @@ func (x *execution) decodeInput() (json.RawMessage, any, *idem.Error) {
 				}
 			case 1:
 				value, present = vs[0], true
+				if msg := headerValueProblem(p, value); msg != "" {
+					bad("/"+p.Name, "%s", msg)
+					continue
+				}
 			default:
 				bad("/"+p.Name, "header %s is given %d times; give it once", p.Header, len(vs))
 				continue
@@ -221,6 +235,28 @@ func (x *execution) strictBody(trimmed []byte) ([]byte, error) {
 		return x.canon, nil
 	}
 	return canonical.TransformStrict(trimmed)
+}
+
+// headerValueProblem says why value cannot travel in p's header (issue 33
+// item 8): a field value holds no control character but tab (RFC 9110
+// §5.5). HTTP cannot carry one in; an argument (MCP, the Go API) can,
+// and it is the caller's to fix, not an upstream failure. "" when valid.
+func headerValueProblem(p idem.Param, value string) string {
+	for _, c := range []byte(value) {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			what := fmt.Sprintf("the control character U+%04X", c)
+			switch c {
+			case '\r':
+				what = "a carriage return (CR)"
+			case '\n':
+				what = "a line feed (LF)"
+			case 0:
+				what = "a NUL character (U+0000)"
+			}
+			return fmt.Sprintf("header %s (the argument %s) cannot hold %s: an HTTP field value has no control characters but tab", p.Header, p.Name, what)
+		}
+	}
+	return ""
 }
 
 // headerInputs returns the values of the operation's declared header

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/sendonce"
 )
 
 // DefaultMaxStoredResponse bounds an upstream answer (1 MiB): one larger
@@ -40,8 +41,7 @@ type Forwarder struct {
 
 // hopByHop are the headers of one connection (RFC 9110 §7.6.1), never
 // forwarded, with the ones the proxy sets itself or must not pass on:
-// the caller's keys (net/http resends a written request by itself when it
-// carries one, see forward), Accept-Encoding (the transport asks for gzip
+// the caller's keys (the upstream gets the handler key, see forward), Accept-Encoding (the transport asks for gzip
 // and decodes it, so that the body stored for a replay is the one its
 // replayed headers describe) and Authorization: the caller's credential is
 // idem's, spent on the proxy, and an MCP call has no such header to pass,
@@ -84,17 +84,21 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 		query.Set(idem.DryRunParam, "true")
 	}
 	target.RawQuery = query.Encode()
-	// The body is not rewindable (no GetBody), so that the transport
-	// never sends it a second time on its own; see also the key header.
 	var body io.Reader
 	if len(req.Body) > 0 {
-		body = io.NopCloser(bytes.NewReader(req.Body))
+		body = bytes.NewReader(req.Body)
 	}
 	out, err := http.NewRequestWithContext(ctx, req.Method, target.String(), body)
 	if err != nil {
 		return idem.RawResponse{}, err
 	}
-	out.ContentLength = int64(len(req.Body))
+	if !op.FreshRead || call.RequestKey != "" {
+		// A call that may change the world is sent once: neither
+		// net/http's transport nor HTTP/2's re-sends it by itself after
+		// a kept-alive connection breaks (issue 33 item 1); idem alone
+		// decides a re-send. A fresh read may be re-sent.
+		sendonce.Hold(out)
+	}
 	for name, values := range req.Header {
 		out.Header[name] = append([]string(nil), values...)
 	}
@@ -108,7 +112,7 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 	if op.Writes {
 		// The handler key: one per execution, the same on every attempt
 		// of it (SPEC §7), so that an upstream that deduplicates by key
-		// gets end-to-end safety; never re-sent by net/http itself.
+		// gets end-to-end safety.
 		idem.SetOutgoingKey(out.Header, call.IdempotencyKey)
 	}
 	client := f.client()

@@ -52,6 +52,10 @@ type Operation struct {
 	// Contract says where the retry contract came from: "extension",
 	// "overlay" or "method".
 	Contract string
+	// FreshRead is whether the contract is fresh_read and the operation
+	// does not write: the only calls the upstream client may re-send by
+	// itself (when unkeyed); every other is held to one send (forward).
+	FreshRead bool
 }
 
 // Built is what Build returns.
@@ -221,7 +225,8 @@ func declare(in, out *converter, method, path string, item *openapi3.PathItem, o
 	if !validate && !opts.Unvalidated {
 		warn = fmt.Sprintf("operation %q: input is forwarded without validation: %s", name, why)
 	}
-	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source)}
+	p := Operation{Name: name, Method: method, Path: path, Writes: meta.SideEffect.Writes(), Contract: string(source),
+		FreshRead: meta.Retry.Kind == idem.RetryFreshRead && !meta.SideEffect.Writes()}
 	handler := opts.Forward(p)
 	if opts.Prefix != "" {
 		meta.Name, meta.Path, p.Name = opts.Prefix+"."+name, "/"+opts.Prefix+path, opts.Prefix+"."+name

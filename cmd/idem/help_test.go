@@ -33,3 +33,23 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}
 	walk(Main{Getenv: func(string) string { return "" }}.rootCommand())
 }
+
+// TestDecodeBudgetHelpSaysWhatTheCodeDoes: --decode-budget-mb's help
+// describes the body's share as pipeline.BodyCharge takes it (it grows as
+// the bytes arrive, and values count 16 bytes), not the Content-Length it
+// counted before issue 28 (issue 33, Low).
+func TestDecodeBudgetHelpSaysWhatTheCodeDoes(t *testing.T) {
+	serve, _, err := Main{Getenv: func(string) string { return "" }}.rootCommand().Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := serve.Flags().Lookup("decode-budget-mb").Usage
+	for _, want := range []string{"grows as its bytes arrive", "16 bytes a JSON value", "--admission-wait"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("--decode-budget-mb's help lacks %q: %s", want, usage)
+		}
+	}
+	if strings.Contains(usage, "Content-Length") {
+		t.Errorf("--decode-budget-mb's help still says a body counts its Content-Length: %s", usage)
+	}
+}

@@ -45,6 +45,9 @@ type serveOptions struct {
 	logReplays     float64
 	jwt            jwtOptions
 	demo           bool
+	// webhookLoopback lets the demo's webhooks deliver to loopback
+	// addresses (docs/webhooks.md, Destinations).
+	webhookLoopback bool
 }
 
 func (m Main) serveCommand() *cobra.Command {
@@ -66,6 +69,7 @@ func (m Main) serveCommand() *cobra.Command {
 	o.flags(cmd)
 	f := cmd.Flags()
 	f.BoolVar(&o.demo, "demo", false, "serve the reference application of SPEC §12 with its demo tokens")
+	f.BoolVar(&o.webhookLoopback, "webhook-loopback", false, "with --demo, deliver webhooks to loopback addresses too (127.0.0.1, ::1: a local receiver such as idem webhook listen); without it such a delivery is refused before connecting, so that callers cannot probe this host's ports")
 	return cmd
 }
 
@@ -84,7 +88,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.IntVar(&o.replayCacheMB, "replay-cache-mb", pipeline.DefaultReplayCacheBytes>>20, "MiB of memory for completed records that answer replays without a store read (0 turns the cache off)")
 	f.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated origins (https://app.example.com) besides the server's own whose browser pages may call /mcp; any other Origin is refused (env IDEM_ALLOWED_ORIGINS)")
 	f.StringVar(&o.publicURL, "public-url", "", "the origin clients reach this server at, https://idem.example.com (env IDEM_PUBLIC_URL): with --jwks-url, the protected resource metadata that tells an MCP client where to get a token (/.well-known/oauth-protected-resource) is built on it; without it, only for requests to a loopback host")
-	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", pipeline.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once (a body counts its Content-Length, at least 1 KiB); beyond it a request answers 429 RATE_LIMITED before its body is read (0: no bound)")
+	f.IntVar(&o.decodeBudgetMB, "decode-budget-mb", pipeline.DefaultDecodeBudget>>20, "MiB of request bodies read and decoded at once: a body's share starts at 1 KiB and grows as its bytes arrive (at most about twice what it has sent), and once read it counts 16 bytes a JSON value when that is more than its bytes; beyond the budget a request waits --admission-wait, then answers 429 RATE_LIMITED, nothing stored (0: no bound)")
 	f.IntVar(&o.maxExecutions, "max-executions", pipeline.DefaultMaxExecutions, "executions (handlers and previews) running at once; beyond it a request answers 429 RATE_LIMITED before anything is stored (0: no bound)")
 	f.DurationVar(&o.admissionWait, "admission-wait", pipeline.DefaultAdmissionWait, "how long a request beyond --decode-budget-mb or --max-executions waits for room, first come first served, before it answers 429 (0: answer at once)")
 	f.StringVar(&o.logLevel, "log-level", "info", "least level logged: debug, info, warn or error (one JSON line per execution at info, failures at warn)")
@@ -342,7 +346,7 @@ func (o serveOptions) demoApplication(ctx context.Context, opened idem.Store, bo
 	if !o.demo {
 		return application{}, nil
 	}
-	cfg := demo.Config{Sealer: box}
+	cfg := demo.Config{Sealer: box, WebhookLoopback: o.webhookLoopback}
 	if sq, ok := opened.(*sqlitestore.Store); ok {
 		cfg.Writer = sq.Write // one writer for the file: shared group commit
 	}
