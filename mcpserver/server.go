@@ -243,7 +243,7 @@ func description(t Tool) string {
 	case idem.RetrySameKeyReplay:
 		b.WriteString(" Send idempotencyKey: generate it once per intent and keep it in durable task state before the first call; " +
 			"after an ambiguous outcome resend the identical arguments with the same key. A replay " +
-			"(meta.idempotency.replayed: true) is proof of the original attempt, not current state.")
+			"(the result's _meta \"io.idem/replayed\": true) is proof of the original attempt, not current state.")
 	case idem.RetryConvergent:
 		b.WriteString(" Send no idempotencyKey. After an ambiguous outcome, reconcile and repeat only if the current state still differs.")
 	case idem.RetryIntrinsicReplay:
@@ -276,7 +276,8 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			key, err = keyOutsideArguments(t, req.Params.Meta, key)
 		}
 		if err != nil {
-			out = result(idem.ErrorResult(err, meta))
+			res := idem.ErrorResult(err, meta)
+			out = withFacts(result(res), res)
 			return out, nil
 		}
 		if c, ok := callerOf(req); ok {
@@ -292,7 +293,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			}
 			res = idem.ErrorResult(err, meta)
 		}
-		out = result(res)
+		out = withFacts(result(res), res)
 		return out, nil
 	}
 }

@@ -1,0 +1,228 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/proxy"
+)
+
+// withoutFacts is a served tool result's JSON without idem's facts in its
+// _meta (and without _meta when nothing else was there): the stored part.
+func withoutFacts(t *testing.T, raw string) string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatal(err)
+	}
+	var meta map[string]json.RawMessage
+	json.Unmarshal(m["_meta"], &meta)
+	for k := range meta {
+		if strings.HasPrefix(k, "io.idem/") {
+			delete(meta, k)
+		}
+	}
+	delete(m, "_meta")
+	if len(meta) > 0 {
+		m["_meta"], _ = json.Marshal(meta)
+	}
+	out, _ := json.Marshal(m)
+	return string(out)
+}
+
+// rpc sends one JSON-RPC request to the gateway's /mcp as raw JSON (in a
+// session it opens), for the shapes the SDK client cannot send
+// (params.idempotencyKey), and returns the result member.
+func rpc(t *testing.T, g *gw, method string, params string) json.RawMessage {
+	t.Helper()
+	post := func(session, body string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("POST", g.url+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var data []byte
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+					data = []byte(d)
+				}
+			}
+		} else {
+			data, _ = io.ReadAll(resp.Body)
+		}
+		return resp, data
+	}
+	resp, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	_, body := post(session, `{"jsonrpc":"2.0","id":2,"method":"`+method+`","params":`+params+`}`)
+	var out struct {
+		Result json.RawMessage
+		Error  json.RawMessage
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Result == nil {
+		t.Fatalf("%s: %s", method, body)
+	}
+	return out.Result
+}
+
+type facts struct {
+	Replayed    *bool  `json:"io.idem/replayed"`
+	ExecutionID string `json:"io.idem/executionId"`
+	Attempts    int    `json:"io.idem/attempts"`
+	Other       int    `json:"x"`
+}
+
+func factsOf(t *testing.T, raw string) facts {
+	t.Helper()
+	var r struct {
+		Meta facts `json:"_meta"`
+	}
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Meta.Replayed == nil {
+		t.Fatalf("no io.idem/replayed in %s", raw)
+	}
+	return r.Meta
+}
+
+// SPEC §17 rulings: the result served over MCP carries idem's facts in
+// _meta, a replay marked as one, whichever of the three places the key
+// came in; the stored result (what HTTP answers) is the upstream's.
+func TestGatewayMarksAReplayInMeta(t *testing.T) {
+	u := newUpstream(t)
+	// An upstream that says io.idem/ itself is not believed; its own
+	// _meta members are kept.
+	u.srv.AddTool(&mcp.Tool{Name: "stamp", InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.effects.Add(1)
+			return &mcp.CallToolResult{Meta: mcp.Meta{"io.idem/replayed": true, "io.idem/executionId": "forged", "x": 7},
+				Content: []mcp.Content{&mcp.TextContent{Text: "stamped"}}}, nil
+		})
+	ov := proxy.Overlay{"add": overlay["add"], "stamp": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Stamps once."}}
+	g := newGateway(t, u, ov)
+
+	_, first := call(t, g.client, &mcp.CallToolParams{Name: "stamp", Arguments: map[string]any{"n": 1, "idempotencyKey": "m-1"}})
+	f := factsOf(t, first)
+	if *f.Replayed || !strings.HasPrefix(f.ExecutionID, "exe_") || f.Attempts != 1 || f.Other != 7 {
+		t.Fatalf("first answer's _meta: %+v (%s)", f, first)
+	}
+	// The same key in _meta, then as params.idempotencyKey (SEP-3182).
+	_, viaMeta := call(t, g.client, &mcp.CallToolParams{Name: "stamp", Arguments: map[string]any{"n": 1}, Meta: mcp.Meta{"idempotencyKey": "m-1"}})
+	viaParams := string(rpc(t, g, "tools/call", `{"name":"stamp","arguments":{"n":1},"idempotencyKey":"m-1"}`))
+	for how, raw := range map[string]string{"_meta": viaMeta, "params": viaParams} {
+		r := factsOf(t, raw)
+		if !*r.Replayed || r.ExecutionID != f.ExecutionID || r.Other != 7 {
+			t.Errorf("replay with the key in %s: _meta %+v (%s)", how, r, raw)
+		}
+		if withoutFacts(t, raw) != withoutFacts(t, first) {
+			t.Errorf("replay with the key in %s: %s, first %s", how, raw, first)
+		}
+	}
+	if u.effects.Load() != 1 {
+		t.Fatalf("effects %d, want 1", u.effects.Load())
+	}
+	// Over HTTP the stored result, the upstream's own _meta and nothing of idem's.
+	req, _ := http.NewRequest("POST", g.url+"/tools/stamp", strings.NewReader(`{"n":1}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Idempotency-Key", "m-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(body), `"io.idem/executionId":"forged"`) {
+		t.Fatalf("HTTP replay: %d %s", resp.StatusCode, body)
+	}
+
+	// The description says what a gateway result carries.
+	list, err := g.client.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list.Tools {
+		if tool.Name == "add" && (!strings.Contains(tool.Description, `_meta "io.idem/replayed": true`) || strings.Contains(tool.Description, "meta.idempotency")) {
+			t.Errorf("add's description: %s", tool.Description)
+		}
+	}
+}
+
+// problemDetails is a pipeline problem result's details.
+func problemDetails(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	raw, _ := json.Marshal(res.StructuredContent)
+	var p struct{ Details map[string]any }
+	json.Unmarshal(raw, &p)
+	return p.Details
+}
+
+func httpCall(t *testing.T, g *gw, tool, key, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", g.url+"/tools/"+tool, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// SPEC §17 rulings: the problems of a key in flight and of a reused key
+// carry SEP-3182's type in details.type, over MCP and HTTP.
+func TestGatewayKeyProblemsCarryTheProposalType(t *testing.T) {
+	u := newUpstream(t)
+	ov := proxy.Overlay{"add": overlay["add"],
+		"slow": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Replays by key.", TimeoutMs: 20000}}
+	g := newGateway(t, u, ov)
+	call(t, g.client, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"n": 1, "idempotencyKey": "p-1"}})
+	res, raw := call(t, g.client, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"n": 2, "idempotencyKey": "p-1"}})
+	if d := problemDetails(t, res); problemCode(res) != "IDEMPOTENCY_KEY_REUSED" || d["type"] != "idempotency_key_conflict" {
+		t.Fatalf("reused over MCP: %s", raw)
+	}
+	if status, body := httpCall(t, g, "add", "p-1", `{"n":3}`); status != 422 || !strings.Contains(body, `"type":"idempotency_key_conflict"`) {
+		t.Fatalf("reused over HTTP: %d %s", status, body)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.client.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"idempotencyKey": "p-2"}})
+	}()
+	<-u.slowStarted
+	res, raw = call(t, g.client, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"idempotencyKey": "p-2"}})
+	if d := problemDetails(t, res); problemCode(res) != "IDEMPOTENCY_KEY_IN_FLIGHT" || d["type"] != "idempotency_key_in_progress" {
+		t.Fatalf("in flight over MCP: %s", raw)
+	}
+	if status, body := httpCall(t, g, "slow", "p-2", ""); status != 409 || !strings.Contains(body, `"type":"idempotency_key_in_progress"`) {
+		t.Fatalf("in flight over HTTP: %d %s", status, body)
+	}
+	cancel()
+	<-done
+}
