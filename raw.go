@@ -95,8 +95,14 @@ type RawSpec struct {
 	// fingerprint (canonical.Request.Target), so that declarations of one
 	// operation in front of different targets, sharing a store, never
 	// answer each other's keys: the same key there is a reuse (422).
-	Target  string
-	Handler RawHandler
+	Target string
+	// ArgumentsBody says the body is the JSON object of the call's
+	// arguments and nothing else (idem gateway's tools): a body {} is no
+	// body, so that {}, no body and absent MCP arguments are one intent
+	// (SPEC §17 rulings). Elsewhere {} and no body differ (§6.2): an HTTP
+	// upstream may tell them apart.
+	ArgumentsBody bool
+	Handler       RawHandler
 }
 
 // TargetOf is the RawSpec.Target of an upstream URL: scheme and host lower

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -225,4 +226,68 @@ func TestGatewayKeyProblemsCarryTheProposalType(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// SPEC §17 rulings: a zero-argument tool called over MCP with arguments
+// {} or none, and over HTTP with body {} or none, under one key, is one
+// intent: the first runs once, the others replay (never 422).
+func TestGatewayZeroArgumentCallsAreOneIntent(t *testing.T) {
+	u := newUpstream(t)
+	u.srv.AddTool(&mcp.Tool{Name: "ping", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.effects.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil
+		})
+	g := newGateway(t, u, proxy.Overlay{"ping": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Pings once."}})
+	mcpEmpty := func(key string) (bool, string) {
+		res, raw := call(t, g.client, &mcp.CallToolParams{Name: "ping", Arguments: map[string]any{}, Meta: mcp.Meta{"idempotencyKey": key}})
+		return !res.IsError && *factsOf(t, raw).Replayed, raw
+	}
+	mcpAbsent := func(key string) (bool, string) {
+		raw := string(rpc(t, g, "tools/call", `{"name":"ping","idempotencyKey":"`+key+`"}`))
+		return !strings.Contains(raw, `"isError":true`) && *factsOf(t, raw).Replayed, raw
+	}
+	httpBody := func(body string) func(string) (bool, string) {
+		return func(key string) (bool, string) {
+			req, _ := http.NewRequest("POST", g.url+"/tools/ping", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Idempotency-Key", key)
+			if body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode == 200 && resp.Header.Get("Idempotent-Replayed") == "true", string(b)
+		}
+	}
+	ways := []struct {
+		name string
+		call func(key string) (bool, string)
+	}{
+		{"MCP arguments {}", mcpEmpty}, {"MCP without arguments", mcpAbsent},
+		{"HTTP body {}", httpBody(`{}`)}, {"HTTP body { }", httpBody(" { \n} ")}, {"HTTP without a body", httpBody("")},
+	}
+	// Each way first under its own key, then every other way replays it.
+	for i, first := range ways {
+		key := fmt.Sprintf("z-%d", i)
+		before := u.effects.Load()
+		if replayed, raw := first.call(key); replayed {
+			t.Fatalf("%s first: %s", first.name, raw)
+		}
+		for j, again := range ways {
+			if i == j {
+				continue
+			}
+			if replayed, raw := again.call(key); !replayed {
+				t.Errorf("%s after %s under one key: %s", again.name, first.name, raw)
+			}
+		}
+		if n := u.effects.Load() - before; n != 1 {
+			t.Errorf("%s first: the upstream ran %d times", first.name, n)
+		}
+	}
 }
