@@ -103,7 +103,10 @@ func checkOperation(c *Compiled) error {
 	pathFields := map[string]bool{}
 	for _, p := range c.params {
 		for _, reserved := range reservedArguments {
-			if p.Name == reserved {
+			// dryRun is the surfaces' own in the query, and on MCP where
+			// the operation has a preview: a body member of that name is
+			// the operation's own elsewhere (an idem gateway tool's).
+			if p.Name == reserved && !(p.Name == "dryRun" && p.In == "body" && !c.meta.Retry.Preview) {
 				return fail("argument %q is reserved for the surfaces; rename the field", p.Name)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -289,5 +290,59 @@ func TestGatewayZeroArgumentCallsAreOneIntent(t *testing.T) {
 		if n := u.effects.Load() - before; n != 1 {
 			t.Errorf("%s first: the upstream ran %d times", first.name, n)
 		}
+	}
+}
+
+// SPEC §17 rulings: dryRun is an ordinary argument of a gateway tool
+// (server-filesystem's edit_file): the tool is served, dryRun goes to the
+// upstream like any argument and is part of the fingerprint. A tool
+// without such an argument still refuses a dryRun: true (it has no
+// preview) rather than run live.
+func TestGatewayDryRunIsAnOrdinaryArgument(t *testing.T) {
+	u := newUpstream(t)
+	var got atomic.Value
+	u.srv.AddTool(&mcp.Tool{Name: "edit_file", InputSchema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"dryRun":{"type":"boolean","default":false}},"required":["path"]}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.effects.Add(1)
+			got.Store(string(req.Params.Arguments))
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "diff"}}}, nil
+		})
+	g := newGateway(t, u, proxy.Overlay{
+		"edit_file": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Edits once."},
+		"add":       overlay["add"]})
+	list, err := g.client.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	for _, tool := range list.Tools {
+		if tool.Name == "edit_file" {
+			b, _ := json.Marshal(tool.InputSchema)
+			schema = string(b)
+		}
+	}
+	if !strings.Contains(schema, `"dryRun":{"default":false,"type":"boolean"}`) {
+		t.Fatalf("edit_file served with schema %q", schema)
+	}
+	res, raw := call(t, g.client, &mcp.CallToolParams{Name: "edit_file", Arguments: map[string]any{"path": "a", "dryRun": true, "idempotencyKey": "d-1"}})
+	if res.IsError || got.Load() != `{"dryRun":true,"path":"a"}` {
+		t.Fatalf("edit_file with dryRun: %s; the upstream got %v", raw, got.Load())
+	}
+	// dryRun is in the fingerprint: false under the same key is another intent.
+	res, raw = call(t, g.client, &mcp.CallToolParams{Name: "edit_file", Arguments: map[string]any{"path": "a", "dryRun": false, "idempotencyKey": "d-1"}})
+	if problemCode(res) != "IDEMPOTENCY_KEY_REUSED" {
+		t.Fatalf("dryRun false under the key of dryRun true: %s", raw)
+	}
+	// Over HTTP it is a body member: the same intent, replayed.
+	if status, body := httpCall(t, g, "edit_file", "d-1", `{"path":"a","dryRun":true}`); status != 200 || !strings.Contains(body, "diff") {
+		t.Fatalf("HTTP with dryRun in the body: %d %s", status, body)
+	}
+	if u.effects.Load() != 1 {
+		t.Fatalf("effects %d, want 1", u.effects.Load())
+	}
+	// A tool without the argument: dryRun is the control argument, refused.
+	res, raw = call(t, g.client, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"n": 1, "dryRun": true}})
+	if problemCode(res) != "DRY_RUN_NOT_SUPPORTED" || u.effects.Load() != 1 {
+		t.Fatalf("dryRun on a tool without it: %s", raw)
 	}
 }

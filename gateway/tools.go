@@ -39,8 +39,8 @@ var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // the tool, at POST /tools/{name}, its contract from overlay (keyed by
 // tool name) or else from the tool's annotations, each call forwarded to
 // up. A tool the gateway cannot serve (a name outside [A-Za-z0-9_.-], an
-// input schema that is not an object, an argument named idempotencyKey
-// or dryRun) is left out with a warning, as is an overlay entry that
+// input schema that is not an object, an argument named idempotencyKey)
+// is left out with a warning, as is an overlay entry that
 // names no tool: the upstream's list is live, and one odd tool must not
 // take the others down.
 func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller) (*Built, error) {
@@ -233,7 +233,9 @@ func inputOf(t *mcp.Tool) (json.RawMessage, []idem.Param, error) {
 	}
 	var params []idem.Param
 	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
-		if name == mcpserver.ArgIdempotencyKey || name == mcpserver.ArgDryRun {
+		// dryRun is an ordinary argument here: no gateway tool offers a
+		// preview (SPEC §17 rulings).
+		if name == mcpserver.ArgIdempotencyKey {
 			return nil, nil, fmt.Errorf("its argument %q is idem's own (the MCP surface reserves it)", name)
 		}
 		params = append(params, idem.Param{Name: name, In: "body"})

@@ -264,6 +264,7 @@ func description(t Tool) string {
 
 // handler answers tools/call for one tool through b.
 func handler(b Backend, t Tool) mcp.ToolHandler {
+	ownDryRun := ownsDryRun(t)
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		meta := &idem.Meta{Operation: t.Name}
 		// The call continues the agent's trace (traceparent in _meta),
@@ -271,7 +272,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 		ctx, span := startToolCall(ctx, t.Name, req)
 		var out *mcp.CallToolResult
 		defer func() { endToolCall(span, out) }()
-		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
+		args, key, dryRun, err := splitArguments(t, req.Params.Arguments, ownDryRun)
 		if err == nil {
 			key, err = keyOutsideArguments(t, req.Params.Meta, key)
 		}
@@ -298,9 +299,10 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 	}
 }
 
-// splitArguments parses a call's arguments and takes the reserved ones out.
-// Only their types are checked here; everything else is the runner's.
-func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessage, key string, dryRun bool, err error) {
+// splitArguments parses a call's arguments and takes the reserved ones out
+// (dryRun stays when it is the tool's own argument, ownDryRun). Only their
+// types are checked here; everything else is the runner's.
+func splitArguments(t Tool, raw json.RawMessage, ownDryRun bool) (args map[string]json.RawMessage, key string, dryRun bool, err error) {
 	args = map[string]json.RawMessage{}
 	if s := strings.TrimSpace(string(raw)); s != "" && s != "null" {
 		if json.Unmarshal(raw, &args) != nil || args == nil {
@@ -314,7 +316,7 @@ func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessag
 	}
 	// The control arguments in the order of SPEC §6.4, as HTTP reads
 	// them: dryRun, then the key.
-	if v, ok := args[ArgDryRun]; ok {
+	if v, ok := args[ArgDryRun]; ok && !ownDryRun {
 		delete(args, ArgDryRun)
 		// The JSON literal true or false is the query value the runner
 		// takes: one rule for every surface (null, "true" or 1 are refused).
