@@ -102,7 +102,12 @@ type RawSpec struct {
 	// (SPEC §17 rulings). Elsewhere {} and no body differ (§6.2): an HTTP
 	// upstream may tell them apart.
 	ArgumentsBody bool
-	Handler       RawHandler
+	// MCPTool is the MCP tool the operation fronts (idem gateway), as its
+	// server lists it, in JSON: the MCP surface keeps its title,
+	// outputSchema and the annotations the retry contract does not decide
+	// on the tool it serves. Published only.
+	MCPTool json.RawMessage
+	Handler RawHandler
 }
 
 // TargetOf is the RawSpec.Target of an upstream URL: scheme and host lower

@@ -28,6 +28,8 @@ type Descriptor struct {
 	// request's headers and body as they are, and its answers are the
 	// handler's own.
 	Raw bool
+	// MCPTool is RawSpec.MCPTool, nil for none.
+	MCPTool json.RawMessage
 }
 
 // reservedArguments are argument names the surfaces add themselves.
@@ -152,8 +154,12 @@ func (r *Registry) Describe(name string) (Descriptor, bool) {
 }
 
 func (c *Compiled) descriptor() Descriptor {
-	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(),
+	d := Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(),
 		Params: append([]Param(nil), c.params...), Raw: c.raw != nil}
+	if c.raw != nil {
+		d.MCPTool = c.raw.MCPTool
+	}
+	return d
 }
 
 // Descriptors returns every operation's descriptor, sorted by name.

@@ -346,3 +346,38 @@ func TestGatewayDryRunIsAnOrdinaryArgument(t *testing.T) {
 		t.Fatalf("dryRun on a tool without it: %s", raw)
 	}
 }
+
+// Issue 34 item 7: the served tool keeps the upstream's title,
+// outputSchema and the annotations the contract does not decide.
+func TestGatewayKeepsToolMetadata(t *testing.T) {
+	u := newUpstream(t)
+	u.srv.AddTool(&mcp.Tool{Name: "weather", Title: "Weather", InputSchema: json.RawMessage(`{"type":"object"}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"temp":{"type":"number"}},"required":["temp"]}`),
+		Annotations:  &mcp.ToolAnnotations{Title: "Weather now", ReadOnlyHint: true, OpenWorldHint: ptr(true)}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"temp":21}`}}, StructuredContent: map[string]any{"temp": 21}}, nil
+		})
+	g := newGateway(t, u, overlay)
+	list, err := g.client.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w *mcp.Tool
+	for _, tool := range list.Tools {
+		if tool.Name == "weather" {
+			w = tool
+		}
+	}
+	if w == nil {
+		t.Fatal("weather is not served")
+	}
+	out, _ := json.Marshal(w.OutputSchema)
+	if a := w.Annotations; w.Title != "Weather" || a.Title != "Weather now" || a.OpenWorldHint == nil || !*a.OpenWorldHint || !a.ReadOnlyHint ||
+		!strings.Contains(string(out), `"temp"`) {
+		t.Fatalf("served: title %q, annotations %+v, outputSchema %s", w.Title, a, out)
+	}
+	// The client checks structuredContent against the outputSchema.
+	if res, raw := call(t, g.client, &mcp.CallToolParams{Name: "weather"}); res.IsError {
+		t.Fatalf("weather: %s", raw)
+	}
+}

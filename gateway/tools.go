@@ -185,7 +185,11 @@ func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (idem.Operation, not
 	if meta.Retry.Preview {
 		return nil, noteNone, errors.New("the overlay asks for preview, which an MCP tool call cannot carry (there is no dry run of tools/call)")
 	}
-	spec := idem.RawSpec{Params: params, InputSchema: input, ArgumentsBody: true, Handler: forward(up, t.Name, meta.SideEffect.Writes())}
+	served, err := json.Marshal(t)
+	if err != nil {
+		return nil, noteNone, fmt.Errorf("the tool's declaration: %w", err)
+	}
+	spec := idem.RawSpec{Params: params, InputSchema: input, ArgumentsBody: true, MCPTool: served, Handler: forward(up, t.Name, meta.SideEffect.Writes())}
 	return idem.DefineRaw(meta, spec), n, nil
 }
 

@@ -52,6 +52,11 @@ type Tool struct {
 	// Locations maps each path and query argument to "path" or "query";
 	// the other arguments travel in the body.
 	Locations map[string]string
+	// Upstream is the MCP tool the operation fronts (idem gateway;
+	// idem.RawSpec.MCPTool), nil for none: the served tool keeps its
+	// title, outputSchema and the annotations the contract does not
+	// decide.
+	Upstream json.RawMessage `json:",omitempty"`
 }
 
 // Backend is what the tools call: the in-process runner, or a remote idem
@@ -213,7 +218,7 @@ func NewTool(t Tool) (*mcp.Tool, error) {
 	}
 	effect := t.SideEffect
 	kind := t.Retry.Kind
-	return &mcp.Tool{
+	tool := &mcp.Tool{
 		Name:        t.Name,
 		Description: description(t),
 		InputSchema: schema,
@@ -223,7 +228,25 @@ func NewTool(t Tool) (*mcp.Tool, error) {
 			IdempotentHint:  kind == idem.RetryFreshRead || kind == idem.RetryConvergent || kind == idem.RetryIntrinsicReplay,
 			OpenWorldHint:   ptr(effect == idem.SideEffectExternal),
 		},
-	}, nil
+	}
+	if len(t.Upstream) > 0 {
+		var up mcp.Tool
+		if err := json.Unmarshal(t.Upstream, &up); err != nil {
+			return nil, fmt.Errorf("operation %q: its upstream MCP tool: %w", t.Name, err)
+		}
+		// What the contract does not decide is the upstream's: the title,
+		// the output schema (its structuredContent is served as it is),
+		// the annotations' title, and openWorldHint unless the declared
+		// side effect is external.
+		tool.Title, tool.OutputSchema = up.Title, up.OutputSchema
+		if a := up.Annotations; a != nil {
+			tool.Annotations.Title = a.Title
+			if a.OpenWorldHint != nil && effect != idem.SideEffectExternal {
+				tool.Annotations.OpenWorldHint = a.OpenWorldHint
+			}
+		}
+	}
+	return tool, nil
 }
 
 func ptr[T any](v T) *T { return &v }
