@@ -6,15 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/gateway"
+	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/proxy"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 // withoutFacts is a served tool result's JSON without idem's facts in its
@@ -379,5 +387,75 @@ func TestGatewayKeepsToolMetadata(t *testing.T) {
 	// The client checks structuredContent against the outputSchema.
 	if res, raw := call(t, g.client, &mcp.CallToolParams{Name: "weather"}); res.IsError {
 		t.Fatalf("weather: %s", raw)
+	}
+}
+
+// Issue 34 items 4 and 6: each upstream call of a traced execution is a
+// CLIENT span (the MCP semantic conventions) under the attempt's, and
+// carries its trace context in the call's _meta.
+func TestGatewayUpstreamCallIsAClientSpan(t *testing.T) {
+	u := newUpstream(t)
+	var got atomic.Value
+	u.srv.AddTool(&mcp.Tool{Name: "note", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			got.Store(req.Params.Meta)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "noted"}}}, nil
+		})
+	up, err := gateway.Dial(t.Context(), gateway.UpstreamConfig{URL: u.url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	tools, err := up.Tools(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := gateway.Build(tools, proxy.Overlay{"note": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Notes once."}}, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := idem.NewRegistry(built.Operations...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	rec := tracetest.NewSpanRecorder()
+	r, err := pipeline.New(reg, pipeline.Config{Store: store, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Call(t.Context(), idem.Invocation{Operation: "note", Surface: idem.SurfaceHTTP, Key: "t-1",
+		Principal: idem.Principal{Org: "o", ID: "agent", Kind: idem.KindAgent}, Intent: idem.Intent{ContentType: "application/json", Body: []byte(`{}`)}})
+	if res.Status != 200 {
+		t.Fatalf("call: %d %s", res.Status, res.Body())
+	}
+	var client sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindClient {
+			client = s
+		}
+	}
+	if client == nil || client.Name() != "tools/call note" {
+		t.Fatalf("no CLIENT span tools/call note among %d spans", len(rec.Ended()))
+	}
+	attrs := map[string]string{}
+	for _, a := range client.Attributes() {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	if attrs["mcp.method.name"] != "tools/call" || attrs["gen_ai.tool.name"] != "note" || attrs["gen_ai.operation.name"] != "execute_tool" {
+		t.Fatalf("client span attributes %v", attrs)
+	}
+	meta, _ := got.Load().(mcp.Meta)
+	want := "00-" + client.SpanContext().TraceID().String() + "-" + client.SpanContext().SpanID().String() + "-01"
+	if tp, _ := meta["traceparent"].(string); tp != want || !client.Parent().IsValid() {
+		t.Fatalf("the upstream got _meta %v, want traceparent %s under the attempt's span", meta, want)
+	}
+	if k, _ := meta["idempotencyKey"].(string); !strings.HasPrefix(k, "ik_") {
+		t.Fatalf("the upstream got _meta %v, want the handler key kept", meta)
 	}
 }
