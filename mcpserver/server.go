@@ -80,6 +80,11 @@ type Options struct {
 	Version string
 	// Logger receives the SDK's logs; none when nil.
 	Logger *slog.Logger
+	// Forward serves resources, prompts and completions from the server
+	// idem fronts (idem gateway); none when nil.
+	Forward Forwarder
+	// ReadLog receives a line for each read Forward serves; none when nil.
+	ReadLog *slog.Logger
 }
 
 // instructions are sent to clients in the initialize result.
@@ -105,8 +110,15 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	srv := mcp.NewServer(&mcp.Implementation{Name: opts.Name, Version: opts.Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
+	sopts := &mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger}
+	var forward mcp.Middleware
+	if opts.Forward != nil {
+		forward = forwarding(opts.Forward, sopts, opts.ReadLog)
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: opts.Name, Version: opts.Version}, sopts)
+	if forward != nil {
+		srv.AddReceivingMiddleware(forward)
+	}
 	for _, t := range tools {
 		srv.AddTool(t.tool, t.handler)
 	}

@@ -129,6 +129,7 @@ func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secret
 	app.reloadEvery = o.reloadEvery
 	app.reloadNow = changed
 	app.close = func() { up.Close() }
+	app.mcpForward = up.Forwarder("") // the one-upstream form: names kept
 	return app, nil
 }
 

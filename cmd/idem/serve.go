@@ -226,7 +226,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			AdmissionWait: admissionWait(o.admissionWait), SweepInterval: o.sweepInterval, AuditRetention: o.auditRetention,
 			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
 		},
-		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
+		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied, MCPForward: app.mcpForward,
 		Version: buildVersion(),
 	})
 	if err != nil {
@@ -327,7 +327,10 @@ type application struct {
 	// proxied: the operations are an upstream's (idem proxy, idem gateway), so the
 	// catalog lists no direct CLI operations.
 	proxied bool
-	close   func()
+	// mcpForward serves resources, prompts and completions on /mcp (idem
+	// gateway: the upstream's).
+	mcpForward mcpserver.Forwarder
+	close      func()
 }
 
 // demoApplication is idem serve's application: the reference application

@@ -1,0 +1,224 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/gateway"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/server"
+	"github.com/idem-run/idem/sqlitestore"
+)
+
+// library is an upstream with resources, a template, prompts and
+// completions, beside a tool that returns a resource link.
+type library struct {
+	url        string
+	subscribed atomic.Value // the URI of the last resources/subscribe
+}
+
+func newLibrary(t *testing.T) *library {
+	t.Helper()
+	l := &library{}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "library", Version: "1"}, &mcp.ServerOptions{
+		PageSize: 1, // every list has pages: the cursor must pass through
+		CompletionHandler: func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			if req.Params.Ref.Type != "ref/prompt" || req.Params.Ref.Name != "greet" {
+				return nil, &jsonrpcError{"unknown reference " + req.Params.Ref.Name}
+			}
+			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{req.Params.Argument.Value + "lice"}}}, nil
+		},
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			l.subscribed.Store(req.Params.URI)
+			return nil
+		},
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	for _, name := range []string{"a", "b"} {
+		uri := "file:///books/" + name + ".txt"
+		srv.AddResource(&mcp.Resource{URI: uri, Name: name, MIMEType: "text/plain"},
+			func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "book " + name}}}, nil
+			})
+	}
+	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "file:///books/{name}.txt", Name: "book"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "templated"}}}, nil
+		})
+	for _, name := range []string{"greet", "summarize"} {
+		srv.AddPrompt(&mcp.Prompt{Name: name, Arguments: []*mcp.PromptArgument{{Name: "name"}}},
+			func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: name + " " + req.Params.Arguments["name"]}}}}, nil
+			})
+	}
+	srv.AddTool(&mcp.Tool{Name: "find", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ResourceLink{URI: "file:///books/b.txt", Name: "b"}}}, nil
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	l.url = "http://" + ln.Addr().String() + "/mcp"
+	return l
+}
+
+type jsonrpcError struct{ msg string }
+
+func (e *jsonrpcError) Error() string { return e.msg }
+
+// forwardingGateway is a gateway in front of l whose /mcp forwards
+// resources, prompts and completions, prompts named "<name>.<prompt>"
+// when name is set; and an SDK client on it.
+func forwardingGateway(t *testing.T, l *library, name string) *mcp.ClientSession {
+	t.Helper()
+	ctx := t.Context()
+	up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: l.url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	tools, err := up.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := gateway.Build(tools, nil, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	srv, err := server.New(ctx, server.Config{Operations: built.Operations, Store: store, NoDirectCLIOperations: true,
+		MCPForward: up.Forwarder(name),
+		Auth:       httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: hs.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// Issue 34 build item 4: resources (list, templates, read, subscribe),
+// prompts (list, get) and completions of the upstream reach the
+// downstream client, every page; a link a tool returns can be read.
+func TestGatewayForwardsResourcesAndPrompts(t *testing.T) {
+	l := newLibrary(t)
+	cs := forwardingGateway(t, l, "")
+	ctx := t.Context()
+	caps := cs.InitializeResult().Capabilities
+	if caps.Resources == nil || !caps.Resources.Subscribe || caps.Prompts == nil || caps.Completions == nil || caps.Tools == nil {
+		t.Fatalf("capabilities %+v", caps)
+	}
+	var uris []string
+	for r, err := range cs.Resources(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, r.URI)
+	}
+	if strings.Join(uris, " ") != "file:///books/a.txt file:///books/b.txt" {
+		t.Fatalf("resources %v", uris)
+	}
+	var templates []string
+	for rt, err := range cs.ResourceTemplates(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		templates = append(templates, rt.URITemplate)
+	}
+	if strings.Join(templates, " ") != "file:///books/{name}.txt" {
+		t.Fatalf("templates %v", templates)
+	}
+	// The link a tool returns is a resource the client can read.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "find"})
+	if err != nil || res.IsError || len(res.Content) != 1 {
+		t.Fatalf("find: %v %+v", err, res)
+	}
+	link, ok := res.Content[0].(*mcp.ResourceLink)
+	if !ok {
+		t.Fatalf("find's content %T", res.Content[0])
+	}
+	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
+	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != "book b" {
+		t.Fatalf("read %s: %v %+v", link.URI, err, read)
+	}
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: link.URI}); err != nil || l.subscribed.Load() != link.URI {
+		t.Fatalf("subscribe: %v (the upstream got %v)", err, l.subscribed.Load())
+	}
+	var prompts []string
+	for p, err := range cs.Prompts(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompts = append(prompts, p.Name)
+	}
+	if strings.Join(prompts, " ") != "greet summarize" {
+		t.Fatalf("prompts %v", prompts)
+	}
+	got, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"name": "Ada"}})
+	if err != nil || len(got.Messages) != 1 || got.Messages[0].Content.(*mcp.TextContent).Text != "greet Ada" {
+		t.Fatalf("prompts/get: %v %+v", err, got)
+	}
+	done, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "greet"},
+		Argument: mcp.CompleteParamsArgument{Name: "name", Value: "A"}})
+	if err != nil || strings.Join(done.Completion.Values, " ") != "Alice" {
+		t.Fatalf("completion/complete: %v %+v", err, done)
+	}
+}
+
+// SPEC §17.1: with an upstream name, prompts are "<name>.<prompt>" (and
+// so are a completion's prompt references); resource URIs are kept.
+func TestGatewayNamespacesPrompts(t *testing.T) {
+	l := newLibrary(t)
+	cs := forwardingGateway(t, l, "lib")
+	ctx := t.Context()
+	var prompts []string
+	for p, err := range cs.Prompts(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompts = append(prompts, p.Name)
+	}
+	if strings.Join(prompts, " ") != "lib.greet lib.summarize" {
+		t.Fatalf("prompts %v", prompts)
+	}
+	got, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "lib.summarize", Arguments: map[string]string{"name": "x"}})
+	if err != nil || got.Messages[0].Content.(*mcp.TextContent).Text != "summarize x" {
+		t.Fatalf("prompts/get lib.summarize: %v %+v", err, got)
+	}
+	if _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "summarize"}); err == nil || !strings.Contains(err.Error(), "lib.<prompt>") {
+		t.Fatalf("prompts/get without the prefix: %v", err)
+	}
+	done, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "lib.greet"},
+		Argument: mcp.CompleteParamsArgument{Name: "name", Value: "A"}})
+	if err != nil || strings.Join(done.Completion.Values, " ") != "Alice" {
+		t.Fatalf("completion/complete: %v %+v", err, done)
+	}
+	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file:///books/a.txt"})
+	if err != nil || read.Contents[0].Text != "book a" {
+		t.Fatalf("read: %v %+v", err, read)
+	}
+}
