@@ -365,7 +365,20 @@ func TestGatewayKeepsToolMetadata(t *testing.T) {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"temp":21}`}}, StructuredContent: map[string]any{"temp": 21}}, nil
 		})
-	g := newGateway(t, u, overlay)
+	u.srv.AddTool(&mcp.Tool{Name: "book", InputSchema: json.RawMessage(`{"type":"object"}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{}, StructuredContent: map[string]any{"id": "b1"}}, nil
+		})
+	ov := proxy.Overlay{"book": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Books once."}}
+	g := newGateway(t, u, ov)
+	// An error idem answers for a tool with an outputSchema keeps its
+	// problem out of structuredContent (clients check it against the
+	// schema, even on isError), in _meta.
+	res, raw := call(t, g.client, &mcp.CallToolParams{Name: "book"})
+	if p, _ := res.Meta["io.idem/problem"].(map[string]any); !res.IsError || res.StructuredContent != nil || p["code"] != "IDEMPOTENCY_KEY_REQUIRED" {
+		t.Fatalf("an idem error on a tool with an outputSchema: %s", raw)
+	}
 	list, err := g.client.ListTools(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)

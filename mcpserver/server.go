@@ -300,6 +300,10 @@ func description(t Tool) string {
 // handler answers tools/call for one tool through b.
 func handler(b Backend, t Tool) mcp.ToolHandler {
 	ownDryRun := ownsDryRun(t)
+	served := func(res idem.Result) *mcp.CallToolResult { return withFacts(result(res), res) }
+	if declaresOutput(t) {
+		served = func(res idem.Result) *mcp.CallToolResult { return problemInMeta(withFacts(result(res), res), res) }
+	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		meta := &idem.Meta{Operation: t.Name}
 		// The call continues the agent's trace (traceparent in _meta),
@@ -312,8 +316,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			key, err = keyOutsideArguments(t, req.Params.Meta, key)
 		}
 		if err != nil {
-			res := idem.ErrorResult(err, meta)
-			out = withFacts(result(res), res)
+			out = served(idem.ErrorResult(err, meta))
 			return out, nil
 		}
 		if c, ok := callerOf(req); ok {
@@ -329,7 +332,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			}
 			res = idem.ErrorResult(err, meta)
 		}
-		out = withFacts(result(res), res)
+		out = served(res)
 		return out, nil
 	}
 }
