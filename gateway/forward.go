@@ -48,6 +48,17 @@ func forward(up Caller, name string, writes bool) idem.RawHandler {
 		if writes && call.IdempotencyKey != "" {
 			params.Meta = mcp.Meta{mcpserver.MetaIdempotencyKey: call.IdempotencyKey}
 		}
+		if p, ok := mcpserver.ProgressFrom(ctx); ok {
+			if w, ok := up.(progressWatcher); ok {
+				// The caller asked for progress: the upstream's is passed on.
+				token, stop := w.watchProgress(p)
+				defer stop()
+				if params.Meta == nil {
+					params.Meta = mcp.Meta{}
+				}
+				params.Meta["progressToken"] = token
+			}
+		}
 		// A CLIENT span, and the trace context in the call's _meta.
 		ctx, end := mcpserver.StartClientCall(ctx, params)
 		res, err := up.Call(ctx, params)

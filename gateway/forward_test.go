@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -23,13 +25,16 @@ import (
 // library is an upstream with resources, a template, prompts and
 // completions, beside a tool that returns a resource link.
 type library struct {
+	srv        *mcp.Server
 	url        string
 	subscribed atomic.Value // the URI of the last resources/subscribe
+	// ack lets count go on after each progress notification.
+	ack chan struct{}
 }
 
 func newLibrary(t *testing.T) *library {
 	t.Helper()
-	l := &library{}
+	l := &library{ack: make(chan struct{})}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "library", Version: "1"}, &mcp.ServerOptions{
 		PageSize: 1, // every list has pages: the cursor must pass through
 		CompletionHandler: func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
@@ -61,6 +66,19 @@ func newLibrary(t *testing.T) *library {
 				return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: name + " " + req.Params.Arguments["name"]}}}}, nil
 			})
 	}
+	l.srv = srv
+	srv.AddTool(&mcp.Tool{Name: "count", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			for i := 1; i <= 3; i++ {
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 3, Message: "counted"})
+				select {
+				case <-l.ack: // the client got it
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "3"}}}, nil
+		})
 	srv.AddTool(&mcp.Tool{Name: "find", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ResourceLink{URI: "file:///books/b.txt", Name: "b"}}}, nil
@@ -84,6 +102,10 @@ func (e *jsonrpcError) Error() string { return e.msg }
 // resources, prompts and completions, prompts named "<name>.<prompt>"
 // when name is set; and an SDK client on it.
 func forwardingGateway(t *testing.T, l *library, name string) *mcp.ClientSession {
+	return forwardingGatewayWith(t, l, name, nil)
+}
+
+func forwardingGatewayWith(t *testing.T, l *library, name string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx := t.Context()
 	up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: l.url})
@@ -112,7 +134,7 @@ func forwardingGateway(t *testing.T, l *library, name string) *mcp.ClientSession
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx,
 		&mcp.StreamableClientTransport{Endpoint: hs.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{}}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -220,5 +242,60 @@ func TestGatewayNamespacesPrompts(t *testing.T) {
 	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file:///books/a.txt"})
 	if err != nil || read.Contents[0].Text != "book a" {
 		t.Fatalf("read: %v %+v", err, read)
+	}
+}
+
+// The upstream's progress reaches the client of a tool call that asked for
+// it, under the client's own token; resources/updated reaches the client
+// subscribed to the resource.
+func TestGatewayRelaysProgressAndUpdates(t *testing.T) {
+	l := newLibrary(t)
+	progress := make(chan *mcp.ProgressNotificationParams, 10)
+	updated := make(chan string, 10)
+	cs := forwardingGatewayWith(t, l, "", &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { progress <- req.Params },
+		ResourceUpdatedHandler:      func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	ctx := t.Context()
+	p := &mcp.CallToolParams{Name: "count"}
+	p.SetProgressToken("mine")
+	done := make(chan error, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, p)
+		if err == nil && res.IsError {
+			err = fmt.Errorf("count: %+v", res)
+		}
+		done <- err
+	}()
+	for i := 1; i <= 3; i++ {
+		select {
+		case n := <-progress:
+			if n.ProgressToken != "mine" || n.Progress != float64(i) || n.Total != 3 {
+				t.Fatalf("progress %d: %+v", i, n)
+			}
+			l.ack <- struct{}{}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("progress %d never came", i)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !cs.InitializeResult().Capabilities.Resources.Subscribe {
+		t.Fatal("no resources.subscribe capability")
+	}
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "file:///books/a.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "file:///books/a.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uri := <-updated:
+		if uri != "file:///books/a.txt" {
+			t.Fatalf("updated %s", uri)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("resources/updated never reached the subscribed client")
 	}
 }

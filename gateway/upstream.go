@@ -61,6 +61,8 @@ type Upstream struct {
 	mu      sync.Mutex
 	session *mcp.ClientSession // nil until connected, and once lost
 	closed  bool
+
+	relay relay // notifications passed on (notify.go)
 }
 
 // Dial connects to the upstream and checks the handshake.
@@ -76,6 +78,7 @@ func Dial(ctx context.Context, cfg UpstreamConfig) (*Upstream, error) {
 		u.log = slog.New(slog.DiscardHandler)
 	}
 	opts := &mcp.ClientOptions{}
+	u.relayTo(opts)
 	if cfg.OnToolsChanged != nil {
 		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { go cfg.OnToolsChanged() }
 	}

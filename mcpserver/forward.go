@@ -25,14 +25,16 @@ type Forwarder interface {
 }
 
 // forwarding sets opts up to serve f: the capabilities (resources with
-// subscribe and listChanged, prompts, completions, and logging as the
-// SDK's default has it), the subscribe and completion handlers, and a
-// receiving middleware that answers the list, read and get methods.
+// subscribe, prompts, completions, and logging as the SDK's default has
+// it; no listChanged for resources and prompts, which are not relayed),
+// the subscribe and completion handlers, and a receiving middleware that
+// answers the list, read and get methods.
 func forwarding(f Forwarder, opts *mcp.ServerOptions, log *slog.Logger) mcp.Middleware {
+	_, relays := f.(UpdateRelay)
 	opts.Capabilities = &mcp.ServerCapabilities{
 		Logging:     &mcp.LoggingCapabilities{},
-		Resources:   &mcp.ResourceCapabilities{Subscribe: true, ListChanged: true},
-		Prompts:     &mcp.PromptCapabilities{ListChanged: true},
+		Resources:   &mcp.ResourceCapabilities{Subscribe: relays},
+		Prompts:     &mcp.PromptCapabilities{},
 		Completions: &mcp.CompletionCapabilities{},
 	}
 	opts.SubscribeHandler = func(ctx context.Context, req *mcp.SubscribeRequest) error {

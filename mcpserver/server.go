@@ -118,6 +118,9 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: opts.Name, Version: opts.Version}, sopts)
 	if forward != nil {
 		srv.AddReceivingMiddleware(forward)
+		if r, ok := opts.Forward.(UpdateRelay); ok {
+			r.RelayUpdates(srv.ResourceUpdated)
+		}
 	}
 	for _, t := range tools {
 		srv.AddTool(t.tool, t.handler)
@@ -319,6 +322,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			out = served(idem.ErrorResult(err, meta))
 			return out, nil
 		}
+		ctx = withProgress(ctx, req)
 		if c, ok := callerOf(req); ok {
 			// The stream is the call's connection (idem.Invocation.Connection):
 			// its end cancels the call unless it is keyed and reserved.
