@@ -18,6 +18,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/mcpserver"
 	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
 )
@@ -106,28 +107,43 @@ func forwardingGateway(t *testing.T, l *library, name string) *mcp.ClientSession
 }
 
 func forwardingGatewayWith(t *testing.T, l *library, name string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	return mergingGateway(t, []*library{l}, []string{name}, opts)
+}
+
+// mergingGateway fronts the libraries, the tools of the first, the
+// forwarders of all merged (mcpserver.Merge), each named as names say.
+func mergingGateway(t *testing.T, ls []*library, names []string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx := t.Context()
-	up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: l.url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	tools, err := up.Tools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := gateway.Build(tools, nil, up)
-	if err != nil {
-		t.Fatal(err)
+	var fs []mcpserver.Forwarder
+	var ops []idem.Operation
+	for i, l := range ls {
+		up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: l.url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { up.Close() })
+		fs = append(fs, up.Forwarder(names[i]))
+		if i > 0 {
+			continue
+		}
+		tools, err := up.Tools(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, err := gateway.Build(tools, nil, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = built.Operations
 	}
 	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(ctx, server.Config{Operations: built.Operations, Store: store, NoDirectCLIOperations: true,
-		MCPForward: up.Forwarder(name),
+	srv, err := server.New(ctx, server.Config{Operations: ops, Store: store, NoDirectCLIOperations: true,
+		MCPForward: mcpserver.Merge(fs...),
 		Auth:       httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
 	if err != nil {
 		t.Fatal(err)
@@ -297,5 +313,46 @@ func TestGatewayRelaysProgressAndUpdates(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("resources/updated never reached the subscribed client")
+	}
+}
+
+// mcpserver.Merge: two upstreams' prompts, namespaced, listed page by page
+// across both and each got from its own; their resources listed in turn.
+func TestGatewayMergesUpstreams(t *testing.T) {
+	one, two := newLibrary(t), newLibrary(t)
+	cs := mergingGateway(t, []*library{one, two}, []string{"one", "two"}, nil)
+	ctx := t.Context()
+	var prompts []string
+	for p, err := range cs.Prompts(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompts = append(prompts, p.Name)
+	}
+	if strings.Join(prompts, " ") != "one.greet one.summarize two.greet two.summarize" {
+		t.Fatalf("prompts %v", prompts)
+	}
+	for _, name := range prompts {
+		got, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: name, Arguments: map[string]string{"name": "x"}})
+		_, bare, _ := strings.Cut(name, ".")
+		if err != nil || got.Messages[0].Content.(*mcp.TextContent).Text != bare+" x" {
+			t.Fatalf("prompts/get %s: %v %+v", name, err, got)
+		}
+	}
+	if _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "three.greet"}); err == nil {
+		t.Fatal("prompts/get of no upstream's prompt answered")
+	}
+	n := 0
+	for _, err := range cs.Resources(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 4 {
+		t.Fatalf("%d resources listed, want both upstreams' two", n)
+	}
+	if _, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: "bogus"}); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
+		t.Fatalf("a bogus cursor: %v", err)
 	}
 }
