@@ -107,8 +107,9 @@ func checkOperation(c *Compiled) error {
 		for _, reserved := range reservedArguments {
 			// dryRun is the surfaces' own in the query, and on MCP where
 			// the operation has a preview: a body member of that name is
-			// the operation's own elsewhere (an idem gateway tool's).
-			if p.Name == reserved && !(p.Name == "dryRun" && p.In == "body" && !c.meta.Retry.Preview) {
+			// a raw operation's own elsewhere (an idem gateway tool's,
+			// whose arguments are an upstream's). A Go type renames it.
+			if p.Name == reserved && !(p.Name == "dryRun" && c.raw != nil && p.In == "body" && !c.meta.Retry.Preview) {
 				return fail("argument %q is reserved for the surfaces; rename the field", p.Name)
 			}
 		}
