@@ -29,6 +29,8 @@ type library struct {
 	srv        *mcp.Server
 	url        string
 	subscribed atomic.Value // the URI of the last resources/subscribe
+	// subscribes and unsubscribes count what reached the upstream.
+	subscribes, unsubscribes atomic.Int64
 	// ack lets count go on after each progress notification.
 	ack chan struct{}
 }
@@ -46,9 +48,13 @@ func newLibrary(t *testing.T) *library {
 		},
 		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
 			l.subscribed.Store(req.Params.URI)
+			l.subscribes.Add(1)
 			return nil
 		},
-		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error {
+			l.unsubscribes.Add(1)
+			return nil
+		},
 	})
 	for _, name := range []string{"a", "b"} {
 		uri := "file:///books/" + name + ".txt"
@@ -114,6 +120,24 @@ func forwardingGatewayWith(t *testing.T, l *library, name string, opts *mcp.Clie
 // forwarders of all merged (mcpserver.Merge), each named as names say.
 func mergingGateway(t *testing.T, ls []*library, names []string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return connect(t, startMerging(t, ls, names), opts)
+}
+
+// connect is an SDK client session on the gateway at url.
+func connect(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// startMerging serves the gateway of mergingGateway; its URL.
+func startMerging(t *testing.T, ls []*library, names []string) string {
+	t.Helper()
 	ctx := t.Context()
 	var fs []mcpserver.Forwarder
 	var ops []idem.Operation
@@ -150,13 +174,7 @@ func mergingGateway(t *testing.T, ls []*library, names []string, opts *mcp.Clien
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: hs.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
+	return hs.URL
 }
 
 // Issue 34 build item 4: resources (list, templates, read, subscribe),
@@ -354,5 +372,43 @@ func TestGatewayMergesUpstreams(t *testing.T) {
 	}
 	if _, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: "bogus"}); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
 		t.Fatalf("a bogus cursor: %v", err)
+	}
+}
+
+// Two clients subscribed to one resource through the gateway: the upstream
+// is subscribed once, and one client's unsubscribe leaves the other's
+// updates coming.
+func TestGatewaySharesASubscription(t *testing.T) {
+	l := newLibrary(t)
+	url := startMerging(t, []*library{l}, []string{""})
+	updated := make(chan string, 10)
+	keeps := connect(t, url, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	leaves := connect(t, url, nil)
+	ctx := t.Context()
+	const uri = "file:///books/a.txt"
+	for _, cs := range []*mcp.ClientSession{keeps, leaves} {
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := leaves.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if l.subscribes.Load() != 1 || l.unsubscribes.Load() != 0 {
+		t.Fatalf("the upstream got %d subscribes and %d unsubscribes, want 1 and 0", l.subscribes.Load(), l.unsubscribes.Load())
+	}
+	l.srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
+	select {
+	case got := <-updated:
+		if got != uri {
+			t.Fatalf("updated %s", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client still subscribed got no resources/updated")
+	}
+	if err := keeps.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil || l.unsubscribes.Load() != 1 {
+		t.Fatalf("the last unsubscribe: %v, the upstream got %d", err, l.unsubscribes.Load())
 	}
 }

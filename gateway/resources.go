@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -24,6 +25,12 @@ func (u *Upstream) Forwarder(name string) mcpserver.Forwarder {
 type forwarder struct {
 	u    *Upstream
 	name string
+
+	// subscribed counts the downstream subscriptions of each URI: the
+	// upstream is subscribed by the first and unsubscribed by the last,
+	// so that one client's unsubscribe does not end another's updates.
+	mu         sync.Mutex
+	subscribed map[string]int
 }
 
 // session runs do with the upstream's session, once more with a new
@@ -69,16 +76,39 @@ func (f *forwarder) ReadResource(ctx context.Context, p *mcp.ReadResourceParams)
 }
 
 func (f *forwarder) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
-	_, err := session(ctx, f.u, "resources/subscribe", func(cs *mcp.ClientSession) (struct{}, error) {
-		return struct{}{}, cs.Subscribe(ctx, p)
-	})
-	return err
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subscribed[p.URI] == 0 {
+		_, err := session(ctx, f.u, "resources/subscribe", func(cs *mcp.ClientSession) (struct{}, error) {
+			return struct{}{}, cs.Subscribe(ctx, p)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if f.subscribed == nil {
+		f.subscribed = map[string]int{}
+	}
+	f.subscribed[p.URI]++
+	return nil
 }
 
 func (f *forwarder) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch n := f.subscribed[p.URI]; {
+	case n == 0:
+		return nil // not subscribed through the gateway
+	case n > 1:
+		f.subscribed[p.URI]--
+		return nil
+	}
 	_, err := session(ctx, f.u, "resources/unsubscribe", func(cs *mcp.ClientSession) (struct{}, error) {
 		return struct{}{}, cs.Unsubscribe(ctx, p)
 	})
+	if err == nil {
+		delete(f.subscribed, p.URI)
+	}
 	return err
 }
 
