@@ -91,7 +91,8 @@ type Options struct {
 const instructions = "Each tool is one idem operation. Read a tool's description before retrying it: it states the " +
 	"operation's retry contract and the tool to reconcile with. Tools that take idempotencyKey replay by key: generate " +
 	"a key, keep it in durable task state before the first call, and resend identical arguments with the same key " +
-	"after an ambiguous outcome (a replay reports the original attempt; reconcile before reporting current state). " +
+	"after an ambiguous outcome (a replay, marked by _meta \"io.idem/replayed\": true, reports the original attempt; " +
+	"reconcile before reporting current state). " +
 	"structuredContent is the idem envelope {data, meta} (behind idem gateway, a tool's result is the upstream " +
 	"server's own, replayed as stored); an error that idem answers (isError) carries the problem object with a " +
 	"stable code. Approvals are decided by people, outside MCP."
