@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,7 +17,18 @@ import (
 func TestGatewayEverythingResourcesAndPrompts(t *testing.T) {
 	dir := gatewayDir(t)
 	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", "node "+everythingServer(t)+" stdio")
-	cs := mcpHTTP(t, g, gatewayToken)
+	progress := make(chan float64, 100)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			if req.Params.ProgressToken == "e2e-progress" {
+				progress <- req.Params.Progress
+			}
+		},
+	}).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: g.url + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{gatewayToken}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
 	ctx := t.Context()
 
 	var prompts []string
@@ -63,6 +76,18 @@ func TestGatewayEverythingResourcesAndPrompts(t *testing.T) {
 	read, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
 	if err != nil || len(read.Contents) == 0 || read.Contents[0].URI != link.URI || read.Contents[0].Text == "" && len(read.Contents[0].Blob) == 0 {
 		t.Fatalf("resources/read %s (a tool's link): %v %+v", link.URI, err, read)
+	}
+
+	// The upstream's progress reaches the caller that asked for it: the
+	// operation sends one notification a step, a second apart, before its
+	// result (a last one racing the result may be dropped).
+	p := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 3, "steps": 3, "idempotencyKey": "e2e-long"}}
+	p.SetProgressToken("e2e-progress")
+	if res := mcpCall(t, cs, p); res.IsError {
+		t.Fatalf("trigger-long-running-operation: %s", resultJSON(res))
+	}
+	if len(progress) < 2 {
+		t.Fatalf("%d progress notifications reached the client, want the steps before the last", len(progress))
 	}
 }
 
