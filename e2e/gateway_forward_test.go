@@ -12,8 +12,9 @@ import (
 
 // TestGatewayEverythingResourcesAndPrompts (issue 34 build item 4): idem
 // gateway in front of npm's server-everything (stdio) serves its prompts
-// and resources to the go-sdk client: list and get a prompt, read a
-// listed resource, and read a link one of its tools returns.
+// and resources to the go-sdk client: list and get a prompt, complete its
+// argument, read a listed resource, and read a link one of its tools
+// returns.
 func TestGatewayEverythingResourcesAndPrompts(t *testing.T) {
 	dir := gatewayDir(t)
 	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", "node "+everythingServer(t)+" stdio")
@@ -44,6 +45,12 @@ func TestGatewayEverythingResourcesAndPrompts(t *testing.T) {
 	got, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "simple-prompt"})
 	if err != nil || len(got.Messages) != 1 || !strings.Contains(got.Messages[0].Content.(*mcp.TextContent).Text, "simple prompt") {
 		t.Fatalf("prompts/get simple-prompt: %v %+v", err, got)
+	}
+
+	done, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "completable-prompt"},
+		Argument: mcp.CompleteParamsArgument{Name: "department", Value: "S"}})
+	if err != nil || strings.Join(done.Completion.Values, " ") != "Sales Support" {
+		t.Fatalf("completion/complete: %v %+v", err, done)
 	}
 
 	var first *mcp.Resource
