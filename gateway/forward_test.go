@@ -412,3 +412,21 @@ func TestGatewaySharesASubscription(t *testing.T) {
 		t.Fatalf("the last unsubscribe: %v, the upstream got %d", err, l.unsubscribes.Load())
 	}
 }
+
+// A forwarded request without its params is refused (a JSON-RPC error,
+// or the SDK's 400), and the gateway goes on serving.
+func TestGatewayForwardedRequestWithoutParams(t *testing.T) {
+	l := newLibrary(t)
+	url := startMerging(t, []*library{l}, []string{""})
+	for _, method := range []string{"resources/read", "prompts/get", "resources/subscribe", "completion/complete"} {
+		for _, params := range []string{"", "null"} {
+			body := string(rpcAt(t, url, method, params))
+			if strings.Contains(body, `"result"`) || body == "" {
+				t.Errorf("%s with params %q: %s", method, params, body)
+			}
+		}
+	}
+	if res := rpcAt(t, url, "prompts/get", `{"name":"greet","arguments":{"name":"x"}}`); !strings.Contains(string(res), "greet x") {
+		t.Fatalf("prompts/get after: %s", res)
+	}
+}

@@ -53,8 +53,23 @@ func withoutFacts(t *testing.T, raw string) string {
 // (params.idempotencyKey), and returns the result member.
 func rpc(t *testing.T, g *gw, method string, params string) json.RawMessage {
 	t.Helper()
+	body := rpcAt(t, g.url, method, params)
+	var out struct {
+		Result json.RawMessage
+		Error  json.RawMessage
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Result == nil {
+		t.Fatalf("%s: %s", method, body)
+	}
+	return out.Result
+}
+
+// rpcAt sends one JSON-RPC request to the gateway at url, in a session of
+// its own, and returns the response as it is.
+func rpcAt(t *testing.T, url, method string, params string) []byte {
+	t.Helper()
 	post := func(session, body string) (*http.Response, []byte) {
-		req, _ := http.NewRequest("POST", g.url+"/mcp", strings.NewReader(body))
+		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
@@ -84,15 +99,12 @@ func rpc(t *testing.T, g *gw, method string, params string) json.RawMessage {
 	resp, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 	session := resp.Header.Get("Mcp-Session-Id")
 	post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	_, body := post(session, `{"jsonrpc":"2.0","id":2,"method":"`+method+`","params":`+params+`}`)
-	var out struct {
-		Result json.RawMessage
-		Error  json.RawMessage
+	msg := `{"jsonrpc":"2.0","id":2,"method":"` + method + `"`
+	if params != "" {
+		msg += `,"params":` + params
 	}
-	if err := json.Unmarshal(body, &out); err != nil || out.Result == nil {
-		t.Fatalf("%s: %s", method, body)
-	}
-	return out.Result
+	_, body := post(session, msg+`}`)
+	return body
 }
 
 type facts struct {
