@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"time"
 )
@@ -174,10 +175,33 @@ func NewProblem(e *Error, meta *Meta) *Problem {
 	if !e.Code.Known() {
 		title = http.StatusText(e.Status)
 	}
+	details := e.Details
+	if t := e.Code.ProposalType(); t != "" {
+		if _, set := details["type"]; !set {
+			details = maps.Clone(details)
+			if details == nil {
+				details = map[string]any{}
+			}
+			details["type"] = t
+		}
+	}
 	return &Problem{
 		Type: ProblemTypeBase + string(e.Code), Title: title, Status: e.Status, Detail: e.Message,
-		Code: e.Code, Retryable: e.Retryable, Details: e.Details, Meta: meta,
+		Code: e.Code, Retryable: e.Retryable, Details: details, Meta: meta,
 	}
+}
+
+// ProposalType is the type string the MCP request-idempotency proposal
+// (SEP-3182) gives the problem of code, "" for none: a problem of code
+// carries it as details.type beside idem's own code (SPEC §17 rulings).
+func (c Code) ProposalType() string {
+	switch c {
+	case CodeIdempotencyKeyInFlight:
+		return "idempotency_key_in_progress"
+	case CodeIdempotencyKeyReused:
+		return "idempotency_key_conflict"
+	}
+	return ""
 }
 
 // ProblemResult is the Result for a problem, rendered.

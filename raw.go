@@ -95,7 +95,18 @@ type RawSpec struct {
 	// fingerprint (canonical.Request.Target), so that declarations of one
 	// operation in front of different targets, sharing a store, never
 	// answer each other's keys: the same key there is a reuse (422).
-	Target  string
+	Target string
+	// ArgumentsBody says the body is the JSON object of the call's
+	// arguments and nothing else (idem gateway's tools): a body {} is no
+	// body, so that {}, no body and absent MCP arguments are one intent
+	// (SPEC §17 rulings). Elsewhere {} and no body differ (§6.2): an HTTP
+	// upstream may tell them apart.
+	ArgumentsBody bool
+	// MCPTool is the MCP tool the operation fronts (idem gateway), as its
+	// server lists it, in JSON: the MCP surface keeps its title,
+	// outputSchema and the annotations the retry contract does not decide
+	// on the tool it serves. Published only.
+	MCPTool json.RawMessage
 	Handler RawHandler
 }
 

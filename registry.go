@@ -28,6 +28,8 @@ type Descriptor struct {
 	// request's headers and body as they are, and its answers are the
 	// handler's own.
 	Raw bool
+	// MCPTool is RawSpec.MCPTool, nil for none.
+	MCPTool json.RawMessage
 }
 
 // reservedArguments are argument names the surfaces add themselves.
@@ -103,7 +105,11 @@ func checkOperation(c *Compiled) error {
 	pathFields := map[string]bool{}
 	for _, p := range c.params {
 		for _, reserved := range reservedArguments {
-			if p.Name == reserved {
+			// dryRun is the surfaces' own in the query, and on MCP where
+			// the operation has a preview: a body member of that name is
+			// a raw operation's own elsewhere (an idem gateway tool's,
+			// whose arguments are an upstream's). A Go type renames it.
+			if p.Name == reserved && !(p.Name == "dryRun" && c.raw != nil && p.In == "body" && !c.meta.Retry.Preview) {
 				return fail("argument %q is reserved for the surfaces; rename the field", p.Name)
 			}
 		}
@@ -149,8 +155,12 @@ func (r *Registry) Describe(name string) (Descriptor, bool) {
 }
 
 func (c *Compiled) descriptor() Descriptor {
-	return Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(),
+	d := Descriptor{Metadata: c.meta, InputSchema: c.input.JSON(), OutputSchema: c.output.JSON(),
 		Params: append([]Param(nil), c.params...), Raw: c.raw != nil}
+	if c.raw != nil {
+		d.MCPTool = c.raw.MCPTool
+	}
+	return d
 }
 
 // Descriptors returns every operation's descriptor, sorted by name.

@@ -90,10 +90,13 @@ func TestGatewayTypeScriptSDK(t *testing.T) {
 	if !strings.Contains(string(got.First), `"bellows"`) || strings.Contains(string(got.First), `"isError":true`) {
 		t.Fatalf("create_entities: %s", got.First)
 	}
-	if string(got.Retry) != string(got.First) || string(got.RetryMeta) != string(got.First) {
-		t.Fatalf("the retries are not the first result:\nfirst %s\nretry %s\nretry, key in _meta %s", got.First, got.Retry, got.RetryMeta)
+	// The served _meta says which answer is a replay (issue 34 item 5);
+	// the rest is the stored result.
+	first, retry, retryMeta := servedResult(t, got.First), servedResult(t, got.Retry), servedResult(t, got.RetryMeta)
+	if retry.stored != first.stored || retryMeta.stored != first.stored || first.replayed || !retry.replayed || !retryMeta.replayed {
+		t.Fatalf("the retries are not replays of the first result:\nfirst %s\nretry %s\nretry, key in _meta %s", got.First, got.Retry, got.RetryMeta)
 	}
-	if !strings.Contains(string(got.Observe), `"pumped"`) || string(got.ObserveRetry) != string(got.Observe) {
+	if observe, again := servedResult(t, got.Observe), servedResult(t, got.ObserveRetry); !strings.Contains(observe.stored, `"pumped"`) || again.stored != observe.stored || !again.replayed {
 		t.Fatalf("add_observations keyed in _meta: %s, its retry %s", got.Observe, got.ObserveRetry)
 	}
 	// server-memory answers a second create_entities of an existing entity
@@ -103,11 +106,39 @@ func TestGatewayTypeScriptSDK(t *testing.T) {
 		t.Fatalf("the graph after the retries: %+v", got.Graph)
 	}
 
-	if got.Reuse["isError"] != true || field(got.Reuse, "structuredContent.code") != "IDEMPOTENCY_KEY_REUSED" {
+	// create_entities declares an outputSchema, which the TypeScript SDK
+	// checks structuredContent against even on an error: idem's problem is
+	// in _meta (issue 34 item 7).
+	problem, _ := got.Reuse["_meta"].(map[string]any)["io.idem/problem"].(map[string]any)
+	if got.Reuse["isError"] != true || problem["code"] != "IDEMPOTENCY_KEY_REUSED" || got.Reuse["structuredContent"] != nil {
 		t.Fatalf("the key reused for other arguments: %v", got.Reuse)
 	}
 	r := g.do(t, "GET", "/v1/attempts/ts-bellows", gatewayToken, "").want(t, 200, "")
 	if r.get("data.state") != "completed" {
 		t.Fatalf("the key's record: %s", r.raw)
 	}
+}
+
+// served is a tool result as the TypeScript SDK printed it: the stored
+// part (without _meta) and idem's io.idem/replayed.
+type served struct {
+	stored   string
+	replayed bool
+}
+
+func servedResult(t *testing.T, raw json.RawMessage) served {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	var meta struct {
+		Replayed *bool `json:"io.idem/replayed"`
+	}
+	if json.Unmarshal(m["_meta"], &meta) != nil || meta.Replayed == nil {
+		t.Fatalf("no _meta io.idem/replayed in %s", raw)
+	}
+	delete(m, "_meta")
+	stored, _ := json.Marshal(m)
+	return served{string(stored), *meta.Replayed}
 }

@@ -256,12 +256,13 @@ func TestGatewayMemory(t *testing.T) {
 			t.Fatalf("delete_entities: %s", resultJSON(del))
 		}
 		again := mcpCall(t, cs, &mcp.CallToolParams{Name: "create_entities", Arguments: args})
-		if resultJSON(again) != resultJSON(first) {
+		// The served _meta marks the replay (issue 34 item 5); the rest is the stored result.
+		if payload(again) != payload(first) || first.Meta["io.idem/replayed"] != false || again.Meta["io.idem/replayed"] != true {
 			t.Fatalf("replay %s, first %s", resultJSON(again), resultJSON(first))
 		}
 		// The key in _meta, and over HTTP: the same record.
 		viaMeta := mcpCall(t, cs, &mcp.CallToolParams{Name: "create_entities", Arguments: anvil, Meta: mcp.Meta{"idempotencyKey": "ce-1"}})
-		if resultJSON(viaMeta) != resultJSON(first) {
+		if payload(viaMeta) != payload(first) || viaMeta.Meta["io.idem/replayed"] != true {
 			t.Fatalf("replay by _meta: %s", resultJSON(viaMeta))
 		}
 		body, _ := json.Marshal(anvil)
@@ -276,12 +277,12 @@ func TestGatewayMemory(t *testing.T) {
 
 	t.Run("reuse, missing key, invalid input", func(t *testing.T) {
 		res := mcpCall(t, cs, &mcp.CallToolParams{Name: "create_entities", Arguments: map[string]any{"entities": []any{}, "idempotencyKey": "ce-1"}})
-		if !res.IsError || field(res.StructuredContent, "code") != "IDEMPOTENCY_KEY_REUSED" {
+		if !res.IsError || field(idemProblem(res), "code") != "IDEMPOTENCY_KEY_REUSED" {
 			t.Fatalf("reuse over MCP: %s", resultJSON(res))
 		}
 		g.do(t, "POST", "/tools/create_entities", gatewayToken, `{"entities":[]}`, "Idempotency-Key", "ce-1").want(t, 422, "IDEMPOTENCY_KEY_REUSED")
 		res = mcpCall(t, cs, &mcp.CallToolParams{Name: "create_entities", Arguments: anvil})
-		if !res.IsError || field(res.StructuredContent, "code") != "IDEMPOTENCY_KEY_REQUIRED" {
+		if !res.IsError || field(idemProblem(res), "code") != "IDEMPOTENCY_KEY_REQUIRED" {
 			t.Fatalf("no key over MCP: %s", resultJSON(res))
 		}
 		g.do(t, "POST", "/tools/create_entities", gatewayToken, `{"entities":[]}`).want(t, 400, "IDEMPOTENCY_KEY_REQUIRED")
@@ -295,8 +296,8 @@ func TestGatewayMemory(t *testing.T) {
 			"entities": []any{map[string]any{"name": "a", "entityType": "x", "observations": []any{}}, map[string]any{"name": "b", "entityType": "x", "observations": []any{}}}}})
 		args := map[string]any{"relations": []any{map[string]any{"from": "a", "to": "b", "relationType": "knows"}}, "idempotencyKey": "rel-1"}
 		held := mcpCall(t, cs, &mcp.CallToolParams{Name: "create_relations", Arguments: args})
-		id, _ := field(held.StructuredContent, "details.approvalId").(string)
-		if !held.IsError || field(held.StructuredContent, "code") != "APPROVAL_REQUIRED" || id == "" {
+		id, _ := field(idemProblem(held), "details.approvalId").(string)
+		if !held.IsError || field(idemProblem(held), "code") != "APPROVAL_REQUIRED" || id == "" {
 			t.Fatalf("create_relations without approval: %s", resultJSON(held))
 		}
 		if _, rel := graph(t, cs); len(rel) != 0 {
@@ -317,7 +318,7 @@ func TestGatewayMemory(t *testing.T) {
 		// Single use: the same intent under a new key needs a new approval.
 		args["idempotencyKey"] = "rel-2"
 		again := mcpCall(t, cs, &mcp.CallToolParams{Name: "create_relations", Arguments: args})
-		if field(again.StructuredContent, "code") != "APPROVAL_REQUIRED" || field(again.StructuredContent, "details.approvalId") == id {
+		if field(idemProblem(again), "code") != "APPROVAL_REQUIRED" || field(idemProblem(again), "details.approvalId") == id {
 			t.Fatalf("a consumed approval authorized another call: %s", resultJSON(again))
 		}
 	})

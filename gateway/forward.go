@@ -36,7 +36,8 @@ const StatusToolError = http.StatusBadGateway
 // mcpserver.ToolResultMediaType, 200, or StatusToolError when it is an
 // error result. A writing tool's call carries the execution's handler key
 // in _meta.idempotencyKey, so that an upstream that deduplicates (another
-// idem gateway) can.
+// idem gateway) can; a traced call carries its trace context there too
+// (traceparent, tracestate), under a CLIENT span of its own.
 func forward(up Caller, name string, writes bool) idem.RawHandler {
 	return func(ctx context.Context, call *idem.Call, req idem.RawRequest) (idem.RawResponse, error) {
 		args := json.RawMessage(bytes.TrimSpace(req.Body))
@@ -47,7 +48,21 @@ func forward(up Caller, name string, writes bool) idem.RawHandler {
 		if writes && call.IdempotencyKey != "" {
 			params.Meta = mcp.Meta{mcpserver.MetaIdempotencyKey: call.IdempotencyKey}
 		}
+		if p, ok := mcpserver.ProgressFrom(ctx); ok {
+			if w, ok := up.(progressWatcher); ok {
+				// The caller asked for progress: the upstream's is passed on.
+				token, stop := w.watchProgress(p)
+				defer stop()
+				if params.Meta == nil {
+					params.Meta = mcp.Meta{}
+				}
+				params.Meta["progressToken"] = token
+			}
+		}
+		// A CLIENT span, and the trace context in the call's _meta.
+		ctx, end := mcpserver.StartClientCall(ctx, params)
 		res, err := up.Call(ctx, params)
+		end(res, err)
 		if err != nil {
 			if idem.IsNotDispatched(err) {
 				return idem.RawResponse{}, err

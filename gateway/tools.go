@@ -39,8 +39,8 @@ var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // the tool, at POST /tools/{name}, its contract from overlay (keyed by
 // tool name) or else from the tool's annotations, each call forwarded to
 // up. A tool the gateway cannot serve (a name outside [A-Za-z0-9_.-], an
-// input schema that is not an object, an argument named idempotencyKey
-// or dryRun) is left out with a warning, as is an overlay entry that
+// input schema that is not an object, an argument named idempotencyKey)
+// is left out with a warning, as is an overlay entry that
 // names no tool: the upstream's list is live, and one odd tool must not
 // take the others down.
 func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller) (*Built, error) {
@@ -195,7 +195,11 @@ func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (_ idem.Operation, _
 	if meta.Retry.Preview {
 		return nil, noteNone, nil, errors.New("the overlay asks for preview, which an MCP tool call cannot carry (there is no dry run of tools/call)")
 	}
-	spec := idem.RawSpec{Params: params, InputSchema: input, Handler: forward(up, t.Name, meta.SideEffect.Writes())}
+	served, err := json.Marshal(t)
+	if err != nil {
+		return nil, noteNone, nil, fmt.Errorf("the tool's declaration: %w", err)
+	}
+	spec := idem.RawSpec{Params: params, InputSchema: input, ArgumentsBody: true, MCPTool: served, Handler: forward(up, t.Name, meta.SideEffect.Writes())}
 	if tg, ok := up.(interface{ Target() string }); ok {
 		spec.Target = tg.Target()
 	}
@@ -251,7 +255,9 @@ func inputOf(t *mcp.Tool) (json.RawMessage, []idem.Param, []droppedEnum, error) 
 	}
 	var params []idem.Param
 	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
-		if name == mcpserver.ArgIdempotencyKey || name == mcpserver.ArgDryRun {
+		// dryRun is an ordinary argument here: no gateway tool offers a
+		// preview (SPEC §17 rulings).
+		if name == mcpserver.ArgIdempotencyKey {
 			return nil, nil, nil, fmt.Errorf("its argument %q is idem's own (the MCP surface reserves it)", name)
 		}
 		params = append(params, idem.Param{Name: name, In: "body"})

@@ -76,6 +76,8 @@ type Upstream struct {
 
 	poolOnce sync.Once
 	pool     *http.Transport
+
+	relay relay // notifications passed on (notify.go)
 }
 
 // Dial connects to the upstream and checks the handshake.
@@ -94,6 +96,7 @@ func Dial(ctx context.Context, cfg UpstreamConfig) (*Upstream, error) {
 		u.log = slog.New(slog.DiscardHandler)
 	}
 	opts := &mcp.ClientOptions{}
+	u.relayTo(opts)
 	if cfg.OnToolsChanged != nil {
 		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { go cfg.OnToolsChanged() }
 	}

@@ -503,9 +503,9 @@ func clientErrors(d idem.Descriptor, body bool) map[int][]string {
 		add(idem.CodeRequestTimeout, "")
 	}
 	if keyed {
-		add(idem.CodeIdempotencyKeyInFlight, "")
+		add(idem.CodeIdempotencyKeyInFlight, "details.type is idempotency_key_in_progress (SEP-3182).")
 		add(idem.CodeIdempotencyResultIndeterminate, "details.reconcile is "+d.Retry.Reconcile+".")
-		add(idem.CodeIdempotencyKeyReused, "the request did not run (its method, path, query or body differ from the key's first request).")
+		add(idem.CodeIdempotencyKeyReused, "the request did not run (its method, path, query or body differ from the key's first request); details.type is idempotency_key_conflict (SEP-3182).")
 		if d.Retry.Enforcement == idem.EnforceTransactionalSecretReplay {
 			add(idem.CodeIdempotencyResultExpired, "details.reconcile is "+d.Retry.Reconcile+".")
 		}

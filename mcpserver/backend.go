@@ -51,7 +51,7 @@ func (b RunnerBackend) Descriptors(context.Context) ([]Tool, error) {
 	for _, d := range descs {
 		out = append(out, Tool{
 			Name: d.Name, Method: d.Method, Path: d.Path, Summary: d.Summary, SideEffect: d.SideEffect,
-			Retry: d.Retry, Surfaces: d.Surfaces, InputSchema: d.InputSchema, Locations: d.Locations(),
+			Retry: d.Retry, Surfaces: d.Surfaces, InputSchema: d.InputSchema, Locations: d.Locations(), Upstream: d.MCPTool,
 		})
 	}
 	return out, nil

@@ -41,7 +41,7 @@ func toolSchema(t Tool) (json.RawMessage, error) {
 		}
 	}
 	for _, p := range props {
-		if p.name == ArgIdempotencyKey || p.name == ArgDryRun {
+		if p.name == ArgIdempotencyKey || p.name == ArgDryRun && t.Retry.Preview {
 			return nil, fmt.Errorf("argument %q collides with the reserved MCP argument of that name; rename the field", p.name)
 		}
 	}
@@ -133,4 +133,26 @@ func set(ms []member, name string, v json.RawMessage) []member {
 		return ms
 	}
 	return append(ms, member{name, v})
+}
+
+// ownsDryRun reports whether dryRun is an argument of the operation itself
+// (a body member its input schema declares), not the control argument:
+// only where the operation has no preview, which the registry checks (an
+// idem gateway tool's dryRun, SPEC §17 rulings). Elsewhere a dryRun
+// argument is the control one, so a dryRun: true sent to a tool without a
+// preview is refused rather than run live.
+func ownsDryRun(t Tool) bool {
+	if t.Retry.Preview || t.Locations[ArgDryRun] != "" {
+		return false
+	}
+	schema, err := parseObject(t.InputSchema)
+	if err != nil {
+		return false
+	}
+	v, ok := get(schema, "properties")
+	if !ok {
+		return false
+	}
+	props, err := parseObject(v)
+	return err == nil && slices.ContainsFunc(props, func(m member) bool { return m.name == ArgDryRun })
 }

@@ -52,6 +52,11 @@ type Tool struct {
 	// Locations maps each path and query argument to "path" or "query";
 	// the other arguments travel in the body.
 	Locations map[string]string
+	// Upstream is the MCP tool the operation fronts (idem gateway;
+	// idem.RawSpec.MCPTool), nil for none: the served tool keeps its
+	// title, outputSchema and the annotations the contract does not
+	// decide.
+	Upstream json.RawMessage `json:",omitempty"`
 }
 
 // Backend is what the tools call: the in-process runner, or a remote idem
@@ -75,13 +80,19 @@ type Options struct {
 	Version string
 	// Logger receives the SDK's logs; none when nil.
 	Logger *slog.Logger
+	// Forward serves resources, prompts and completions from the server
+	// idem fronts (idem gateway); none when nil.
+	Forward Forwarder
+	// ReadLog receives a line for each read Forward serves; none when nil.
+	ReadLog *slog.Logger
 }
 
 // instructions are sent to clients in the initialize result.
 const instructions = "Each tool is one idem operation. Read a tool's description before retrying it: it states the " +
 	"operation's retry contract and the tool to reconcile with. Tools that take idempotencyKey replay by key: generate " +
 	"a key, keep it in durable task state before the first call, and resend identical arguments with the same key " +
-	"after an ambiguous outcome (a replay reports the original attempt; reconcile before reporting current state). " +
+	"after an ambiguous outcome (a replay, marked by _meta \"io.idem/replayed\": true, reports the original attempt; " +
+	"reconcile before reporting current state). " +
 	"structuredContent is the idem envelope {data, meta} (behind idem gateway, a tool's result is the upstream " +
 	"server's own, replayed as stored); an error that idem answers (isError) carries the problem object with a " +
 	"stable code. Approvals are decided by people, outside MCP."
@@ -100,8 +111,18 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	srv := mcp.NewServer(&mcp.Implementation{Name: opts.Name, Version: opts.Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
+	sopts := &mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger}
+	var forward mcp.Middleware
+	if opts.Forward != nil {
+		forward = forwarding(opts.Forward, sopts, opts.ReadLog)
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: opts.Name, Version: opts.Version}, sopts)
+	if forward != nil {
+		srv.AddReceivingMiddleware(forward)
+		if r, ok := opts.Forward.(UpdateRelay); ok {
+			r.RelayUpdates(srv.ResourceUpdated)
+		}
+	}
 	for _, t := range tools {
 		srv.AddTool(t.tool, t.handler)
 	}
@@ -213,7 +234,7 @@ func NewTool(t Tool) (*mcp.Tool, error) {
 	}
 	effect := t.SideEffect
 	kind := t.Retry.Kind
-	return &mcp.Tool{
+	tool := &mcp.Tool{
 		Name:        t.Name,
 		Description: description(t),
 		InputSchema: schema,
@@ -223,7 +244,25 @@ func NewTool(t Tool) (*mcp.Tool, error) {
 			IdempotentHint:  kind == idem.RetryFreshRead || kind == idem.RetryConvergent || kind == idem.RetryIntrinsicReplay,
 			OpenWorldHint:   ptr(effect == idem.SideEffectExternal),
 		},
-	}, nil
+	}
+	if len(t.Upstream) > 0 {
+		var up mcp.Tool
+		if err := json.Unmarshal(t.Upstream, &up); err != nil {
+			return nil, fmt.Errorf("operation %q: its upstream MCP tool: %w", t.Name, err)
+		}
+		// What the contract does not decide is the upstream's: the title,
+		// the output schema (its structuredContent is served as it is),
+		// the annotations' title, and openWorldHint unless the declared
+		// side effect is external.
+		tool.Title, tool.OutputSchema = up.Title, up.OutputSchema
+		if a := up.Annotations; a != nil {
+			tool.Annotations.Title = a.Title
+			if a.OpenWorldHint != nil && effect != idem.SideEffectExternal {
+				tool.Annotations.OpenWorldHint = a.OpenWorldHint
+			}
+		}
+	}
+	return tool, nil
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -243,7 +282,7 @@ func description(t Tool) string {
 	case idem.RetrySameKeyReplay:
 		b.WriteString(" Send idempotencyKey: generate it once per intent and keep it in durable task state before the first call; " +
 			"after an ambiguous outcome resend the identical arguments with the same key. A replay " +
-			"(meta.idempotency.replayed: true) is proof of the original attempt, not current state.")
+			"(the result's _meta \"io.idem/replayed\": true) is proof of the original attempt, not current state.")
 	case idem.RetryConvergent:
 		b.WriteString(" Send no idempotencyKey. After an ambiguous outcome, reconcile and repeat only if the current state still differs.")
 	case idem.RetryIntrinsicReplay:
@@ -264,6 +303,11 @@ func description(t Tool) string {
 
 // handler answers tools/call for one tool through b.
 func handler(b Backend, t Tool) mcp.ToolHandler {
+	ownDryRun := ownsDryRun(t)
+	served := func(res idem.Result) *mcp.CallToolResult { return withFacts(result(res), res) }
+	if declaresOutput(t) {
+		served = func(res idem.Result) *mcp.CallToolResult { return problemInMeta(withFacts(result(res), res), res) }
+	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		meta := &idem.Meta{Operation: t.Name}
 		// The call continues the agent's trace (traceparent in _meta),
@@ -271,14 +315,15 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 		ctx, span := startToolCall(ctx, t.Name, req)
 		var out *mcp.CallToolResult
 		defer func() { endToolCall(span, out) }()
-		args, key, dryRun, err := splitArguments(t, req.Params.Arguments)
+		args, key, dryRun, err := splitArguments(t, req.Params.Arguments, ownDryRun)
 		if err == nil {
 			key, err = keyOutsideArguments(t, req.Params.Meta, key)
 		}
 		if err != nil {
-			out = result(idem.ErrorResult(err, meta))
+			out = served(idem.ErrorResult(err, meta))
 			return out, nil
 		}
+		ctx = withProgress(ctx, req)
 		if c, ok := callerOf(req); ok {
 			// The stream is the call's connection (idem.Invocation.Connection):
 			// its end cancels the call unless it is keyed and reserved.
@@ -292,14 +337,15 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			}
 			res = idem.ErrorResult(err, meta)
 		}
-		out = result(res)
+		out = served(res)
 		return out, nil
 	}
 }
 
-// splitArguments parses a call's arguments and takes the reserved ones out.
-// Only their types are checked here; everything else is the runner's.
-func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessage, key string, dryRun bool, err error) {
+// splitArguments parses a call's arguments and takes the reserved ones out
+// (dryRun stays when it is the tool's own argument, ownDryRun). Only their
+// types are checked here; everything else is the runner's.
+func splitArguments(t Tool, raw json.RawMessage, ownDryRun bool) (args map[string]json.RawMessage, key string, dryRun bool, err error) {
 	args = map[string]json.RawMessage{}
 	if s := strings.TrimSpace(string(raw)); s != "" && s != "null" {
 		if json.Unmarshal(raw, &args) != nil || args == nil {
@@ -313,7 +359,7 @@ func splitArguments(t Tool, raw json.RawMessage) (args map[string]json.RawMessag
 	}
 	// The control arguments in the order of SPEC §6.4, as HTTP reads
 	// them: dryRun, then the key.
-	if v, ok := args[ArgDryRun]; ok {
+	if v, ok := args[ArgDryRun]; ok && !ownDryRun {
 		delete(args, ArgDryRun)
 		// The JSON literal true or false is the query value the runner
 		// takes: one rule for every surface (null, "true" or 1 are refused).

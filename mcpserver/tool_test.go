@@ -26,6 +26,13 @@ func tool(kind idem.RetryKind, schema string) mcpserver.Tool {
 	}
 }
 
+// previewTool is tool with a preview (the MCP surface adds dryRun).
+func previewTool(schema string) mcpserver.Tool {
+	t := tool(idem.RetryConvergent, schema)
+	t.Retry.Preview = true
+	return t
+}
+
 // The registry reserves the MCP surface's argument names.
 func TestRegistryReservesTheMCPArguments(t *testing.T) {
 	type withKey struct {
@@ -56,7 +63,7 @@ func TestNewRejectsCollisionsAndBadSchemas(t *testing.T) {
 	}{
 		{"idempotencyKey on a same-key tool", tool(idem.RetrySameKeyReplay, `{"type":"object","properties":{"idempotencyKey":{"type":"string"}}}`), `"idempotencyKey" collides`},
 		{"idempotencyKey on any tool", tool(idem.RetryConvergent, `{"type":"object","properties":{"idempotencyKey":{"type":"string"}}}`), `"idempotencyKey" collides`},
-		{"dryRun", tool(idem.RetryConvergent, `{"type":"object","properties":{"dryRun":{"type":"boolean"}}}`), `"dryRun" collides`},
+		{"dryRun on a preview tool", previewTool(`{"type":"object","properties":{"dryRun":{"type":"boolean"}}}`), `"dryRun" collides`},
 		{"not an object schema", tool(idem.RetryConvergent, `{"type":"array"}`), `"type" must be "object"`},
 		{"not JSON", tool(idem.RetryConvergent, `{"type":`), "input schema"},
 	} {

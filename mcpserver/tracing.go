@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idem-run/idem"
 )
 
 // tracerName is the instrumentation scope of the tool call spans.
@@ -97,4 +99,44 @@ func endToolCall(span trace.Span, res *mcp.CallToolResult) {
 func sessionDigest(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:16])
+}
+
+// StartClientCall is the tracing of a tools/call idem sends to an upstream
+// MCP server (idem gateway): a CLIENT span "tools/call {tool}" with the
+// MCP semantic conventions' attributes, under the attempt's span when ctx
+// has a recording one, and the trace context (traceparent, tracestate)
+// injected into params' _meta, where MCP servers read it; without a
+// recording span the context ctx carries, if any, is injected as it is.
+// end ends the span with the call's outcome: an error, or an error result
+// (error.type tool_error).
+func StartClientCall(ctx context.Context, params *mcp.CallToolParams) (_ context.Context, end func(*mcp.CallToolResult, error)) {
+	end = func(*mcp.CallToolResult, error) {}
+	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+		attrs := []attribute.KeyValue{
+			attrMethodName.String(methodToolsCall), attrToolName.String(params.Name), attrOperationName.String("execute_tool"),
+		}
+		var span trace.Span
+		ctx, span = parent.TracerProvider().Tracer(tracerName).Start(ctx, methodToolsCall+" "+params.Name,
+			trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+		end = func(res *mcp.CallToolResult, err error) {
+			switch {
+			case err != nil:
+				span.SetAttributes(attrErrorType.String(string(idem.ErrorCode(err))))
+				span.SetStatus(codes.Error, err.Error())
+			case res != nil && res.IsError:
+				span.SetAttributes(attrErrorType.String("tool_error"))
+				span.SetStatus(codes.Error, "")
+			}
+			span.End()
+		}
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		meta := mcp.Meta{}
+		for k, v := range params.Meta {
+			meta[k] = v
+		}
+		propagation.TraceContext{}.Inject(ctx, metaCarrier(meta))
+		params.Meta = meta
+	}
+	return ctx, end
 }

@@ -163,7 +163,8 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	}
 	defer releaseInput()
 	x.opaque = x.opaqueBody()
-	if body := inv.Intent.Body; len(body) > 0 && x.opaque == "" {
+	x.emptyObjectIsNoBody()
+	if body := x.inv.Intent.Body; len(body) > 0 && x.opaque == "" {
 		x.canon, x.canonErr = canonical.TransformStrict(body)
 		if releaseInput, aerr = x.admitDense(ctx, releaseInput); aerr != nil {
 			return x.fail(aerr)

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"net/http"
 	"strings"
 
@@ -58,4 +59,20 @@ func (x *execution) opaqueBody() string {
 // surfaces that wrap it, MCP).
 func (x *execution) rawResult(status int, header http.Header, body []byte) idem.Result {
 	return idem.RawResult(status, header, body, x.meta())
+}
+
+// emptyObjectIsNoBody makes a JSON body {} no body for a raw operation
+// whose body is its arguments object (RawSpec.ArgumentsBody, idem
+// gateway), so that {}, no body and absent MCP arguments are one intent
+// (SPEC §17 rulings): one fingerprint, and the handler sees no body.
+func (x *execution) emptyObjectIsNoBody() {
+	if x.op.raw == nil || !x.op.raw.ArgumentsBody || x.opaque != "" {
+		return
+	}
+	const space = " \t\r\n" // JSON's whitespace only
+	body := bytes.Trim(x.inv.Intent.Body, space)
+	if len(body) < 2 || body[0] != '{' || body[len(body)-1] != '}' || len(bytes.Trim(body[1:len(body)-1], space)) > 0 {
+		return
+	}
+	x.inv.Intent.Body = nil
 }

@@ -74,6 +74,9 @@ type Config struct {
 	// NoDirectCLIOperations: the catalog lists no directCliOperations
 	// (idem proxy: the operations are an upstream's).
 	NoDirectCLIOperations bool
+	// MCPForward serves resources, prompts and completions on /mcp from
+	// the MCP server(s) idem fronts (idem gateway); none when nil.
+	MCPForward mcpserver.Forwarder
 	// BasePath is the prefix Handler is mounted under with
 	// http.StripPrefix ("/idem"; empty at the root). The OpenAPI document
 	// says it, and the console's links, redirects and cookie carry it
@@ -187,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.api.Store(httpapi.NewHandler(s.http))
 	backend := mcpserver.RunnerBackend{Runner: runner}
-	mcpSrv, err := mcpserver.New(ctx, backend, mcpserver.Options{Version: cfg.Version})
+	mcpSrv, err := mcpserver.New(ctx, backend, mcpserver.Options{Version: cfg.Version, Forward: cfg.MCPForward, ReadLog: log})
 	if err != nil {
 		return nil, err
 	}

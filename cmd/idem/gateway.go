@@ -308,6 +308,7 @@ func (u upstreams) application(ctx context.Context, logger *slog.Logger) (applic
 	}
 	app.reloadNow = now
 	app.close = set.Close
+	app.mcpForward = set.Forwarder()
 	app.readiness = func(context.Context) map[string]any { return map[string]any{"upstreams": set.States()} }
 	return app, nil
 }

@@ -231,6 +231,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
 		},
 		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
+		MCPForward: app.mcpForward,
 		Readiness: app.readiness,
 		Version:   buildVersion(),
 	})
@@ -337,7 +338,10 @@ type application struct {
 	proxied bool
 	// readiness adds facts to GET /readyz (idem gateway: its upstreams).
 	readiness func(context.Context) map[string]any
-	close     func()
+	// mcpForward serves resources, prompts and completions on /mcp (idem
+	// gateway: the upstreams').
+	mcpForward mcpserver.Forwarder
+	close      func()
 }
 
 // demoApplication is idem serve's application: the reference application

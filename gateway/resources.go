@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idem-run/idem/mcpserver"
+)
+
+// Forwarder is the mcpserver.Forwarder of the upstream: its resources
+// (URIs kept), resource templates, subscriptions, prompts and completions,
+// forwarded as they are (SPEC §17.1). With a name, its prompts are served
+// as "<name>.<prompt>" (and a completion's prompt reference is read so);
+// without one (the one-upstream form) names are kept. These are reads: a
+// lost session is made again and the request sent once more.
+func (u *Upstream) Forwarder(name string) mcpserver.Forwarder {
+	return &forwarder{u: u, name: name}
+}
+
+type forwarder struct {
+	u    *Upstream
+	name string
+
+	// subscribed counts the downstream subscriptions of each URI: the
+	// upstream is subscribed by the first and unsubscribed by the last,
+	// so that one client's unsubscribe does not end another's updates.
+	mu         sync.Mutex
+	subscribed map[string]int
+}
+
+// session runs do with the upstream's session, once more with a new
+// session when the upstream lost the first.
+func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.ClientSession) (R, error)) (R, error) {
+	var zero R
+	for try := 0; ; try++ {
+		cs, err := u.current(ctx)
+		if err != nil {
+			return zero, err
+		}
+		out, err := do(cs)
+		if err == nil {
+			return out, nil
+		}
+		if try == 0 && ctx.Err() == nil && (errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed)) {
+			u.forget(cs)
+			if u.cfg.URL == "" {
+				go cs.Close()
+			}
+			continue
+		}
+		return zero, fmt.Errorf("%s on the upstream %s: %w", what, u.Describe(), err)
+	}
+}
+
+func (f *forwarder) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
+	return session(ctx, f.u, "resources/list", func(cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+		return cs.ListResources(ctx, p)
+	})
+}
+
+func (f *forwarder) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
+	return session(ctx, f.u, "resources/templates/list", func(cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+		return cs.ListResourceTemplates(ctx, p)
+	})
+}
+
+func (f *forwarder) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
+	return session(ctx, f.u, "resources/read", func(cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+		return cs.ReadResource(ctx, p)
+	})
+}
+
+func (f *forwarder) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subscribed[p.URI] == 0 {
+		_, err := session(ctx, f.u, "resources/subscribe", func(cs *mcp.ClientSession) (struct{}, error) {
+			return struct{}{}, cs.Subscribe(ctx, p)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if f.subscribed == nil {
+		f.subscribed = map[string]int{}
+	}
+	f.subscribed[p.URI]++
+	return nil
+}
+
+func (f *forwarder) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch n := f.subscribed[p.URI]; {
+	case n == 0:
+		return nil // not subscribed through the gateway
+	case n > 1:
+		f.subscribed[p.URI]--
+		return nil
+	}
+	_, err := session(ctx, f.u, "resources/unsubscribe", func(cs *mcp.ClientSession) (struct{}, error) {
+		return struct{}{}, cs.Unsubscribe(ctx, p)
+	})
+	if err == nil {
+		delete(f.subscribed, p.URI)
+	}
+	return err
+}
+
+func (f *forwarder) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
+	res, err := session(ctx, f.u, "prompts/list", func(cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+		return cs.ListPrompts(ctx, p)
+	})
+	if err != nil || f.name == "" {
+		return res, err
+	}
+	out := *res
+	out.Prompts = make([]*mcp.Prompt, 0, len(res.Prompts))
+	for _, pr := range res.Prompts {
+		if pr == nil {
+			continue
+		}
+		c := *pr
+		c.Name = f.name + "." + pr.Name
+		out.Prompts = append(out.Prompts, &c)
+	}
+	return &out, nil
+}
+
+func (f *forwarder) GetPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.GetPromptResult, error) {
+	name, err := f.upstreamPrompt(p.Name)
+	if err != nil {
+		return nil, err
+	}
+	q := *p
+	q.Name = name
+	return session(ctx, f.u, "prompts/get", func(cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+		return cs.GetPrompt(ctx, &q)
+	})
+}
+
+func (f *forwarder) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.CompleteResult, error) {
+	q := *p
+	if p.Ref != nil && p.Ref.Type == "ref/prompt" {
+		name, err := f.upstreamPrompt(p.Ref.Name)
+		if err != nil {
+			return nil, err
+		}
+		ref := *p.Ref
+		ref.Name = name
+		q.Ref = &ref
+	}
+	return session(ctx, f.u, "completion/complete", func(cs *mcp.ClientSession) (*mcp.CompleteResult, error) {
+		return cs.Complete(ctx, &q)
+	})
+}
+
+// upstreamPrompt is the upstream's name of a served prompt name.
+func (f *forwarder) upstreamPrompt(served string) (string, error) {
+	if f.name == "" {
+		return served, nil
+	}
+	name, ok := strings.CutPrefix(served, f.name+".")
+	if !ok || name == "" {
+		return "", fmt.Errorf("no prompt named %q: this gateway's prompts are named %s.<prompt> (prompts/list)", served, f.name)
+	}
+	return name, nil
+}

@@ -1,0 +1,165 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Merge is one Forwarder over several (the upstreams of one gateway, in
+// order). A list is every one's in turn, page by page: its cursor names
+// the forwarder and that forwarder's own cursor; a forwarder that fails
+// to list is left out, unless all do. A read, a prompt, a subscription or
+// a completion goes to each in turn until one answers: these are reads,
+// and each forwarder refuses what is not its own (a prompt outside its
+// namespace, a URI it does not know). So prompt names must be namespaced
+// (gateway.Upstream.Forwarder with a name) for two upstreams to share a
+// prompt name; resource URIs go to the first upstream that can read them.
+func Merge(fs ...Forwarder) Forwarder {
+	if len(fs) == 1 {
+		return fs[0]
+	}
+	return merged(fs)
+}
+
+type merged []Forwarder
+
+// mergedCursor is the cursor of a merged list: the forwarder and its own.
+type mergedCursor struct {
+	I int    `json:"i"`
+	C string `json:"c,omitempty"`
+}
+
+func encodeCursor(i int, c string) string {
+	b, _ := json.Marshal(mergedCursor{i, c})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string, n int) (mergedCursor, error) {
+	if s == "" {
+		return mergedCursor{}, nil
+	}
+	var c mergedCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &c) != nil || c.I < 0 || c.I >= n {
+		return mergedCursor{}, errors.New("invalid cursor: send the nextCursor of the previous page, or none")
+	}
+	return c, nil
+}
+
+// list is one page of a merged list: the page of the forwarder the cursor
+// names, or of the next one that answers.
+func list[R any](m merged, cursor string, page func(Forwarder, string) (R, string, error), setNext func(R, string)) (R, error) {
+	var zero R
+	c, err := decodeCursor(cursor, len(m))
+	if err != nil {
+		return zero, err
+	}
+	var first error
+	for i := c.I; i < len(m); i, c.C = i+1, "" {
+		res, next, err := page(m[i], c.C)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		switch {
+		case next != "":
+			setNext(res, encodeCursor(i, next))
+		case i+1 < len(m):
+			setNext(res, encodeCursor(i+1, ""))
+		default:
+			setNext(res, "")
+		}
+		return res, nil
+	}
+	return zero, first
+}
+
+// each asks each forwarder in turn; the first answer wins, else the first
+// error.
+func each[R any](m merged, do func(Forwarder) (R, error)) (R, error) {
+	var first error
+	for _, f := range m {
+		res, err := do(f)
+		if err == nil {
+			return res, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	var zero R
+	return zero, first
+}
+
+func (m merged) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
+	return list(m, p.Cursor, func(f Forwarder, c string) (*mcp.ListResourcesResult, string, error) {
+		q := *p
+		q.Cursor = c
+		res, err := f.ListResources(ctx, &q)
+		if err != nil {
+			return nil, "", err
+		}
+		return res, res.NextCursor, nil
+	}, func(r *mcp.ListResourcesResult, next string) { r.NextCursor = next })
+}
+
+func (m merged) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
+	return list(m, p.Cursor, func(f Forwarder, c string) (*mcp.ListResourceTemplatesResult, string, error) {
+		q := *p
+		q.Cursor = c
+		res, err := f.ListResourceTemplates(ctx, &q)
+		if err != nil {
+			return nil, "", err
+		}
+		return res, res.NextCursor, nil
+	}, func(r *mcp.ListResourceTemplatesResult, next string) { r.NextCursor = next })
+}
+
+func (m merged) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
+	return list(m, p.Cursor, func(f Forwarder, c string) (*mcp.ListPromptsResult, string, error) {
+		q := *p
+		q.Cursor = c
+		res, err := f.ListPrompts(ctx, &q)
+		if err != nil {
+			return nil, "", err
+		}
+		return res, res.NextCursor, nil
+	}, func(r *mcp.ListPromptsResult, next string) { r.NextCursor = next })
+}
+
+func (m merged) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
+	return each(m, func(f Forwarder) (*mcp.ReadResourceResult, error) { return f.ReadResource(ctx, p) })
+}
+
+func (m merged) GetPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.GetPromptResult, error) {
+	return each(m, func(f Forwarder) (*mcp.GetPromptResult, error) { return f.GetPrompt(ctx, p) })
+}
+
+func (m merged) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.CompleteResult, error) {
+	return each(m, func(f Forwarder) (*mcp.CompleteResult, error) { return f.Complete(ctx, p) })
+}
+
+func (m merged) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
+	_, err := each(m, func(f Forwarder) (struct{}, error) { return struct{}{}, f.Subscribe(ctx, p) })
+	return err
+}
+
+func (m merged) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
+	_, err := each(m, func(f Forwarder) (struct{}, error) { return struct{}{}, f.Unsubscribe(ctx, p) })
+	return err
+}
+
+// RelayUpdates implements UpdateRelay for the forwarders that relay.
+func (m merged) RelayUpdates(notify func(context.Context, *mcp.ResourceUpdatedNotificationParams) error) {
+	for _, f := range m {
+		if r, ok := f.(UpdateRelay); ok {
+			r.RelayUpdates(notify)
+		}
+	}
+}
