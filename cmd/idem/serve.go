@@ -232,8 +232,8 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 		},
 		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
 		MCPForward: app.mcpForward,
-		Readiness: app.readiness,
-		Version:   buildVersion(),
+		Readiness:  app.readiness,
+		Version:    buildVersion(),
 	})
 	if err != nil {
 		return err
