@@ -217,7 +217,7 @@ func (s *Store) write(ctx context.Context, op string, fn groupcommit.Fn[pgx.Tx])
 // start from scratch on each call.
 func (s *Store) runTx(ctx context.Context, fn groupcommit.Fn[pgx.Tx]) error {
 	for attempt := 1; ; attempt++ {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+		err := s.txOnce(ctx, fn)
 		if err == nil {
 			return nil
 		}
@@ -227,6 +227,30 @@ func (s *Store) runTx(ctx context.Context, fn groupcommit.Fn[pgx.Tx]) error {
 			return err
 		}
 	}
+}
+
+// txOnce runs fn in one transaction whose BEGIN travels in the round trip
+// of fn's first batch or query (pipelined; issue 36 item 2), committing if
+// fn returns nil. A transaction fn sent nothing in is never begun.
+func (s *Store) txOnce(ctx context.Context, fn groupcommit.Fn[pgx.Tx]) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx := &pipelined{conn: conn.Conn()}
+	defer func() {
+		if tx.Tx != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+			tx.Tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if tx.Tx == nil {
+		return nil
+	}
+	return tx.Tx.Commit(ctx)
 }
 
 // scanner is a pgx.Row or pgx.Rows.

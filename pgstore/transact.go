@@ -248,6 +248,70 @@ func (t *pipelined) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 	return batchRow{br.QueryRow(), br}
 }
 
+// The other methods of pgx.Tx begin the transaction first, in a round
+// trip of its own, when no batch has (before and after ride only on
+// SendBatch and QueryRow).
+
+// begun returns the transaction, begun on conn if it is not yet.
+func (t *pipelined) begun(ctx context.Context) (pgx.Tx, error) {
+	if t.Tx == nil {
+		tx, err := t.conn.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.Tx = tx
+	}
+	return t.Tx, nil
+}
+
+func (t *pipelined) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return tx.Exec(ctx, sql, args...)
+}
+
+func (t *pipelined) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Query(ctx, sql, args...)
+}
+
+func (t *pipelined) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (t *pipelined) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Prepare(ctx, name, sql)
+}
+
+func (t *pipelined) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Begin(ctx)
+}
+
+// Conn is the connection the transaction runs (or will run) on.
+func (t *pipelined) Conn() *pgx.Conn {
+	if t.Tx != nil {
+		return t.Tx.Conn()
+	}
+	return t.conn
+}
+
 // batchRow is the one row of a batch, which Scan closes.
 type batchRow struct {
 	row pgx.Row
