@@ -191,7 +191,7 @@ type Transactor interface {
 	// Transact runs one transactional execution in one transaction. It
 	// reserves p.Key as Reserve does (unkeyed, when p.Key is empty, it
 	// starts the execution as StartExecution does), consuming the
-	// approval; calls run with the transaction, under a savepoint; then
+	// approval; calls run with the transaction; then
 	// stores what run returns, as Complete does (unkeyed: as
 	// FinishExecution does), and commits. One commit for everything.
 	//
@@ -204,7 +204,10 @@ type Transactor interface {
 	// Abort, the whole transaction is rolled back: the result is Reserved
 	// and not Committed, and nothing of the call remains (no record, no
 	// execution, no effect). With Undo, only the handler's writes are
-	// rolled back (to the savepoint) before the outcome is stored.
+	// undone before the outcome is stored (rolled back to a savepoint,
+	// or with the whole transaction, the call's own part then written
+	// again; should another call take the key in between, the result is
+	// as when the key has a record, or ErrKeyBusy).
 	//
 	// run gets the transaction as the store's own type (*sql.Tx on
 	// sqlitestore, pgx.Tx on pgstore) and must not commit, roll back or

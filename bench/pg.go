@@ -105,6 +105,18 @@ func startCluster(ctx context.Context, parent string) (*pgCluster, error) {
 		return nil, err
 	}
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -k %s -c fsync=on -c synchronous_commit=on -c full_page_writes=on -c max_connections=400", port, filepath.Join(c.dir, "sock"))
+	// pg_stat_statements, when the server has it (PostgreSQL's contrib),
+	// counts the statements of each phase (counts.go).
+	libdirs := []string{filepath.Join(filepath.Dir(bindir), "lib")}
+	if out, err := exec.Command("pg_config", "--pkglibdir").Output(); err == nil {
+		libdirs = append(libdirs, strings.TrimSpace(string(out)))
+	}
+	for _, dir := range libdirs {
+		if _, err := os.Stat(filepath.Join(dir, "pg_stat_statements.so")); err == nil {
+			opts += " -c shared_preload_libraries=pg_stat_statements"
+			break
+		}
+	}
 	if out, err := c.as(c.pgCtl, "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "postgres.log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.dir, "postgres.log"))
 		return nil, fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)

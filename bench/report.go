@@ -7,15 +7,16 @@ import (
 
 // phaseTitles names the rows of the tables.
 var phaseTitles = map[string]string{
-	"ceiling":  "ceiling (same route shape, no idempotency)",
-	"first":    "first keyed executions (fresh keys; business.create, transactional: one commit)",
-	"first-2p": "first keyed executions, two-phase (fresh keys; order.refund)",
-	"replay":   "replays of completed keys",
-	"floor":    "the floor: a minimal durable keyed handler (parse, SHA-256, one transaction: key row + business row)",
-	"raw":      "raw store limit (INSERT + UPDATE pairs)",
+	"ceiling":    "ceiling (same route shape, no idempotency)",
+	"first":      "first keyed executions (fresh keys; business.create, transactional: one commit), on a fresh store",
+	"first-warm": "the same after warm-up (on the store the previous row left)",
+	"first-2p":   "first keyed executions, two-phase (fresh keys; order.refund)",
+	"replay":     "replays of completed keys",
+	"floor":      "the floor: a minimal durable keyed handler (parse, SHA-256, one transaction: key row + business row)",
+	"raw":        "raw store limit (INSERT + UPDATE pairs)",
 }
 
-var phaseOrder = []string{"ceiling", "first", "first-2p", "replay", "floor", "raw"}
+var phaseOrder = []string{"ceiling", "first", "first-warm", "first-2p", "replay", "floor", "raw"}
 
 // markdown renders the results: a side-by-side summary, then every
 // measurement per store, then the storms.
@@ -104,6 +105,30 @@ func (r Results) storesMarkdown(b *strings.Builder) {
 		b.WriteString("\n")
 	}
 
+	// Counts per request: the same on a busy machine as on a quiet one.
+	b.WriteString("\n### Counts per request (sequential scans of idem's tables (rows they read) · statements the database ran · idem store calls · server heap allocations)\n\n| |")
+	for _, s := range r.Stores {
+		fmt.Fprintf(b, " %s |", storeTitle(s))
+	}
+	b.WriteString("\n|---|")
+	for range r.Stores {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, ph := range phaseOrder {
+		fmt.Fprintf(b, "| %s |", ph)
+		for _, s := range r.Stores {
+			row, ok := s.row(ph)
+			if !ok {
+				b.WriteString(" – |")
+				continue
+			}
+			fmt.Fprintf(b, " %s (%s) · %s · %s · %s |", orDash(row.SeqScansPerReq, "%.3f"), orDash(row.SeqRowsPerReq, "%.1f"), orDash(row.StatementsPerReq, "%.1f"),
+				dash(row.StoreCallsPerReq, "%.2f"), dash(row.AllocsPerReq, "%.0f"))
+		}
+		b.WriteString("\n")
+	}
+
 	b.WriteString("\n### Every measurement\n\n")
 	b.WriteString("| store | phase | req/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/req | server RSS MB | bytes/key | ×ceiling | ×raw | ×floor | errors |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -163,6 +188,22 @@ func storeTitle(s StoreResult) string {
 		return "PostgreSQL ×2 instances"
 	}
 	return s.Store
+}
+
+// orDash formats *v, or "–" when it was not measured.
+func orDash(v *float64, format string) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+// dash formats v, or "–" when it is 0 (not measured).
+func dash(v float64, format string) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(format, v)
 }
 
 func blank(v float64, format string) string {

@@ -60,6 +60,15 @@ type Row struct {
 	// StoredBodyBytes (first, PostgreSQL) is the mean stored answer (headers
 	// and body) of a completed attempt record, part of BytesPerKey.
 	StoredBodyBytes float64 `json:"storedAnswerBytesPerKey,omitempty"`
+	// Counts per request (counts.go): idem's store calls and the server's
+	// heap allocations (from its /metrics; idem's phases only), and on
+	// PostgreSQL the sequential scans of idem's tables, the rows they
+	// read, and the statements the database ran (nil: not measured).
+	StoreCallsPerReq float64  `json:"storeCallsPerRequest,omitempty"`
+	AllocsPerReq     float64  `json:"serverAllocsPerRequest,omitempty"`
+	SeqScansPerReq   *float64 `json:"seqScansPerRequest,omitempty"`
+	SeqRowsPerReq    *float64 `json:"seqScanRowsPerRequest,omitempty"`
+	StatementsPerReq *float64 `json:"statementsPerRequest,omitempty"`
 }
 
 func newRow(name string, p phase) Row {
@@ -144,6 +153,7 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		}
 		defer c.Close(context.Background())
 		statConn = c
+		enableStatements(ctx, statConn)
 	}
 	stat := func() dbSample {
 		if sqlitePath != "" {
@@ -166,12 +176,27 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	measure := func(phaseName, label string, do func(ctx context.Context, w, i int) error) Row {
 		return measurePaced(phaseName, label, 0, do)
 	}
+	// counts samples the counts per request (counts.go) around each phase.
+	counts := func() (serverCounts, pgCounts) {
+		var base []string
+		for _, s := range servers {
+			base = append(base, s.url)
+		}
+		sc := scrapeCounts(ctx, client, base)
+		if statConn == nil {
+			return sc, pgCounts{}
+		}
+		return sc, samplePGCounts(ctx, statConn)
+	}
 	measurePaced = func(phaseName, label string, rate float64, do func(ctx context.Context, w, i int) error) Row {
+		scBefore, pgBefore := counts()
 		before, dbBefore := procTotal(servers), stat()
 		p := drivePaced(ctx, name+" "+label, o.clients, o.duration, rate, do)
 		after, dbAfter := procTotal(servers), stat()
+		scAfter, pgAfter := counts()
 		r := newRow(phaseName, p)
 		addDB(&r, dbBefore, dbAfter)
+		addCounts(&r, scBefore, scAfter, pgBefore, pgAfter)
 		if p.requests > 0 {
 			r.CPUPerReqUs = float64((after.cpu - before.cpu).Microseconds()) / float64(p.requests)
 		}
@@ -225,6 +250,16 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		}
 	}
 	sr.Rows = append(sr.Rows, first)
+
+	// The same after warm-up: the first phase ran on a fresh store (never
+	// analyzed, every connection's plans made on empty tables); this one
+	// runs on the store it left.
+	firstWarm := measure("first-warm", "first executions after warm-up", func(ctx context.Context, w, i int) error {
+		k := fmt.Sprintf("fw-%d-%d", w, i)
+		r, err := post(ctx, client, businesses[(w+i)%len(businesses)], "bench-"+k, "", body(k), false)
+		return expect(r, err, 201, false)
+	})
+	sr.Rows = append(sr.Rows, firstWarm)
 
 	// Two-phase first executions: business.create is transactional (one
 	// commit); order.refund keeps two phases (reserve, the gateway and the

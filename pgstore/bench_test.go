@@ -178,16 +178,27 @@ func openTraced(b testing.TB, url string, t *tracer) *pgxpool.Pool {
 	return pool
 }
 
-// tracer counts what a pool sends: round trips (a query or a batch) and
-// statements, BEGIN and COMMIT apart.
-type tracer struct{ roundTrips, statements, txControl atomic.Int64 }
+// tracer counts what a pool sends: round trips (a query or a batch),
+// statements, and BEGIN, COMMIT and ROLLBACK apart (txControl), wherever
+// they travel; txOnly counts the round trips that carried nothing else.
+// A batch's statements are counted when it is sent.
+type tracer struct{ roundTrips, statements, txControl, txOnly atomic.Int64 }
+
+// isTxControl reports whether sql begins or ends a transaction.
+func isTxControl(sql string) bool {
+	switch strings.ToLower(strings.Fields(sql + " x")[0]) {
+	case "begin", "commit", "rollback":
+		return true
+	}
+	return false
+}
 
 func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	t.roundTrips.Add(1)
-	switch strings.ToLower(strings.Fields(d.SQL + " x")[0]) {
-	case "begin", "commit", "rollback":
+	if isTxControl(d.SQL) {
 		t.txControl.Add(1)
-	default:
+		t.txOnly.Add(1)
+	} else {
 		t.statements.Add(1)
 	}
 	return ctx
@@ -195,27 +206,36 @@ func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 
 func (t *tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func (t *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+func (t *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
 	t.roundTrips.Add(1)
+	control := 0
+	for _, q := range d.Batch.QueuedQueries {
+		if isTxControl(q.SQL) {
+			control++
+		}
+	}
+	t.txControl.Add(int64(control))
+	t.statements.Add(int64(len(d.Batch.QueuedQueries) - control))
+	if control == len(d.Batch.QueuedQueries) {
+		t.txOnly.Add(1)
+	}
 	return ctx
 }
 
-func (t *tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
-	t.statements.Add(1)
-}
+func (t *tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
 func (t *tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // measure holds the counters at the start of a benchmark.
 type measure struct {
-	t                                 *tracer
-	roundTrips, statements, txControl int64
-	dbCPU                             time.Duration
-	dbPID                             int
+	t                                         *tracer
+	roundTrips, statements, txControl, txOnly int64
+	dbCPU                                     time.Duration
+	dbPID                                     int
 }
 
 func startMeasure(t *tracer) measure {
-	m := measure{t: t, roundTrips: t.roundTrips.Load(), statements: t.statements.Load(), txControl: t.txControl.Load()}
+	m := measure{t: t, roundTrips: t.roundTrips.Load(), statements: t.statements.Load(), txControl: t.txControl.Load(), txOnly: t.txOnly.Load()}
 	if pid, err := strconv.Atoi(os.Getenv("IDEM_BENCH_PG_PID")); err == nil {
 		m.dbPID = pid
 		m.dbCPU = clusterCPU(pid)

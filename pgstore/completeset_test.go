@@ -110,7 +110,7 @@ func (f *batchFixture) completeInOneBatch(blocker idem.Attempt, queued int, ps [
 		t.Fatal(err)
 	}
 	wg.Wait()
-	roundTrips = f.trace.roundTrips.Load() - m.roundTrips - (f.trace.txControl.Load() - m.txControl)
+	roundTrips = f.trace.roundTrips.Load() - m.roundTrips - (f.trace.txOnly.Load() - m.txOnly)
 	return as, errs, roundTrips, f.trace.statements.Load() - m.statements
 }
 

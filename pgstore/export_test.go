@@ -81,3 +81,22 @@ func CompleteSet(ctx context.Context, s *Store, ps []idem.CompleteParams) ([]ide
 	})
 	return as, errs, err
 }
+
+// HotStatements are the statements a call sends on the hot path, and the
+// sweeper's, by name, for the tests of their plans.
+var HotStatements = map[string]string{
+	"peek": peekSQL, "insert_final": finalSQL, "reserve": reserveSQL, "reserve_with_approval": reserveApprovedSQL,
+	"get_attempt": getAttemptSQL, "get_attempt_by_token": getAttemptByTokenSQL, "complete_attempt": completeSQL,
+	"complete_set": completeSetSQL, "mark_indeterminate": markIndeterminateSQL, "release": releaseSQL, "watch": watchSQL,
+	"start_execution": startExecutionSQL, "start_execution_with_approval": startApprovedExecutionSQL,
+	"finish_execution": finishExecutionSQL, "get_execution": getExecutionSQL, "list_events": listEventsSQL,
+	"append_events:one": appendEventSQL, "append_events:many": insertEventsSQL, "record_executions": recordExecutionsSQL,
+	"get_approval:read": getApprovalSQL, "get_approval:for_update": lockApprovalSQL, "decide_approval": decideApprovalSQL,
+	"get_live_approval": getLiveApprovalSQL, "check_fence": fenceSQL,
+}
+
+func init() {
+	for _, step := range append(sweepSteps, auditSweepSteps...) {
+		HotStatements["sweep: "+step.name] = step.sql
+	}
+}

@@ -22,9 +22,11 @@
 // sections that each start with a "-- name:" line, named after what it
 // does. A statement's leading comment says what it takes and returns; the
 // text below it is sent as it stands. The schema is made by migrations/,
-// which Migrate runs as they are. A pool Open makes runs every statement
-// on its generic plan (plan_cache_mode), prepared once per connection by
-// pgx's statement cache: each is planned once, not on every call.
+// which Migrate runs as they are. A pool Open makes (or ConfigurePool
+// configures) runs every statement on its generic plan (plan_cache_mode),
+// prepared once per connection by pgx's statement cache, each planned
+// once, not on every call, and without sequential scans (enable_seqscan),
+// so that no plan depends on the tables' statistics.
 package pgstore
 
 import (
@@ -84,9 +86,7 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	if !strings.Contains(url, "pool_max_conns") {
 		pcfg.MaxConns = DefaultMaxConns
 	}
-	if _, set := pcfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	}
+	ConfigurePool(pcfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // connects lazily: Migrate is the first contact
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
@@ -107,11 +107,34 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	return s, nil
 }
 
+// sessionParams are the planner settings of the store's sessions, each
+// kept when the URL sets it (docs/store.md, "Plans that cannot go bad"):
+// every statement on its generic plan, planned once per connection, and
+// no sequential scan while an index can serve, so that a plan made on a
+// fresh, never analyzed table (which PostgreSQL takes for 10 pages) is
+// the plan that serves millions of rows.
+var sessionParams = map[string]string{
+	"plan_cache_mode": "force_generic_plan",
+	"enable_seqscan":  "off",
+}
+
+// ConfigurePool gives cfg's sessions the store's planner settings, those
+// Open's pool has, leaving alone any cfg already sets: for a pool made for
+// New.
+func ConfigurePool(cfg *pgxpool.Config) {
+	for name, value := range sessionParams {
+		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
+			cfg.ConnConfig.RuntimeParams[name] = value
+		}
+	}
+}
+
 // New returns a store on a pool the caller owns and has migrated (see
-// Migrate); Close leaves the pool open. Unless cfg.Clock is set, the
-// store's clock is the database's (clock_timestamp(), measured now and
-// every minute until Close, advanced in between by the local monotonic
-// clock): an unreachable database fails New.
+// Migrate) and configured (ConfigurePool); Close leaves the pool open.
+// Unless cfg.Clock is set, the store's clock is the database's
+// (clock_timestamp(), measured now and every minute until Close,
+// advanced in between by the local monotonic clock): an unreachable
+// database fails New.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg idem.StoreConfig) (*Store, error) {
 	return newStore(ctx, pool, cfg, time.Now)
 }
@@ -194,7 +217,7 @@ func (s *Store) write(ctx context.Context, op string, fn groupcommit.Fn[pgx.Tx])
 // start from scratch on each call.
 func (s *Store) runTx(ctx context.Context, fn groupcommit.Fn[pgx.Tx]) error {
 	for attempt := 1; ; attempt++ {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+		err := s.txOnce(ctx, fn)
 		if err == nil {
 			return nil
 		}
@@ -204,6 +227,30 @@ func (s *Store) runTx(ctx context.Context, fn groupcommit.Fn[pgx.Tx]) error {
 			return err
 		}
 	}
+}
+
+// txOnce runs fn in one transaction whose BEGIN travels in the round trip
+// of fn's first batch or query (pipelined; issue 36 item 2), committing if
+// fn returns nil. A transaction fn sent nothing in is never begun.
+func (s *Store) txOnce(ctx context.Context, fn groupcommit.Fn[pgx.Tx]) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx := &pipelined{conn: conn.Conn()}
+	defer func() {
+		if tx.Tx != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+			tx.Tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if tx.Tx == nil {
+		return nil
+	}
+	return tx.Tx.Commit(ctx)
 }
 
 // scanner is a pgx.Row or pgx.Rows.

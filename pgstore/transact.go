@@ -14,13 +14,16 @@ import (
 
 var _ idem.Transactor = (*Store)(nil)
 
-// The savepoint around a transactional handler's writes, and the bound
-// on the transaction's idle time (sql/).
+// idleTimeoutSQL bounds a transaction's idle time (sql/idle_timeout.sql).
+var idleTimeoutSQL = statement("idle_timeout")
+
+// The statements that end a transactional execution's transaction in the
+// round trip of its last statement, or start it again without the
+// handler's writes (Undo).
 var (
-	openSavepointSQL     = section("handler_savepoint", "open")
-	rollbackSavepointSQL = section("handler_savepoint", "rollback")
-	idleTimeoutSQL       = statement("idle_timeout")
-	notifyRollbackSQL    = statement("notify_rollback")
+	commitSQL         = section("transaction", "commit")
+	rollbackChainSQL  = section("transaction", "rollback_and_chain")
+	notifyRollbackSQL = statement("notify_rollback")
 )
 
 // rollbackSignalTimeout bounds the signal of a rolled-back execution.
@@ -39,7 +42,9 @@ func Tx(call *idem.Call) pgx.Tx {
 // tries the key's advisory lock: while another transaction holds it, the
 // answer is the committed record if there is one, else ErrKeyBusy, at
 // once. Without an approval to consume, the record is written once, final,
-// at the end (transactfinal.go). The transaction may
+// at the end (transactfinal.go), in the round trip that commits. No
+// savepoint: a business error (Undo) rolls the whole transaction back and
+// writes the call's own part again. The transaction may
 // sit idle no longer than the lease (idle_in_transaction_session_timeout),
 // so that a paused executor's key is freed, its work rolled back, when the
 // lease ends. At most half the pool's connections run transactional
@@ -70,48 +75,27 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	}
 	defer conn.Release()
 	now := s.now()
-	// One round trip begins the transaction, bounds its idle time, reads
-	// (or reserves) the key and opens the handler's savepoint.
-	open := &pipelined{conn: conn.Conn(), after: []string{openSavepointSQL}}
+	// One round trip begins the transaction and reads (or reserves) the
+	// key, or starts the unkeyed execution.
+	open := &pipelined{conn: conn.Conn()}
 	// held: the key's lock is this transaction's, so a same-key waiter may
 	// be behind it, here or on another instance.
 	held, committed := false, false
 	defer func() {
-		if open.Tx != nil {
-			open.Tx.Rollback(context.WithoutCancel(ctx)) // a no-op once committed
+		// Still in a transaction (not committed in the last round trip, or
+		// failed): roll it back.
+		if open.Tx != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+			open.Tx.Rollback(context.WithoutCancel(ctx))
 		}
 		if held && !committed {
 			signalRollback(ctx, conn.Conn(), p.Scope, p.Key)
 		}
 	}()
-	// A keyed execution's try of the key's lock also bounds the
-	// transaction's idle time by the lease (key_lock.sql).
-	var fence int64
 	start := now
 	final := p.Key != "" && p.ApprovalID == "" // the record is written once, at the end
-	if final {
-		a, found, busy, err := peekTx(ctx, open, p, now)
-		switch {
-		case err != nil:
-			return idem.TransactResult{}, err
-		case busy:
-			return idem.TransactResult{}, idem.ErrKeyBusy
-		case found:
-			return idem.TransactResult{Attempt: a}, nil
-		}
-	} else if p.Key != "" {
-		r, busy, err := reserveTx(ctx, open, p, now, true)
-		switch {
-		case err != nil:
-			return idem.TransactResult{}, err
-		case busy:
-			return idem.TransactResult{}, idem.ErrKeyBusy
-		case !r.Reserved:
-			return idem.TransactResult{Attempt: r.Attempt}, nil
-		}
-		fence = r.Attempt.FencingToken
-	} else if _, err := startExecution(ctx, open, p.StartParams, now); err != nil {
-		return idem.TransactResult{}, err
+	res, fence, err := begin(ctx, open, p, start, final)
+	if err != nil || !res.Reserved {
+		return res, err
 	}
 	tx := open.Tx
 	held = p.Key != ""
@@ -119,14 +103,23 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	if out.Abort {
 		return idem.TransactResult{Reserved: true}, nil // rolled back by the deferred Rollback
 	}
-	// Undone, the rollback to the savepoint goes in the completion's round
-	// trip; kept, the commit releases the savepoint.
-	end := &pipelined{Tx: tx}
 	if out.Undo {
-		end.before = []queued{{rollbackSavepointSQL, nil}}
+		// No savepoint on the common path: a business error rolls the
+		// whole transaction back, the handler's writes with it, and
+		// starts it again (ROLLBACK AND CHAIN) to write the call's own
+		// part anew, in one round trip. Between the two, another call may
+		// take the key: then this one answers as begin does, and nothing
+		// of it is stored.
+		again := &pipelined{Tx: tx, before: []queued{{rollbackChainSQL, nil}}}
+		if res, fence, err = begin(ctx, again, p, start, final); err != nil || !res.Reserved {
+			return res, err
+		}
 	}
 	now = s.now() // the handler took time: the lease is checked against now
-	res := idem.TransactResult{Reserved: true, Committed: true}
+	res = idem.TransactResult{Reserved: true, Committed: true}
+	// The last statement carries the COMMIT in its round trip, when it is
+	// one batch; otherwise the commit has one of its own.
+	end := &pipelined{Tx: tx, after: []string{commitSQL}}
 	if p.Key == "" {
 		fin := out.Result.Finish
 		fin.Org, fin.ExecutionID = p.Scope.Org, p.ExecutionID
@@ -147,19 +140,21 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 			// write: reserve now (the lock is this transaction's), then
 			// complete.
 			var r idem.ReserveResult
-			if r, _, err = reserveTx(ctx, end, p, start, false); err == nil {
+			if r, _, err = reserveTx(ctx, tx, p, start, false); err == nil {
 				c.FencingToken = r.Attempt.FencingToken
 				res.Attempt, err = completeTx(ctx, tx, c, headers, now)
 			}
-		default:
+		case canInsertFinal(c, p.ExecutionID):
 			res.Attempt, err = completeTx(ctx, end, c, headers, now)
+		default:
+			res.Attempt, err = completeTx(ctx, tx, c, headers, now)
 		}
 		res.Attempt = res.Attempt.Observe(now)
 	}
-	if err == nil {
-		err = tx.Commit(ctx)
-		committed = err == nil
+	if err == nil && len(end.after) > 0 {
+		err = tx.Commit(ctx) // the last statement was not one batch
 	}
+	committed = err == nil
 	if err != nil {
 		if errors.Is(err, idem.ErrFenced) {
 			// The lease passed while the handler ran: nothing commits.
@@ -184,6 +179,43 @@ func signalRollback(ctx context.Context, conn *pgx.Conn, scope idem.Scope, key s
 	_, _ = conn.Exec(sctx, notifyRollbackSQL, notifyPayload(scope, key))
 }
 
+// begin starts a transactional execution in tx: a keyed one without an
+// approval reads the key (its record is written at the end, final), a
+// keyed one with an approval reserves the key and consumes the approval,
+// an unkeyed one starts its execution. Reserved false with the key's
+// record, or ErrKeyBusy, when the key is taken; fence is the
+// reservation's token.
+func begin(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time, final bool) (res idem.TransactResult, fence int64, err error) {
+	switch {
+	case final:
+		a, found, busy, err := peekTx(ctx, tx, p, now)
+		switch {
+		case err != nil:
+			return idem.TransactResult{}, 0, err
+		case busy:
+			return idem.TransactResult{}, 0, idem.ErrKeyBusy
+		case found:
+			return idem.TransactResult{Attempt: a}, 0, nil
+		}
+	case p.Key != "":
+		r, busy, err := reserveTx(ctx, tx, p, now, true)
+		switch {
+		case err != nil:
+			return idem.TransactResult{}, 0, err
+		case busy:
+			return idem.TransactResult{}, 0, idem.ErrKeyBusy
+		case !r.Reserved:
+			return idem.TransactResult{Attempt: r.Attempt}, 0, nil
+		}
+		fence = r.Attempt.FencingToken
+	default:
+		if _, err := startExecution(ctx, tx, p.StartParams, now); err != nil {
+			return idem.TransactResult{}, 0, err
+		}
+	}
+	return idem.TransactResult{Reserved: true}, fence, nil
+}
+
 // queued is one statement and its arguments.
 type queued struct {
 	sql  string
@@ -195,7 +227,8 @@ type queued struct {
 // checked here), after runs last (an error in them surfaces when the
 // batch closes). With conn set and no Tx yet, that batch also begins the
 // transaction on conn (Batch.BeginTx), which becomes Tx. Only the first
-// batch or query carries them; later ones go as they are.
+// batch or query carries them, and after is emptied once sent (so that
+// the caller can tell whether a COMMIT went); later ones go as they are.
 type pipelined struct {
 	pgx.Tx
 	conn   *pgx.Conn
@@ -239,6 +272,70 @@ func (t *pipelined) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 	b.Queue(sql, args...)
 	br := t.SendBatch(ctx, b)
 	return batchRow{br.QueryRow(), br}
+}
+
+// The other methods of pgx.Tx begin the transaction first, in a round
+// trip of its own, when no batch has (before and after ride only on
+// SendBatch and QueryRow).
+
+// begun returns the transaction, begun on conn if it is not yet.
+func (t *pipelined) begun(ctx context.Context) (pgx.Tx, error) {
+	if t.Tx == nil {
+		tx, err := t.conn.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.Tx = tx
+	}
+	return t.Tx, nil
+}
+
+func (t *pipelined) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return tx.Exec(ctx, sql, args...)
+}
+
+func (t *pipelined) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Query(ctx, sql, args...)
+}
+
+func (t *pipelined) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (t *pipelined) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Prepare(ctx, name, sql)
+}
+
+func (t *pipelined) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Begin(ctx)
+}
+
+// Conn is the connection the transaction runs (or will run) on.
+func (t *pipelined) Conn() *pgx.Conn {
+	if t.Tx != nil {
+		return t.Tx.Conn()
+	}
+	return t.conn
 }
 
 // batchRow is the one row of a batch, which Scan closes.

@@ -70,11 +70,16 @@ func TestKeyed5xxAfterStartSaysTheCallMayHaveExecuted(t *testing.T) {
 	}
 }
 
-// unreachableGets fails every attempt read, as a store that is down.
+// unreachableGets fails every attempt read and reservation, as a store
+// that is down.
 type unreachableGets struct{ idem.Store }
 
 func (unreachableGets) GetAttempt(context.Context, idem.GetAttemptParams) (idem.Attempt, error) {
 	return idem.Attempt{}, idem.Unavailable("get attempt", errors.New("connection refused"))
+}
+
+func (unreachableGets) Reserve(context.Context, idem.ReserveParams) (idem.ReserveResult, error) {
+	return idem.ReserveResult{}, idem.Unavailable("reserve", errors.New("connection refused"))
 }
 
 // Before the handler starts, a store failure says that nothing ran.

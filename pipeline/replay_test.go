@@ -10,11 +10,21 @@ import (
 	"github.com/idem-run/idem/pipeline"
 )
 
-// countingStore counts GetAttempt calls, and fails them while down.
+// countingStore counts the reads of a key's record: GetAttempt calls and
+// reservations (which read the key when stage 5 is left to them), and
+// fails them while down.
 type countingStore struct {
 	idem.Store
 	gets atomic.Int64
 	down atomic.Bool
+}
+
+func (s *countingStore) Reserve(ctx context.Context, p idem.ReserveParams) (idem.ReserveResult, error) {
+	s.gets.Add(1)
+	if s.down.Load() {
+		return idem.ReserveResult{}, idem.Unavailable("reserve", context.DeadlineExceeded)
+	}
+	return s.Store.Reserve(ctx, p)
 }
 
 func (s *countingStore) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {

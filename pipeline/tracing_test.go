@@ -145,12 +145,29 @@ func TestTracingKeyedCallAndReplay(t *testing.T) {
 		}
 	}
 	slices.SortFunc(order, func(a, b string) int { return spans[a][0].StartTime().Compare(spans[b][0].StartTime()) })
-	if want := []string{"idem.store.get_attempt", "idem.store.reserve", "idem.attempt", "idem.store.complete"}; !slices.Equal(order, want) {
+	// No stage-5 read: without a policy or an approval, the reservation
+	// reads the key (issue 36 item 2).
+	if want := []string{"idem.store.reserve", "idem.attempt", "idem.store.complete"}; !slices.Equal(order, want) {
 		t.Fatalf("children of the call span = %v, want %v", order, want)
 	}
-	wantAttrs(t, spans["idem.store.get_attempt"][0], map[attribute.Key]any{"idem.store.result": "not_found"})
-	if s := spans["idem.store.get_attempt"][0]; s.Status().Code != codes.Unset {
-		t.Errorf("a key's first read, which finds nothing, is %v", s.Status())
+	// With a policy, stage 5 reads the key first; finding nothing is no
+	// error.
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	allow := idem.Policy{Name: "allow", Evaluate: func(context.Context, idem.PolicyInput) (idem.PolicyDecision, error) {
+		return idem.PolicyDecision{Effect: idem.Allow}, nil
+	}}
+	withPolicy := &traced{rec: rec, fixture: newFixture(t, []idem.Operation{tracedCreate(make(chan trace.SpanContext, 1)), showOp()},
+		func(c *pipeline.Config) { c.TracerProvider, c.Policies = tp, []idem.Policy{allow} })}
+	expect(t, withPolicy.do(t.Context(), call{op: "thing.create", body: `{"name":"p"}`, key: "k-policy"}), http.StatusCreated, "")
+	read := withPolicy.spans(withPolicy.callSpan(t, "thing.create").SpanContext().TraceID())["idem.store.get_attempt"]
+	if len(read) != 1 {
+		t.Fatalf("%d stage-5 reads with a policy, want 1", len(read))
+	}
+	wantAttrs(t, read[0], map[attribute.Key]any{"idem.store.result": "not_found"})
+	if read[0].Status().Code != codes.Unset {
+		t.Errorf("a key's first read, which finds nothing, is %v", read[0].Status())
 	}
 	attempt := spans["idem.attempt"][0]
 	wantAttrs(t, attempt, map[attribute.Key]any{"idem.attempt": 1, "idem.execution_id": d.Meta.ExecutionID, "idem.operation": "thing.create"})

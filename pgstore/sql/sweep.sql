@@ -3,7 +3,7 @@
 -- sweepers split the work instead of queueing, and rows a reservation or
 -- completion holds are left for a later round. MATERIALIZED keeps the
 -- locked batch from being re-planned into the outer statement. Each scan
--- is on an index of its own (migration 006). $1 is now in the first
+-- is on an index of its own (migrations 006 and 009). $1 is now in the first
 -- four, the audit retention window's start in the last two (run only
 -- with an audit retention).
 
