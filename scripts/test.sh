@@ -38,6 +38,11 @@ done
 default_pkgs=()
 ((${#pkgs[@]})) || default_pkgs=(./...)
 
+# Say up front what a run fetches and where: nothing is written into the
+# repository.
+say "fetches on first use, outside the repository: Go modules and gotestsum (go.mod's tool) into $(go env GOMODCACHE);" \
+	"@redocly/cli into ${IDEM_REDOCLY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem} (full runs, scripts/openapi-lint.sh);" \
+	"the gateway tests' npm MCP servers into ${XDG_CACHE_HOME:-$HOME/.cache}/idem-e2e (e2e/gateway_test.go)"
 scripts/fmt-check.sh
 go vet "${pkgs[@]:-./...}"
 
@@ -281,28 +286,28 @@ export IDEM_TEST_REQUIRE_PG=1
 # traps only after go test ends -- and reaches all of go test's processes
 # (Ctrl-C does so through the INT trap). wait keeps go test's exit status.
 #
-# go test runs with -v into a log; what is shown is each package's result
-# and every conformance case (storetest) by store, and, when anything
-# failed, the whole log.
+# It runs under gotestsum (a tool dependency in go.mod, built by `go tool`
+# from the module cache), which prints each package's result as the package
+# finishes and a failed test's output as it fails (GOTESTSUM_FORMAT=testname
+# prints a line per test instead), then a summary: every skipped test with
+# its reason, every failure with its output, and the closing
+# "DONE N tests, M skipped, K failures in Xs" line. The "figures:" lines
+# tests log (counts, sizes, latencies under load) follow it, headed.
 log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
-say "go test -race -count=1 -v ${default_pkgs[*]} $*"
+say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: one line per package as it finishes, then every skip with its reason)"
 set -m
-go test -race -count=1 -v "${default_pkgs[@]}" "$@" >"$log" 2>&1 &
+go tool gotestsum --format "${GOTESTSUM_FORMAT:-pkgname-and-test-fails}" --format-icons text --jsonfile "$log" -- \
+	-race -count=1 "${default_pkgs[@]}" "$@" &
 test_pid=$!
 set +m
 rc=0
 wait "$test_pid" || rc=$?
 test_pid=""
-if ((rc != 0)); then
-	cat "$log"
-else
-	awk '
-		/^=== RUN   TestConformance$/ { conf = 1 }
-		/^(ok|FAIL|\?) / { print; conf = 0; next }
-		/^--- (PASS|FAIL|SKIP): / { print; next }
-		/^ +[a-z_]+_test\.go:[0-9]+: figures: / { print; next }
-		conf && /^    --- (PASS|FAIL|SKIP): TestConformance\// { print }
-	' "$log"
+# Each figures line, from the Output field of go test -json's events.
+figures=$(sed -n 's/.*"Output":" *\([a-z_]*_test\.go:[0-9]*: figures: .*\)\\n"}$/\1/p' "$log" | sed 's/\\"/"/g; s/\\t/\t/g')
+if [[ -n $figures ]]; then
+	say "figures the tests logged:"
+	printf '%s\n' "$figures"
 fi
 rm -f "$log"
 
