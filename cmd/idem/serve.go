@@ -27,6 +27,7 @@ import (
 type serveOptions struct {
 	addr           string
 	store          string
+	storeTimeout   time.Duration
 	secretKeyFile  string
 	tokensFile     string
 	retention      time.Duration
@@ -74,6 +75,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", "", "address to listen on (env IDEM_ADDR; default 127.0.0.1:8080)")
 	f.StringVar(&o.store, "store", "", "store URL: sqlite:PATH or postgres://… (env IDEM_STORE; default "+defaultStore+")")
+	f.DurationVar(&o.storeTimeout, "store-connect-timeout", defaultStoreTimeout, storeTimeoutHelp)
 	f.StringVar(&o.secretKeyFile, "secret-key-file", "", "key file sealing one-time secret results, created 0600 if absent (env IDEM_SECRET_KEY_FILE; default idem.key)")
 	f.StringVar(&o.tokensFile, "tokens-file", "", "file of hashed bearer tokens, one per line: sha256:HEX ORG PRINCIPAL KIND [ROLES] (env IDEM_TOKENS_FILE)")
 	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept; must exceed the longest lease of any operation plus 1 s")
@@ -156,7 +158,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
-	opened, err := openStore(ctx, o.store, idem.StoreConfig{}, logger)
+	opened, err := openStore(ctx, o.store, idem.StoreConfig{ConnectTimeout: o.storeTimeout}, logger)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redact(o.store), err)
 	}
