@@ -158,16 +158,21 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
+	// Every check that needs no store comes first, so that a refusal
+	// leaves nothing behind: no store file, no key file.
+	tokens, err := m.tokens(o.tokensFile)
+	if err != nil {
+		return err
+	}
+	if err := secretbox.CheckKeyFile(o.secretKeyFile); err != nil {
+		return fmt.Errorf("--secret-key-file: %w", err)
+	}
 	opened, err := openStore(ctx, o.store, idem.StoreConfig{ConnectTimeout: o.storeTimeout}, logger)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redact(o.store), err)
 	}
 	defer opened.Close()
 	box, err := secretbox.LoadOrCreateKeyFile(o.secretKeyFile)
-	if err != nil {
-		return err
-	}
-	tokens, err := m.tokens(o.tokensFile)
 	if err != nil {
 		return err
 	}

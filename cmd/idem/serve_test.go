@@ -81,3 +81,22 @@ func TestServeWarnsWhenNoCallerCanAuthenticate(t *testing.T) {
 		t.Fatalf("warning with a tokens file:\n%s", out)
 	}
 }
+
+// A key file that cannot be created is refused before the store file is
+// created and migrated: a refused start-up leaves nothing behind.
+func TestServeChecksKeyFileBeforeStore(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "idem.db")
+	code, _, stderr := run(t, nil, "serve", "--addr", "127.0.0.1:0", "--store", "sqlite:"+db,
+		"--secret-key-file", filepath.Join(dir, "no-such-dir", "idem.key"))
+	if code == 0 || !strings.Contains(stderr, "--secret-key-file") || !strings.Contains(stderr, filepath.Join(dir, "no-such-dir", "idem.key")) {
+		t.Fatalf("idem serve with an uncreatable key file = exit %d, stderr %q; want a refusal naming the key file", code, stderr)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 0 {
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("refused start-up left %v in %s", names, dir)
+	}
+}
