@@ -29,6 +29,30 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// Usage errors point to the failing command's help, and a mistyped
+// subcommand or flag gets a suggestion.
+func TestUsageErrorsSuggest(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"serv"}, []string{"Did you mean this?\n\tserve", "Run 'idem --help' for usage."}},
+		{[]string{"serve", "--adr", "x"}, []string{"unknown flag: --adr; did you mean --addr?", "Run 'idem serve --help' for usage."}},
+		{[]string{"migrate", "--store-connect", "1s"}, []string{"did you mean --store-connect-timeout?", "Run 'idem migrate --help' for usage."}},
+		{[]string{"approvals", "show"}, []string{"Run 'idem approvals show --help' for usage."}},
+	} {
+		code, _, stderr := run(t, nil, tc.args...)
+		if code != exitUsage {
+			t.Errorf("idem %v = exit %d, want 2", tc.args, code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("idem %v: stderr %q lacks %q", tc.args, stderr, w)
+			}
+		}
+	}
+}
+
 func TestUsageErrorsExitTwo(t *testing.T) {
 	for _, args := range [][]string{{"no-such-command"}, {"version", "extra"}, {"migrate", "--no-such-flag"}, {"migrate", "--store", "mysql://x"}} {
 		if code, _, stderr := run(t, nil, args...); code != exitUsage || !strings.Contains(stderr, "Error:") {

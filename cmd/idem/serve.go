@@ -203,6 +203,11 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
+	if len(app.operations) == 0 && !app.proxied {
+		logger.Warn("serving no operations: idem serve declares none of its own; " +
+			"run idem serve --demo for the reference application, declare yours in Go and serve them from your service (docs/embedding.md), " +
+			"or put idem in front of an HTTP API with idem proxy (docs/proxy.md) or of an MCP server with idem gateway (docs/gateway.md)")
+	}
 	if pipeline.CheckRetention(registry, o.retention, o.leaseGrace, pipeline.DefaultLeaseMargin) != nil {
 		name, lease := registry.LongestLease(o.leaseGrace)
 		return usagef("--retention %s must exceed the longest lease of any operation plus the lease margin of %s: operation %s holds its lease for %s with --lease-grace %s; raise --retention above %s (or lower --lease-grace)",

@@ -100,3 +100,17 @@ func TestServeChecksKeyFileBeforeStore(t *testing.T) {
 		t.Fatalf("refused start-up left %v in %s", names, dir)
 	}
 }
+
+// Plain idem serve says it serves no operations and where they come from;
+// --demo does not.
+func TestServeSaysWhereOperationsComeFrom(t *testing.T) {
+	out := serveUntilListening(t)
+	for _, want := range []string{"serving no operations", "--demo", "docs/embedding.md", "idem proxy", "idem gateway"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("idem serve's start-up lacks %q:\n%s", want, out)
+		}
+	}
+	if out := serveUntilListening(t, "--demo"); strings.Contains(out, "serving no operations") {
+		t.Errorf("idem serve --demo says it serves no operations:\n%s", out)
+	}
+}
