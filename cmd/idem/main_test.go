@@ -40,6 +40,7 @@ func TestUsageErrorsSuggest(t *testing.T) {
 		{[]string{"serve", "--adr", "x"}, []string{"unknown flag: --adr; did you mean --addr?", "Run 'idem serve --help' for usage."}},
 		{[]string{"migrate", "--store-connect", "1s"}, []string{"did you mean --store-connect-timeout?", "Run 'idem migrate --help' for usage."}},
 		{[]string{"approvals", "show"}, []string{"Run 'idem approvals show --help' for usage."}},
+		{[]string{"approvals", "lst"}, []string{`unknown command "lst" for "idem approvals"`, "Did you mean this?\n\tlist", "Run 'idem approvals --help' for usage."}},
 	} {
 		code, _, stderr := run(t, nil, tc.args...)
 		if code != exitUsage {

@@ -31,7 +31,32 @@ func (m Main) rootCommand() *cobra.Command {
 	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.proxyCommand(), m.gatewayCommand(), m.keyCommand(), m.webhookCommand(), m.mcpCommand())
 	root.AddCommand(m.operationsCommand(), m.callCommand(), m.approvalsCommand(), m.executionsCommand(), m.attemptsCommand())
 	root.AddCommand(m.catalogCommand())
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (idem approvals, idem key, …) refuse an unknown subcommand as the root
+// does, with cobra's suggestions, instead of printing its help and exiting
+// 0; without arguments it still prints its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if !cmd.HasParent() || cmd.Runnable() || !cmd.HasSubCommands() {
+		return
+	}
+	cmd.Args, cmd.SuggestionsMinimumDistance = cobra.ArbitraryArgs, 2
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return c.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if near := c.SuggestionsFor(args[0]); len(near) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(near, "\n\t") + "\n"
+		}
+		return usageError{errors.New(msg)}
+	}
 }
 
 // report prints err for people on stderr and returns its exit code. cmd
