@@ -264,7 +264,6 @@ type shell struct {
 	out   *bufio.Reader
 	dir   string
 	n     int
-	lines chan string
 }
 
 func newShell(t *testing.T, dir string, env []string) *shell {

@@ -108,6 +108,23 @@ if [[ ${CI:-} == true && $EUID -eq 0 ]]; then
 	export IDEM_TEST_REQUIRE_BROWSER=1
 fi
 
+# ---- The walk-throughs' tools (e2e/walkthrough_test.go). ------------------
+
+# The doc walk-throughs run with bash, curl, jq and python3; without them the
+# test skips, saying why, except in CI (CI=true), where it fails. In CI as
+# root, missing curl and jq are installed.
+if [[ ${CI:-} == true && $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+	missing=()
+	for tool in curl jq; do
+		command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+	done
+	if ((${#missing[@]})); then
+		say "no ${missing[*]}; CI=true and running as root: installing Debian's ${missing[*]} package(s) for the walk-through test"
+		DEBIAN_FRONTEND=noninteractive apt-get update -q
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+	fi
+fi
+
 # ---- Node (idem gateway's tests against npm MCP servers, e2e/gateway_test.go). ----
 
 # The tests install pinned MCP servers from npm into the user cache and run
