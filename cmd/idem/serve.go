@@ -236,7 +236,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
 			DecodeBudget:     int64(unbounded(o.decodeBudgetMB)) << 20, MaxExecutions: unbounded(o.maxExecutions),
 			AdmissionWait: admissionWait(o.admissionWait), SweepInterval: o.sweepInterval, AuditRetention: o.auditRetention,
-			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
+			ReplayLogRate: o.logReplays, TracerProvider: tracerProvider,
 		},
 		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
 		Version: buildVersion(),
@@ -264,15 +264,6 @@ func (o serveOptions) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, usagef("--log-replays must be between 0 and 1, got %g", o.logReplays)
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), nil
-}
-
-// replayLogRate maps --log-replays to pipeline.Config.ReplayLogRate (0: none,
-// which the config spells negative).
-func replayLogRate(share float64) float64 {
-	if share == 0 {
-		return -1
-	}
-	return share
 }
 
 // allowedOrigins parses --allowed-origins.
