@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,8 +27,7 @@ import (
 // backslash or a here-document); the lines up to the next command are its
 // output. A command ending in " &" runs in the background: its output is
 // what it printed up to "listening on" when the page shows that line, else
-// once it printed as many lines as the page shows (or, showing none, once
-// the port it names accepts connections). The session
+// once it printed as many lines as the page shows. The session
 // runs in a temporary directory holding bin/idem and the upstream of
 // e2e/testdata/upstream, with HOME there too; `go run ./cmd/idem` runs the
 // binary. docs/gateway.md is not among the pages yet: its walk-through runs
@@ -202,7 +200,7 @@ func runWalkthrough(t *testing.T, page string, docPorts []string, demo bool, ste
 		var got string
 		if bg, ok := strings.CutSuffix(cmd, " &"); ok {
 			listens := slices.ContainsFunc(st.output, func(l string) bool { return strings.HasPrefix(l, "listening on ") })
-			got = sh.background(t, bg, len(st.output), listens, firstPort(cmd, ports))
+			got = sh.background(t, bg, len(st.output), listens)
 		} else {
 			got = sh.run(t, cmd)
 		}
@@ -248,22 +246,13 @@ func compare(want, got []string) string {
 	return ""
 }
 
-func firstPort(cmd string, ports map[string]string) string {
-	for _, real := range ports {
-		if strings.Contains(cmd, real) {
-			return real
-		}
-	}
-	return ""
-}
-
 // shell is one bash session, its output read command by command.
 type shell struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Reader
-	dir   string
-	n     int
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+	dir string
+	n   int
 }
 
 func newShell(t *testing.T, dir string, env []string) *shell {
@@ -348,32 +337,58 @@ func (s *shell) run(t *testing.T, command string) string {
 
 // background starts command in the background and returns what it
 // printed up to its "listening on" line when listens, else once it printed
-// lines lines, or, when lines is 0, once port accepts connections.
-func (s *shell) background(t *testing.T, command string, lines int, listens bool, port string) string {
+// lines lines.
+func (s *shell) background(t *testing.T, command string, lines int, listens bool) string {
 	t.Helper()
 	s.n++
-	log := filepath.Join(s.dir, fmt.Sprintf(".background-%d.log", s.n))
-	s.run(t, fmt.Sprintf("{ %s\n} >%s 2>&1 &", command, log))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, _ := os.ReadFile(log)
-		out := string(b)
-		switch {
-		case listens && strings.Contains(out, "listening on "):
-			return out[:strings.Index(out, "listening on ")] + strings.SplitAfter(out[strings.Index(out, "listening on "):], "\n")[0]
-		case !listens && lines > 0 && strings.Count(out, "\n") >= lines:
-			return out
-		case lines == 0 && port != "":
-			if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-				c.Close()
-				return out
+	fifo := filepath.Join(s.dir, fmt.Sprintf(".background-%d", s.n))
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Its output arrives line by line on the FIFO, read until it ends (the
+	// process exits, or the session ends with the test).
+	got := make(chan string)
+	go func() {
+		f, err := os.Open(fifo) // until the shell opens it for writing
+		if err != nil {
+			close(got)
+			return
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<16), 1<<20)
+		for sc.Scan() {
+			got <- sc.Text() + "\n"
+		}
+		close(got)
+	}()
+	s.run(t, fmt.Sprintf("{ %s\n} >%s 2>&1 &", command, fifo))
+	var out strings.Builder
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
+	for n := 0; ; n++ {
+		if !listens && n >= lines {
+			go func() { // keep draining, so that it never blocks on a full FIFO
+				for range got {
+				}
+			}()
+			return out.String()
+		}
+		select {
+		case line, ok := <-got:
+			if !ok {
+				return out.String()
 			}
-		case lines == 0:
-			return out
+			out.WriteString(line)
+			if listens && strings.HasPrefix(line, "listening on ") {
+				go func() {
+					for range got {
+					}
+				}()
+				return out.String()
+			}
+		case <-timeout.C:
+			t.Fatalf("$ %s: after 30 s it printed:\n%s", command, out.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("$ %s: after 30 s it printed:\n%s", command, out)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
