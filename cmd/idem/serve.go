@@ -136,6 +136,9 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if o.admissionWait < 0 {
 		return usagef("--admission-wait must be 0 or more, got %s", o.admissionWait)
 	}
+	if o.storeTimeout < 0 {
+		return usagef("--store-connect-timeout must be 0 (no bound) or more, got %s", o.storeTimeout)
+	}
 	for name, d := range map[string]time.Duration{"--retention": o.retention, "--secret-window": o.secretWindow, "--lease-grace": o.leaseGrace, "--approval-expiry": o.approvalExpiry, "--sweep-interval": o.sweepInterval} {
 		if d <= 0 {
 			return usagef("%s must be positive, got %s", name, d)

@@ -17,7 +17,7 @@ const defaultStore = "sqlite:idem.db"
 // defaultStoreTimeout is --store-connect-timeout's default.
 const defaultStoreTimeout = 10 * time.Second
 
-const storeTimeoutHelp = "how long a new connection to a PostgreSQL store may take, from the dial to the server's first answer (a connect_timeout in the URL wins)"
+const storeTimeoutHelp = "how long a new connection to a PostgreSQL store may take, from the dial to the server's first answer (0: no bound; a connect_timeout in the URL wins)"
 
 // openStore opens the store a URL names (server.OpenStore); a URL of
 // neither form is a usage error.
