@@ -310,6 +310,15 @@ export IDEM_TEST_REQUIRE_PG=1
 # its reason, every failure with its output, and the closing
 # "DONE N tests, M skipped, K failures in Xs" line. The "figures:" lines
 # tests log (counts, sizes, latencies under load) follow it, headed.
+# Compiling with the race detector is most of a cold run: on a full run it
+# is done first, naming each package as it compiles (nothing when the build
+# cache has them all), so that a first run is not minutes of silence. go
+# test reuses what it compiled. A build error fails here, as go test would.
+if ((${#default_pkgs[@]})); then
+	say "go build -race -v ./... (compiles what the tests need, naming each package; quiet when cached)"
+	go build -race -v ./...
+fi
+
 log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
 say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: one line per package as it finishes, then every skip with its reason)"
 set -m
