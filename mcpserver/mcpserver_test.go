@@ -236,6 +236,10 @@ func TestReservedArgumentsAndValidation(t *testing.T) {
 				if tc.code == idem.CodeInvalidInput && at(p, "details.errors") == nil {
 					t.Fatalf("INVALID_INPUT without details.errors: %v", p)
 				}
+				// In the agent's terms: arguments, not HTTP headers or query parameters.
+				if d, _ := p["detail"].(string); strings.Contains(d, "Idempotency-Key") || strings.Contains(d, "dryRun=true") {
+					t.Errorf("detail %q names HTTP's header or query parameter, not the tool's argument", d)
+				}
 				return
 			}
 			body := structured(t, res)
