@@ -102,33 +102,6 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 // none when the schema was up to date.
 func (s *Store) Migrated() []string { return s.migrated }
 
-// checkWritable says, before anything is created, whether the database
-// file (when it exists) or its directory cannot be written: SQLite
-// itself would say only "attempt to write a readonly database". The
-// directory must be writable too, for the -wal and -shm files.
-func checkWritable(path, dir string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err // the path is in the message already
-	}
-	switch {
-	case err == nil:
-		f.Close()
-	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("sqlitestore: open %s: the database file is not writable by this process (%w): make it writable (chmod u+w %s, or as its owner), or give another path", path, err, path)
-	}
-	probe, err := os.CreateTemp(dir, ".idem-write-check-*")
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	if err != nil {
-		return fmt.Errorf("sqlitestore: open %s: its directory %s is not writable by this process (%w): SQLite writes the database and its -wal and -shm files there; make the directory writable, or give a path in one that is", path, dir, err)
-	}
-	probe.Close()
-	return os.Remove(probe.Name())
-}
-
 // createFile creates the database file, empty and 0600 (SQLite's own
 // default is 0644 less the umask), unless it exists: an existing file keeps
 // its mode. SQLite gives the -wal and -shm files it creates the mode of the
