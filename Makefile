@@ -12,8 +12,10 @@ fmt-check:
 vet:
 	go vet ./...
 
+# bin/idem, naming each package as it compiles (-v): the first build of a
+# fresh clone compiles every dependency, which takes minutes.
 build:
-	go build -o bin/idem ./cmd/idem
+	go build -v -o bin/idem ./cmd/idem
 
 # The side-by-side benchmark of issue 9 (bench/README.md): SQLite, PostgreSQL
 # and two instances on PostgreSQL, against the ceiling and the raw store

@@ -475,6 +475,10 @@ type StoreConfig struct {
 	// that every instance judges leases by one clock), the system clock on
 	// SQLite (SystemClock, one machine).
 	Clock Clock
+	// ConnectTimeout bounds each connection to a database server, from
+	// the dial to its first answer (PostgreSQL; a connect_timeout in the
+	// URL wins). Zero waits as long as the context allows.
+	ConnectTimeout time.Duration
 }
 
 // WithDefaults fills unset fields.

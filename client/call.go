@@ -193,7 +193,7 @@ func (c *Client) prepare(ctx context.Context, operation string, args map[string]
 	op, ok := cat.Operation(operation)
 	if !ok {
 		return nil, localError(idem.CodeOperationNotFound, nil, map[string]any{"operation": operation},
-			"the catalog at %s has no operation %q", c.base.Redacted(), operation)
+			"the catalog at %s has no operation %q%s", c.base.Redacted(), operation, cat.didYouMean(operation))
 	}
 	r, lerr := buildRequest(op, args, opts.DryRun)
 	if lerr != nil {

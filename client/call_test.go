@@ -392,6 +392,11 @@ func TestCallPlacesArguments(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != idem.CodeOperationNotFound || e.Status != 404 || len(sc.seen()) != 1 {
 		t.Fatalf("unknown operation: %v", err)
 	}
+	// A slip gets a suggestion.
+	_, err = c.Call(context.Background(), "order.refnd", nil, CallOptions{})
+	if !errors.As(err, &e) || e.Code != idem.CodeOperationNotFound || !strings.Contains(e.Message, "did you mean order.refund?") {
+		t.Fatalf("mistyped operation: %v; want a suggestion of order.refund", err)
+	}
 	if n := sc.catalogReads(); n != 1 {
 		t.Fatalf("the catalog was fetched %d times, want once per client", n)
 	}

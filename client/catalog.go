@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/suggest"
 )
 
 // Catalog is the operations catalog (GET /v1/operations, SPEC §4).
@@ -34,6 +35,19 @@ func (c *Catalog) Operation(name string) (Operation, bool) {
 		}
 	}
 	return Operation{}, false
+}
+
+// didYouMean is "; did you mean NAME?" when an operation's name is a
+// likely slip for name, else "".
+func (c *Catalog) didYouMean(name string) string {
+	names := make([]string, len(c.Operations))
+	for i, op := range c.Operations {
+		names[i] = op.Name
+	}
+	if near := suggest.Closest(name, names); near != "" {
+		return fmt.Sprintf("; did you mean %s?", near)
+	}
+	return ""
 }
 
 // Locations maps the operation's path and query arguments to "path" or

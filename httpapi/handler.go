@@ -166,6 +166,10 @@ var systemPaths = []string{"/v1/operations", "/openapi.json", "/healthz", "/read
 	"/v1/approvals", "/v1/approvals/{id}", "/v1/approvals/{id}/approve", "/v1/approvals/{id}/reject",
 	"/v1/executions/{id}", "/v1/attempts/{key}"}
 
+// SystemPaths returns the paths NewHandler serves besides the
+// operations' (a copy).
+func SystemPaths() []string { return append([]string(nil), systemPaths...) }
+
 // CheckRoutes reports routes of descs that cannot be served: one that is
 // idem's own (the system routes, or one of reserved, such as the
 // binary's /mcp), or two that ServeMux cannot serve side by side (they

@@ -180,6 +180,10 @@ func TestCallWithoutKeyIsKeyRequired(t *testing.T) {
 	if !strings.HasPrefix(text(t, res), "IDEMPOTENCY_KEY_REQUIRED: ") || p["status"] != 400.0 || at(p, "meta.operation") != "gadget.create" {
 		t.Fatalf("problem %v, text %q", p, text(t, res))
 	}
+	// In the agent's terms: the tool's argument, not the HTTP header.
+	if d, _ := p["detail"].(string); !strings.Contains(d, "idempotencyKey argument") || strings.Contains(d, "Idempotency-Key") || strings.Contains(text(t, res), "Idempotency-Key") {
+		t.Errorf("detail %q, text %q: want the idempotencyKey argument named, not the Idempotency-Key header", d, text(t, res))
+	}
 	if n := f.creates.Load(); n != 0 {
 		t.Fatalf("handler ran %d times, want 0", n)
 	}
@@ -231,6 +235,10 @@ func TestReservedArgumentsAndValidation(t *testing.T) {
 				p := wantProblem(t, res, tc.code)
 				if tc.code == idem.CodeInvalidInput && at(p, "details.errors") == nil {
 					t.Fatalf("INVALID_INPUT without details.errors: %v", p)
+				}
+				// In the agent's terms: arguments, not HTTP headers or query parameters.
+				if d, _ := p["detail"].(string); strings.Contains(d, "Idempotency-Key") || strings.Contains(d, "dryRun=true") {
+					t.Errorf("detail %q names HTTP's header or query parameter, not the tool's argument", d)
 				}
 				return
 			}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -110,6 +111,54 @@ func setupError(err error) error {
 	}
 	c := connErr.Config
 	return &LoginRefusedError{User: c.User, Host: c.Host, Port: c.Port, Err: pgErr}
+}
+
+// UnreachableError is Open's error when no connection to the server
+// could be made: refused, unresolvable, or, with a connect timeout, a
+// server that accepted the connection and did not answer within it. It
+// is STORE_UNAVAILABLE (errors.Is idem.ErrStoreUnavailable): the server
+// may come back. Its message names the server and what to check.
+type UnreachableError struct {
+	Host     string // the server's host (or socket directory)
+	Port     uint16
+	Database string
+	User     string
+	// Timeout is the connect timeout that passed; zero when the
+	// connection failed otherwise.
+	Timeout time.Duration
+	Err     error // the STORE_UNAVAILABLE error, wrapping the driver's
+}
+
+func (e *UnreachableError) Error() string {
+	addr := net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port)))
+	if e.Timeout > 0 {
+		return fmt.Sprintf("pgstore: no answer from PostgreSQL at %s (database %q, user %q) within the connect timeout of %s: "+
+			"check that %s is a PostgreSQL server (not another service, or a proxy or firewall that holds connections open), "+
+			"that the server is not stopped, paused or overloaded (pg_isready -h %s -p %d), and the URL's sslmode; "+
+			"a longer wait is the URL's connect_timeout=SECONDS (idem: --store-connect-timeout)",
+			addr, e.Database, e.User, e.Timeout, addr, shellWord(e.Host), e.Port)
+	}
+	return fmt.Sprintf("pgstore: cannot connect to PostgreSQL at %s (database %q, user %q): %v; "+
+		"check that the server runs and listens there (pg_isready -h %s -p %d) and that the store URL names the right host and port",
+		addr, e.Database, e.User, errors.Unwrap(e.Err), shellWord(e.Host), e.Port)
+}
+
+// Unwrap returns the STORE_UNAVAILABLE error.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// unreachable returns an *UnreachableError when err is a failure to
+// connect (after a connect timeout of timeout, when it passed), else nil.
+func unreachable(err error, timeout time.Duration) error {
+	var connErr *pgconn.ConnectError
+	if !errors.As(err, &connErr) || connErr.Config == nil {
+		return nil
+	}
+	c := connErr.Config
+	u := &UnreachableError{Host: c.Host, Port: c.Port, Database: c.Database, User: c.User, Err: err}
+	if pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		u.Timeout = timeout
+	}
+	return u
 }
 
 // shellWord quotes s for a POSIX shell when it needs quoting.

@@ -33,13 +33,20 @@ var (
 // process, wait for one another on an advisory lock; running it again is
 // harmless.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := migrateApplied(ctx, pool)
+	return err
+}
+
+// migrateApplied is Migrate, returning the migrations it applied
+// ("001_name"), none when the schema was up to date.
+func migrateApplied(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 	all, err := migrate.Load(migrationFiles, "migrations")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return interpretError(ctx, "migrate", err)
+		return nil, interpretError(ctx, "migrate", err)
 	}
 	defer conn.Release()
 	// The lock belongs to the session, so a connection that may still hold
@@ -47,7 +54,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	// rather than returned to the pool.
 	if _, err := conn.Exec(ctx, migrationLockSQL, migrationLock); err != nil {
 		conn.Conn().Close(context.Background())
-		return interpretError(ctx, "migrate", err)
+		return nil, interpretError(ctx, "migrate", err)
 	}
 	defer func() {
 		unlockCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -56,30 +63,32 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 			conn.Conn().Close(unlockCtx)
 		}
 	}()
-	if err := applyMigrations(ctx, conn.Conn(), all); err != nil {
-		return interpretError(ctx, "migrate", err)
+	applied, err := applyMigrations(ctx, conn.Conn(), all)
+	if err != nil {
+		return nil, interpretError(ctx, "migrate", err)
 	}
-	return nil
+	return applied, nil
 }
 
 // applyMigrations runs, on a connection holding the migration lock, the
 // migrations not yet recorded.
-func applyMigrations(ctx context.Context, conn *pgx.Conn, all []migrate.Migration) error {
+func applyMigrations(ctx context.Context, conn *pgx.Conn, all []migrate.Migration) ([]string, error) {
 	if _, err := conn.Exec(ctx, createMigrationsSQL); err != nil {
-		return err
+		return nil, err
 	}
 	rows, err := conn.Query(ctx, appliedMigrationsSQL)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	applied := map[int]bool{}
 	for _, v := range versions {
 		applied[v] = true
 	}
+	var done []string
 	for _, m := range migrate.Pending(all, applied) {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -90,8 +99,9 @@ func applyMigrations(ctx context.Context, conn *pgx.Conn, all []migrate.Migratio
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+			return done, fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 		}
+		done = append(done, fmt.Sprintf("%03d_%s", m.Version, m.Name))
 	}
-	return nil
+	return done, nil
 }

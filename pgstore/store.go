@@ -54,6 +54,7 @@ type Store struct {
 	// dbClock is clock when StoreConfig.Clock is nil: the database's.
 	dbClock   *dbClock
 	ownsPool  bool
+	migrated  []string // by Open
 	closeOnce sync.Once
 	writes    *groupcommit.Committer[pgx.Tx]
 	// completions batches Complete calls into set-based statements
@@ -86,15 +87,24 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 	if !strings.Contains(url, "pool_max_conns") {
 		pcfg.MaxConns = DefaultMaxConns
 	}
+	if cfg.ConnectTimeout > 0 && !strings.Contains(url, "connect_timeout") {
+		pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	}
 	ConfigurePool(pcfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // connects lazily: Migrate is the first contact
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	if err := Migrate(ctx, pool); err != nil {
+	migrated, err := migrateApplied(ctx, pool)
+	if err != nil {
 		pool.Close()
 		if setup := setupError(err); setup != nil {
 			return nil, setup
+		}
+		if ctx.Err() == nil {
+			if u := unreachable(err, pcfg.ConnConfig.ConnectTimeout); u != nil {
+				return nil, u
+			}
 		}
 		return nil, err
 	}
@@ -103,7 +113,7 @@ func Open(ctx context.Context, url string, cfg idem.StoreConfig) (*Store, error)
 		pool.Close()
 		return nil, err
 	}
-	s.ownsPool = true
+	s.ownsPool, s.migrated = true, migrated
 	return s, nil
 }
 
@@ -128,6 +138,10 @@ func ConfigurePool(cfg *pgxpool.Config) {
 		}
 	}
 }
+
+// Migrated names the migrations Open applied ("001_records"), in order;
+// none when the schema was up to date.
+func (s *Store) Migrated() []string { return s.migrated }
 
 // New returns a store on a pool the caller owns and has migrated (see
 // Migrate) and configured (ConfigurePool); Close leaves the pool open.

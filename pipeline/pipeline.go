@@ -501,8 +501,8 @@ func (r *Runner) logs(resp idem.Result) bool {
 	if !r.cfg.Logger.Enabled(context.Background(), level) {
 		return false
 	}
-	if rate := r.cfg.ReplayLogRate; resp.Replayed && resp.Problem == nil && rate != 0 {
-		return rate > 0 && (rate >= 1 || mrand.Float64() < rate)
+	if rate := r.cfg.ReplayLogRate; resp.Replayed && resp.Problem == nil {
+		return rate >= 1 || (rate > 0 && mrand.Float64() < rate)
 	}
 	return true
 }

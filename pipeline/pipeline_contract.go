@@ -21,14 +21,15 @@ func (x *execution) checkContract() *idem.Error {
 			return e
 		}
 	}
+	terms := termsOf(x.inv.Surface)
 	switch {
 	case dry && !m.Retry.Preview:
-		return idem.Errorf(idem.CodeDryRunNotSupported, "operation %s has no preview (retry.preview is false); remove dryRun=true", m.Name)
+		return idem.Errorf(idem.CodeDryRunNotSupported, "operation %s has no preview (retry.preview is false); %s", m.Name, terms.noDryRun)
 	case key != "" && m.Retry.Kind != idem.RetrySameKeyReplay:
 		x.keyOutsideContract = key
-		return idem.Errorf(idem.CodeIdempotencyKeyNotSupported, "operation %s is %s: it takes no Idempotency-Key; follow retry.kind in the catalog", m.Name, m.Retry.Kind)
+		return idem.Errorf(idem.CodeIdempotencyKeyNotSupported, "operation %s is %s: it takes no %s; follow retry.kind in the catalog", m.Name, m.Retry.Kind, terms.key)
 	case key == "" && !dry && m.Retry.Kind == idem.RetrySameKeyReplay && x.inv.Principal.MustSendKey():
-		return idem.Errorf(idem.CodeIdempotencyKeyRequired, "operation %s replays by key: generate a key, record it in durable task state, and send it as Idempotency-Key", m.Name)
+		return idem.Errorf(idem.CodeIdempotencyKeyRequired, "operation %s replays by key: generate a key, record it in durable task state, and send it as %s", m.Name, terms.key)
 	}
 	x.key = key
 	return nil
@@ -62,4 +63,18 @@ func (x *execution) keptRecord(ctx context.Context, refused *idem.Error) bool {
 func (x *execution) refuseRecordOnly() idem.Result {
 	x.key = ""
 	return x.fail(x.recordOnly)
+}
+
+// terms are how a surface's callers send the key and the dry run, for the
+// messages that tell them what to do.
+type terms struct{ key, noDryRun string }
+
+// termsOf names the key and the dry run as surface s carries them: MCP
+// tools take arguments, HTTP (and the CLI, which speaks it) headers and
+// query parameters.
+func termsOf(s idem.Surface) terms {
+	if s == idem.SurfaceMCP {
+		return terms{key: "the tool's idempotencyKey argument", noDryRun: "call the tool without the dryRun argument"}
+	}
+	return terms{key: "Idempotency-Key", noDryRun: "remove dryRun=true"}
 }

@@ -22,9 +22,10 @@ type Config struct {
 	// is silent (an embedding application opts in).
 	Logger *slog.Logger
 	// ReplayLogRate is the share of successful replays that get a log
-	// line, from 0 to 1 (every one when 0; none when negative): under a
-	// retry storm the line per replay is most of a replay's cost.
-	// Executions and failed answers are always logged.
+	// line, from 0 (none, the default) to 1 (every one), as idem serve's
+	// --log-replays: under a retry storm the line per replay is most of a
+	// replay's cost, and a replay is no new work. Executions and failed
+	// answers are always logged.
 	ReplayLogRate float64
 	// Sealer encrypts secret results; required when an operation uses
 	// transactional_secret_replay.
@@ -170,8 +171,8 @@ func (c Config) validate(reg *idem.Registry, ops map[string]*operation) error {
 	if c.AuditRetention > 0 && c.AuditRetention < c.Retention {
 		return fmt.Errorf("pipeline: Config.AuditRetention (%s) is shorter than Retention (%s): executions must outlive the attempt records that name them", c.AuditRetention, c.Retention)
 	}
-	if c.ReplayLogRate > 1 {
-		return fmt.Errorf("pipeline: Config.ReplayLogRate (%g) is a share: at most 1", c.ReplayLogRate)
+	if c.ReplayLogRate < 0 || c.ReplayLogRate > 1 {
+		return fmt.Errorf("pipeline: Config.ReplayLogRate (%g) is a share of replays, from 0 (none) to 1 (every one)", c.ReplayLogRate)
 	}
 	for _, name := range reg.Names() {
 		if lease := ops[name].meta.Lease(c.LeaseGrace); c.LeaseMargin >= lease {

@@ -34,6 +34,9 @@ for t in "${targets[@]}"; do
 	read -r name pkg <<<"$t"
 	rc=0
 	t0=${EPOCHREALTIME//[.,]/}
+	# Progress as it goes: building a fuzz target (with coverage
+	# instrumentation) can take far longer than fuzzing it.
+	printf 'fuzz.sh: %s (%s): building, then fuzzing for %s\n' "$name" "$pkg" "$fuzztime" >&2
 	if [[ ${IDEM_FUZZ_QUIET:-} == 1 ]]; then
 		go test -run '^$' -fuzz "^$name\$" -fuzztime "$fuzztime" "$pkg" >"$out" 2>&1 || rc=$?
 	else

@@ -46,6 +46,8 @@ if [[ ! -x $bin ]] || [[ $(node -p 'JSON.parse(require("fs").readFileSync(proces
 	if ! npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error "@redocly/cli@$version" >&2; then
 		skip "npm could not install @redocly/cli@$version"
 	fi
+else
+	say "using @redocly/cli@$version from $dir (installed there by an earlier run)"
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idem-openapi-lint.XXXXXX")

@@ -38,6 +38,11 @@ done
 default_pkgs=()
 ((${#pkgs[@]})) || default_pkgs=(./...)
 
+# Say up front what a run fetches and where: nothing is written into the
+# repository.
+say "fetches on first use, outside the repository: Go modules and gotestsum (go.mod's tool) into $(go env GOMODCACHE);" \
+	"@redocly/cli into ${IDEM_REDOCLY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem} (full runs, scripts/openapi-lint.sh);" \
+	"the gateway tests' npm MCP servers into ${XDG_CACHE_HOME:-$HOME/.cache}/idem-e2e (e2e/gateway_test.go)"
 scripts/fmt-check.sh
 go vet "${pkgs[@]:-./...}"
 
@@ -101,6 +106,23 @@ if [[ ${CI:-} == true && $EUID -eq 0 ]]; then
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
 	fi
 	export IDEM_TEST_REQUIRE_BROWSER=1
+fi
+
+# ---- The walk-throughs' tools (e2e/walkthrough_test.go). ------------------
+
+# The doc walk-throughs run with bash, curl, jq and python3; without them the
+# test skips, saying why, except in CI (CI=true), where it fails. In CI as
+# root, missing curl and jq are installed.
+if [[ ${CI:-} == true && $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+	missing=()
+	for tool in curl jq; do
+		command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+	done
+	if ((${#missing[@]})); then
+		say "no ${missing[*]}; CI=true and running as root: installing Debian's ${missing[*]} package(s) for the walk-through test"
+		DEBIAN_FRONTEND=noninteractive apt-get update -q
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+	fi
 fi
 
 # ---- Node (idem gateway's tests against npm MCP servers, e2e/gateway_test.go). ----
@@ -281,28 +303,37 @@ export IDEM_TEST_REQUIRE_PG=1
 # traps only after go test ends -- and reaches all of go test's processes
 # (Ctrl-C does so through the INT trap). wait keeps go test's exit status.
 #
-# go test runs with -v into a log; what is shown is each package's result
-# and every conformance case (storetest) by store, and, when anything
-# failed, the whole log.
+# It runs under gotestsum (a tool dependency in go.mod, built by `go tool`
+# from the module cache), which prints each package's result as the package
+# finishes and a failed test's output as it fails (GOTESTSUM_FORMAT=testname
+# prints a line per test instead), then a summary: every skipped test with
+# its reason, every failure with its output, and the closing
+# "DONE N tests, M skipped, K failures in Xs" line. The "figures:" lines
+# tests log (counts, sizes, latencies under load) follow it, headed.
+# Compiling with the race detector is most of a cold run: on a full run it
+# is done first, naming each package as it compiles (nothing when the build
+# cache has them all), so that a first run is not minutes of silence. go
+# test reuses what it compiled. A build error fails here, as go test would.
+if ((${#default_pkgs[@]})); then
+	say "go build -race -v ./... (compiles what the tests need, naming each package; quiet when cached)"
+	go build -race -v ./...
+fi
+
 log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
-say "go test -race -count=1 -v ${default_pkgs[*]} $*"
+say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: one line per package as it finishes, then every skip with its reason)"
 set -m
-go test -race -count=1 -v "${default_pkgs[@]}" "$@" >"$log" 2>&1 &
+go tool gotestsum --format "${GOTESTSUM_FORMAT:-pkgname-and-test-fails}" --format-icons text --jsonfile "$log" -- \
+	-race -count=1 "${default_pkgs[@]}" "$@" &
 test_pid=$!
 set +m
 rc=0
 wait "$test_pid" || rc=$?
 test_pid=""
-if ((rc != 0)); then
-	cat "$log"
-else
-	awk '
-		/^=== RUN   TestConformance$/ { conf = 1 }
-		/^(ok|FAIL|\?) / { print; conf = 0; next }
-		/^--- (PASS|FAIL|SKIP): / { print; next }
-		/^ +[a-z_]+_test\.go:[0-9]+: figures: / { print; next }
-		conf && /^    --- (PASS|FAIL|SKIP): TestConformance\// { print }
-	' "$log"
+# Each figures line, from the Output field of go test -json's events.
+figures=$(sed -n 's/.*"Output":" *\([a-z_]*_test\.go:[0-9]*: figures: .*\)\\n"}$/\1/p' "$log" | sed 's/\\"/"/g; s/\\t/\t/g')
+if [[ -n $figures ]]; then
+	say "figures the tests logged:"
+	printf '%s\n' "$figures"
 fi
 rm -f "$log"
 

@@ -55,6 +55,29 @@ func LoadOrCreateKeyFile(path string) (*Box, error) {
 	return readKeyFile(f, path)
 }
 
+// CheckKeyFile reports, creating nothing that stays, whether
+// LoadOrCreateKeyFile(path) would fail: an existing file must be a valid
+// key file this process can read; for a missing one, the process must be
+// able to create a file in its directory (a probe file, removed). A
+// command checks its key file this way before it creates anything else.
+func CheckKeyFile(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		probe, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+		if err != nil {
+			return fmt.Errorf("secretbox: key file %s does not exist and cannot be created (%w): give a path in a directory this process can write", path, err)
+		}
+		probe.Close()
+		return os.Remove(probe.Name())
+	}
+	if err != nil {
+		return fmt.Errorf("secretbox: key file: %w", err)
+	}
+	defer f.Close()
+	_, err = readKeyFile(f, path)
+	return err
+}
+
 // createKeyFile writes a new key file at path unless one appears there
 // first, in which case it returns nil and leaves that one alone.
 func createKeyFile(path string) (err error) {

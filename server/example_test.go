@@ -86,6 +86,46 @@ func Example() {
 	store.Close()
 }
 
+// An API-only service: its idempotent operations and its own routes from
+// one handler, under one lifecycle, without MCP, metrics or the console
+// (docs/embedding.md, "API only"). It is compiled, not run (it listens on
+// a port).
+func Example_apiOnly() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	store, err := server.OpenStore(ctx, "sqlite:orders-idem.db", idem.StoreConfig{}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	srv, err := server.New(ctx, server.Config{
+		Operations: []idem.Operation{createBusiness, showBusiness},
+		Store:      store,
+		Auth: httpapi.NewTokens(map[string]idem.Principal{
+			"s3cr3t": {Org: "acme", ID: "billing", Kind: idem.KindAgent},
+		}),
+		NoMCP:     true, // no /mcp
+		NoMetrics: true, // no /metrics
+		NoConsole: true, // no /ui/
+		Handlers: map[string]http.Handler{ // the service's own routes, beside idem's
+			"GET /status": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Write([]byte("ok"))
+			}),
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Start, serve, and a graceful stop on SIGINT or SIGTERM, in one call.
+	if err := srv.Serve(ctx, ln); err != nil {
+		log.Fatal(err)
+	}
+}
+
 // CodeSlugTaken is a business outcome of the application's own
 // (docs/embedding.md, "Business errors").
 const CodeSlugTaken idem.Code = "SLUG_TAKEN"

@@ -35,7 +35,7 @@ func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 // after a shutdown that ctx asked for, or the listener's error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := NewHTTPServer(s.handler, s.log)
-	srv.RegisterOnShutdown(s.mcp.Drain)
+	srv.RegisterOnShutdown(s.drainMCP)
 	if err := s.Start(ctx); err != nil {
 		ln.Close()
 		return err

@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,18 @@ type Config struct {
 	Readiness func(context.Context) map[string]any
 	// NoConsole leaves the web console out.
 	NoConsole bool
+	// NoMCP leaves MCP (/mcp) out: no MCP server is built.
+	NoMCP bool
+	// NoMetrics leaves GET /metrics out (Metrics, when set, is not
+	// served either).
+	NoMetrics bool
+	// Handlers are the service's own routes, served by Handler beside
+	// idem's under the same lifecycle (Serve): http.ServeMux patterns
+	// ("GET /status", "/static/") to handlers, which idem neither
+	// authenticates nor wraps. A pattern that would take or shadow one of
+	// idem's routes or an operation's is refused by New. Routes, by
+	// contrast, are authenticated by Auth.
+	Handlers map[string]http.Handler
 	// Version names the API (OpenAPI info.version, MCP server version).
 	Version string
 }
@@ -144,7 +157,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	reg := cfg.Metrics
-	if reg == nil {
+	switch {
+	case cfg.NoMetrics:
+		reg = prometheus.NewRegistry() // counted, never served
+	case reg == nil:
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -173,6 +189,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := httpapi.CheckRoutes(runner.Descriptors(), ownRoutes...); err != nil {
 		return nil, err
 	}
+	if err := checkHandlers(cfg.Handlers, runner.Descriptors()); err != nil {
+		return nil, err
+	}
 	var resource *httpapi.ProtectedResource
 	if issuers := idem.AuthorizationServersOf(cfg.Auth); len(issuers) > 0 {
 		if resource, err = httpapi.NewProtectedResource(httpapi.ProtectedResourceConfig{
@@ -184,28 +203,32 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, runner: runner, resource: resource}
 	s.http = httpapi.Config{
 		Runner: runner, Store: mx.Store(cfg.Store), Auth: cfg.Auth, Logger: log, Version: cfg.Version,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Routes: cfg.Routes,
-		OpenAPI: cfg.OpenAPI, NoDirectCLIOperations: cfg.NoDirectCLIOperations, BasePath: cfg.BasePath,
+		Routes: cfg.Routes, OpenAPI: cfg.OpenAPI, NoDirectCLIOperations: cfg.NoDirectCLIOperations, BasePath: cfg.BasePath,
 		ProtectedResource: resource, Readiness: cfg.Readiness,
 	}
+	if !cfg.NoMetrics {
+		s.http.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	}
 	s.api.Store(httpapi.NewHandler(s.http))
-	backend := mcpserver.RunnerBackend{Runner: runner}
-	mcpSrv, err := mcpserver.New(ctx, backend, mcpserver.Options{Version: cfg.Version, Forward: cfg.MCPForward, ReadLog: log})
-	if err != nil {
-		return nil, err
-	}
-	published, err := mcpserver.PublishedOf(ctx, backend)
-	if err != nil {
-		return nil, err
-	}
-	s.tools = tools{srv: mcpSrv, backend: backend, published: published}
-	s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{
-		AllowedOrigins: cfg.AllowedOrigins,
-		Challenge:      func(r *http.Request) string { return resource.Challenge(r, mcpPath) },
-	})
 	mux := http.NewServeMux()
-	mux.Handle(mcpPath, s.mcp)
-	mux.Handle(mcpPath+"/", s.mcp)
+	if !cfg.NoMCP {
+		backend := mcpserver.RunnerBackend{Runner: runner}
+		mcpSrv, err := mcpserver.New(ctx, backend, mcpserver.Options{Version: cfg.Version, Forward: cfg.MCPForward, ReadLog: log})
+		if err != nil {
+			return nil, err
+		}
+		published, err := mcpserver.PublishedOf(ctx, backend)
+		if err != nil {
+			return nil, err
+		}
+		s.tools = tools{srv: mcpSrv, backend: backend, published: published}
+		s.mcp = mcpserver.Handler(mcpSrv, cfg.Auth, mcpserver.HTTPOptions{
+			AllowedOrigins: cfg.AllowedOrigins,
+			Challenge:      func(r *http.Request) string { return resource.Challenge(r, mcpPath) },
+		})
+		mux.Handle(mcpPath, s.mcp)
+		mux.Handle(mcpPath+"/", s.mcp)
+	}
 	if resource != nil {
 		// Only with an authorization server to name: a tokens file's
 		// tokens come from none, so there is nothing to discover.
@@ -218,6 +241,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		mux.Handle(strings.TrimSuffix(webui.Prefix, "/"), console) // its redirect carries the base path
 	}
 	mux.Handle("/", &s.api)
+	for pattern, h := range cfg.Handlers {
+		mux.Handle(pattern, h) // checkHandlers made sure it takes none of idem's paths
+	}
 	s.handler = mux
 	if base := strings.TrimRight(cfg.BasePath, "/"); base != "" {
 		s.handler = cleanUnder(base, mux)
@@ -300,9 +326,58 @@ func (s *Server) Start(ctx context.Context) error { return s.runner.Start(ctx) }
 // that serves Handler first (http.Server.Shutdown), so that no call is
 // still arriving.
 func (s *Server) Stop(ctx context.Context) error {
-	s.mcp.Drain()
+	s.drainMCP()
 	return s.runner.Stop(ctx)
 }
+
+// drainMCP ends MCP's event streams, when MCP is served.
+func (s *Server) drainMCP() {
+	if s.mcp != nil {
+		s.mcp.Drain()
+	}
+}
+
+// checkHandlers refuses a pattern of Config.Handlers that ServeMux
+// refuses, or that would take a request meant for one of idem's routes or
+// an operation's (each tried with every method, its wildcards filled).
+func checkHandlers(handlers map[string]http.Handler, descs []idem.Descriptor) (err error) {
+	if len(handlers) == 0 {
+		return nil
+	}
+	probe := http.NewServeMux()
+	var current string
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("server: Config.Handlers: pattern %q: %v", current, v)
+		}
+	}()
+	for pattern, h := range handlers {
+		current = pattern
+		probe.Handle(pattern, h)
+	}
+	type route struct{ path, what string }
+	var routes []route
+	for _, p := range append(append([]string(nil), ownRoutes...), httpapi.SystemPaths()...) {
+		routes = append(routes, route{p, "idem's own route " + p})
+	}
+	for _, d := range descs {
+		p, _ := idem.MuxPattern(d.Path)
+		routes = append(routes, route{p, fmt.Sprintf("operation %s (%s %s)", d.Name, d.Method, d.Path)})
+	}
+	for _, r := range routes {
+		concrete := wildcard.ReplaceAllString(r.path, "x")
+		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
+			req := &http.Request{Method: m, URL: &url.URL{Path: concrete}, Host: "localhost"}
+			if _, pattern := probe.Handler(req); pattern != "" {
+				return fmt.Errorf("server: Config.Handlers: pattern %q takes %s %s, which is %s; serve it under another path", pattern, m, concrete, r.what)
+			}
+		}
+	}
+	return nil
+}
+
+// wildcard is a ServeMux wildcard segment ({id}, {rest...}).
+var wildcard = regexp.MustCompile(`\{[^}]*\}`)
 
 // ShutdownBound is the longest any execution may run: the largest lease
 // of the operations served, without grace, and at least 5 s. A graceful
@@ -334,6 +409,9 @@ func (s *Server) Reload(ctx context.Context, ops []idem.Operation, openapi []byt
 	cfg.OpenAPI = openapi
 	s.routes.set(reg.Descriptors())
 	s.api.Store(httpapi.NewHandler(cfg))
+	if s.tools.srv == nil { // NoMCP
+		return nil
+	}
 	published, err := mcpserver.Update(ctx, s.tools.srv, s.tools.backend, s.tools.published)
 	s.tools.published = published
 	return err

@@ -25,39 +25,44 @@ const createMigrationsTable = `CREATE TABLE IF NOT EXISTS idem_schema_migrations
 // running it twice, or from several processes at once, is harmless. Open
 // calls it.
 func Migrate(ctx context.Context, db *sql.DB) error {
-	return applyMigrations(ctx, db, idem.SystemClock{})
+	_, err := applyMigrations(ctx, db, idem.SystemClock{})
+	return err
 }
 
-func applyMigrations(ctx context.Context, db *sql.DB, clock idem.Clock) error {
+// applyMigrations is Migrate, returning the migrations it applied
+// ("001_name"), none when the schema was up to date.
+func applyMigrations(ctx context.Context, db *sql.DB, clock idem.Clock) ([]string, error) {
 	all, err := migrate.Load(migrationFiles, "migrations")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := immediate(ctx, db, func(conn *sql.Conn) error {
 		_, err := conn.ExecContext(ctx, createMigrationsTable)
 		return err
 	}); err != nil {
-		return fmt.Errorf("sqlitestore: migrate: create idem_schema_migrations: %w", err)
+		return nil, fmt.Errorf("sqlitestore: migrate: create idem_schema_migrations: %w", err)
 	}
 	applied := map[int]bool{}
 	rows, err := db.QueryContext(ctx, `SELECT version FROM idem_schema_migrations`)
 	if err != nil {
-		return fmt.Errorf("sqlitestore: migrate: %w", err)
+		return nil, fmt.Errorf("sqlitestore: migrate: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var v int
 		if err := rows.Scan(&v); err != nil {
-			return fmt.Errorf("sqlitestore: migrate: %w", err)
+			return nil, fmt.Errorf("sqlitestore: migrate: %w", err)
 		}
 		applied[v] = true
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sqlitestore: migrate: %w", err)
+		return nil, fmt.Errorf("sqlitestore: migrate: %w", err)
 	}
 	rows.Close()
 
+	var ran []string
 	for _, m := range migrate.Pending(all, applied) {
+		this := false
 		err := immediate(ctx, db, func(conn *sql.Conn) error {
 			var done bool
 			err := conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM idem_schema_migrations WHERE version = ?)`, m.Version).Scan(&done)
@@ -69,13 +74,17 @@ func applyMigrations(ctx context.Context, db *sql.DB, clock idem.Clock) error {
 			}
 			_, err = conn.ExecContext(ctx, `INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 				m.Version, m.Name, micros(clock.Now()))
+			this = err == nil
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("sqlitestore: migrate %03d_%s: %w", m.Version, m.Name, err)
+			return ran, fmt.Errorf("sqlitestore: migrate %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if this {
+			ran = append(ran, fmt.Sprintf("%03d_%s", m.Version, m.Name))
 		}
 	}
-	return nil
+	return ran, nil
 }
 
 // immediate runs fn on one connection of db inside BEGIN IMMEDIATE, whatever

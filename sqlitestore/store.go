@@ -50,6 +50,7 @@ type Store struct {
 	busy   busyKeys // keys of transactional executions in the writer
 	// Prepared statements of each pool.
 	wstmts, rstmts *stmtCache
+	migrated       []string // by Open
 }
 
 // maxBatch caps the writes that share one transaction.
@@ -71,6 +72,9 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("sqlitestore: open %s: %s is not a directory", path, dir)
 	}
+	if err := checkWritable(path, dir); err != nil {
+		return nil, err
+	}
 	if err := createFile(path); err != nil {
 		return nil, err
 	}
@@ -79,7 +83,8 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 	if err != nil {
 		return nil, err
 	}
-	if err := applyMigrations(ctx, w, cfg.Clock); err != nil {
+	migrated, err := applyMigrations(ctx, w, cfg.Clock)
+	if err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -88,10 +93,14 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		w.Close()
 		return nil, err
 	}
-	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r)}
+	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r), migrated: migrated}
 	s.writes = groupcommit.NewIsolated(s.runWrite, isolate, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
 	return s, nil
 }
+
+// Migrated names the migrations Open applied ("001_records"), in order;
+// none when the schema was up to date.
+func (s *Store) Migrated() []string { return s.migrated }
 
 // createFile creates the database file, empty and 0600 (SQLite's own
 // default is 0644 less the umask), unless it exists: an existing file keeps

@@ -92,8 +92,8 @@ func (m Main) Run(ctx context.Context, args []string) int {
 	root.SetIn(m.Stdin)
 	root.SetOut(m.Stdout)
 	root.SetErr(m.Stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
-		return m.report(err)
+	if cmd, err := root.ExecuteContextC(ctx); err != nil {
+		return m.report(cmd, err)
 	}
 	return exitOK
 }

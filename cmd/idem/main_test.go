@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/internal/pgtest"
@@ -27,6 +29,31 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// Usage errors point to the failing command's help, and a mistyped
+// subcommand or flag gets a suggestion.
+func TestUsageErrorsSuggest(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"serv"}, []string{"Did you mean this?\n\tserve", "Run 'idem --help' for usage."}},
+		{[]string{"serve", "--adr", "x"}, []string{"unknown flag: --adr; did you mean --addr?", "Run 'idem serve --help' for usage."}},
+		{[]string{"migrate", "--store-connect", "1s"}, []string{"did you mean --store-connect-timeout?", "Run 'idem migrate --help' for usage."}},
+		{[]string{"approvals", "show"}, []string{"Run 'idem approvals show --help' for usage."}},
+		{[]string{"approvals", "lst"}, []string{`unknown command "lst" for "idem approvals"`, "Did you mean this?\n\tlist", "Run 'idem approvals --help' for usage."}},
+	} {
+		code, _, stderr := run(t, nil, tc.args...)
+		if code != exitUsage {
+			t.Errorf("idem %v = exit %d, want 2", tc.args, code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("idem %v: stderr %q lacks %q", tc.args, stderr, w)
+			}
+		}
+	}
+}
+
 func TestUsageErrorsExitTwo(t *testing.T) {
 	for _, args := range [][]string{{"no-such-command"}, {"version", "extra"}, {"migrate", "--no-such-flag"}, {"migrate", "--store", "mysql://x"}} {
 		if code, _, stderr := run(t, nil, args...); code != exitUsage || !strings.Contains(stderr, "Error:") {
@@ -35,13 +62,55 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// idem migrate says which migrations it applied, then that the schema is
+// up to date.
 func TestMigrateSQLiteTwice(t *testing.T) {
 	url := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-	for i := range 2 {
+	for i, want := range []string{"applied 001_init, 002_", "schema up to date"} {
 		code, out, stderr := run(t, nil, "migrate", "--store", url)
-		if code != 0 || !strings.Contains(out, "schema up to date") {
-			t.Fatalf("run %d: idem migrate = exit %d, out %q, err %q", i+1, code, out, stderr)
+		if code != 0 || !strings.HasPrefix(out, want) {
+			t.Fatalf("run %d: idem migrate = exit %d, out %q, err %q; want %q", i+1, code, out, stderr, want)
 		}
+	}
+}
+
+// sqlite://PATH, a likely slip, is a usage error that suggests sqlite:PATH
+// and shows no driver connection string.
+func TestMigrateSQLiteSlashes(t *testing.T) {
+	code, out, stderr := run(t, nil, "migrate", "--store", "sqlite://h37-never.db")
+	if code != exitUsage || !strings.Contains(stderr, "--store sqlite:h37-never.db") || strings.Contains(stderr, "file:") || strings.Contains(stderr, "_pragma") {
+		t.Fatalf("idem migrate --store sqlite://… = exit %d, out %q, err %q; want exit 2 suggesting sqlite:h37-never.db", code, out, stderr)
+	}
+}
+
+// A PostgreSQL store that accepts the connection and never answers fails
+// within --store-connect-timeout, naming the host and port.
+func TestMigrateSilentPostgres(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	addr := ln.Addr().String()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	m := Main{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }}
+	code := m.Run(ctx, []string{"migrate", "--store", "postgres://idem@" + addr + "/app?sslmode=disable", "--store-connect-timeout", "100ms"})
+	if ctx.Err() != nil {
+		t.Fatalf("idem migrate waited for the test's deadline: exit %d, err %q", code, errOut.String())
+	}
+	if code != exitError || !strings.Contains(errOut.String(), "no answer from PostgreSQL at "+addr) {
+		t.Fatalf("idem migrate against a silent server = exit %d, err %q; want exit 1 naming %s", code, errOut.String(), addr)
 	}
 }
 
@@ -55,10 +124,10 @@ func TestMigrateFromEnvironment(t *testing.T) {
 
 func TestMigratePostgresTwice(t *testing.T) {
 	url := pgtest.NewDatabase(t)
-	for i := range 2 {
+	for i, want := range []string{"applied 001_", "schema up to date"} {
 		code, out, stderr := run(t, nil, "migrate", "--store", url)
-		if code != 0 || !strings.Contains(out, "schema up to date") {
-			t.Fatalf("run %d: idem migrate = exit %d, out %q, err %q", i+1, code, out, stderr)
+		if code != 0 || !strings.HasPrefix(out, want) {
+			t.Fatalf("run %d: idem migrate = exit %d, out %q, err %q; want %q", i+1, code, out, stderr, want)
 		}
 	}
 }

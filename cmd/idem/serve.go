@@ -27,6 +27,7 @@ import (
 type serveOptions struct {
 	addr           string
 	store          string
+	storeTimeout   time.Duration
 	secretKeyFile  string
 	tokensFile     string
 	retention      time.Duration
@@ -78,6 +79,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", "", "address to listen on (env IDEM_ADDR; default 127.0.0.1:8080)")
 	f.StringVar(&o.store, "store", "", "store URL: sqlite:PATH or postgres://… (env IDEM_STORE; default "+defaultStore+")")
+	f.DurationVar(&o.storeTimeout, "store-connect-timeout", defaultStoreTimeout, storeTimeoutHelp)
 	f.StringVar(&o.secretKeyFile, "secret-key-file", "", "key file sealing one-time secret results, created 0600 if absent (env IDEM_SECRET_KEY_FILE; default idem.key)")
 	f.StringVar(&o.tokensFile, "tokens-file", "", "file of hashed bearer tokens, one per line: sha256:HEX ORG PRINCIPAL KIND [ROLES] (env IDEM_TOKENS_FILE)")
 	f.DurationVar(&o.retention, "retention", 24*time.Hour, "how long attempt records are kept; must exceed the longest lease of any operation plus 1 s")
@@ -138,6 +140,9 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if o.admissionWait < 0 {
 		return usagef("--admission-wait must be 0 or more, got %s", o.admissionWait)
 	}
+	if o.storeTimeout < 0 {
+		return usagef("--store-connect-timeout must be 0 (no bound) or more, got %s", o.storeTimeout)
+	}
 	for name, d := range map[string]time.Duration{"--retention": o.retention, "--secret-window": o.secretWindow, "--lease-grace": o.leaseGrace, "--approval-expiry": o.approvalExpiry, "--sweep-interval": o.sweepInterval} {
 		if d <= 0 {
 			return usagef("%s must be positive, got %s", name, d)
@@ -160,16 +165,21 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
-	opened, err := openStore(ctx, o.store, idem.StoreConfig{}, logger)
+	// Every check that needs no store comes first, so that a refusal
+	// leaves nothing behind: no store file, no key file.
+	tokens, err := m.tokens(o.tokensFile)
+	if err != nil {
+		return err
+	}
+	if err := secretbox.CheckKeyFile(o.secretKeyFile); err != nil {
+		return fmt.Errorf("--secret-key-file: %w", err)
+	}
+	opened, err := openStore(ctx, o.store, idem.StoreConfig{ConnectTimeout: o.storeTimeout}, logger)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redact(o.store), err)
 	}
 	defer opened.Close()
 	box, err := secretbox.LoadOrCreateKeyFile(o.secretKeyFile)
-	if err != nil {
-		return err
-	}
-	tokens, err := m.tokens(o.tokensFile)
 	if err != nil {
 		return err
 	}
@@ -200,6 +210,11 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
+	if len(app.operations) == 0 && !app.proxied {
+		logger.Warn("serving no operations: idem serve declares none of its own; " +
+			"run idem serve --demo for the reference application, declare yours in Go and serve them from your service (docs/embedding.md), " +
+			"or put idem in front of an HTTP API with idem proxy (docs/proxy.md) or of an MCP server with idem gateway (docs/gateway.md)")
+	}
 	if pipeline.CheckRetention(registry, o.retention, o.leaseGrace, pipeline.DefaultLeaseMargin) != nil {
 		name, lease := registry.LongestLease(o.leaseGrace)
 		return usagef("--retention %s must exceed the longest lease of any operation plus the lease margin of %s: operation %s holds its lease for %s with --lease-grace %s; raise --retention above %s (or lower --lease-grace)",
@@ -228,7 +243,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 			ReplayCacheBytes: replayCacheBytes(o.replayCacheMB),
 			DecodeBudget:     int64(unbounded(o.decodeBudgetMB)) << 20, MaxExecutions: unbounded(o.maxExecutions),
 			AdmissionWait: admissionWait(o.admissionWait), SweepInterval: o.sweepInterval, AuditRetention: o.auditRetention,
-			ReplayLogRate: replayLogRate(o.logReplays), TracerProvider: tracerProvider,
+			ReplayLogRate: o.logReplays, TracerProvider: tracerProvider,
 		},
 		AllowedOrigins: origins, PublicURL: o.publicURL, Routes: app.routes, OpenAPI: app.openapi, NoDirectCLIOperations: app.proxied,
 		MCPForward: app.mcpForward,
@@ -258,15 +273,6 @@ func (o serveOptions) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, usagef("--log-replays must be between 0 and 1, got %g", o.logReplays)
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), nil
-}
-
-// replayLogRate maps --log-replays to pipeline.Config.ReplayLogRate (0: none,
-// which the config spells negative).
-func replayLogRate(share float64) float64 {
-	if share == 0 {
-		return -1
-	}
-	return share
 }
 
 // allowedOrigins parses --allowed-origins.

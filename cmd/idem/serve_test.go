@@ -81,3 +81,36 @@ func TestServeWarnsWhenNoCallerCanAuthenticate(t *testing.T) {
 		t.Fatalf("warning with a tokens file:\n%s", out)
 	}
 }
+
+// A key file that cannot be created is refused before the store file is
+// created and migrated: a refused start-up leaves nothing behind.
+func TestServeChecksKeyFileBeforeStore(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "idem.db")
+	code, _, stderr := run(t, nil, "serve", "--addr", "127.0.0.1:0", "--store", "sqlite:"+db,
+		"--secret-key-file", filepath.Join(dir, "no-such-dir", "idem.key"))
+	if code == 0 || !strings.Contains(stderr, "--secret-key-file") || !strings.Contains(stderr, filepath.Join(dir, "no-such-dir", "idem.key")) {
+		t.Fatalf("idem serve with an uncreatable key file = exit %d, stderr %q; want a refusal naming the key file", code, stderr)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 0 {
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("refused start-up left %v in %s", names, dir)
+	}
+}
+
+// Plain idem serve says it serves no operations and where they come from;
+// --demo does not.
+func TestServeSaysWhereOperationsComeFrom(t *testing.T) {
+	out := serveUntilListening(t)
+	for _, want := range []string{"serving no operations", "--demo", "docs/embedding.md", "idem proxy", "idem gateway"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("idem serve's start-up lacks %q:\n%s", want, out)
+		}
+	}
+	if out := serveUntilListening(t, "--demo"); strings.Contains(out, "serving no operations") {
+		t.Errorf("idem serve --demo says it serves no operations:\n%s", out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/server"
@@ -13,10 +14,17 @@ import (
 // names one.
 const defaultStore = "sqlite:idem.db"
 
+// defaultStoreTimeout is --store-connect-timeout's default.
+const defaultStoreTimeout = 10 * time.Second
+
+const storeTimeoutHelp = "how long a new connection to a PostgreSQL store may take, from the dial to the server's first answer (0: no bound; a connect_timeout in the URL wins)"
+
 // openStore opens the store a URL names (server.OpenStore); a URL of
 // neither form is a usage error.
 func openStore(ctx context.Context, url string, cfg idem.StoreConfig, log *slog.Logger) (idem.Store, error) {
 	switch {
+	case strings.HasPrefix(url, "sqlite://"):
+		return nil, usagef("--store %q: a SQLite store is sqlite:PATH, without slashes: --store sqlite:%s", url, strings.TrimPrefix(url, "sqlite://"))
 	case url == "sqlite:":
 		return nil, usagef("--store sqlite:PATH needs a path, e.g. sqlite:idem.db")
 	case strings.HasPrefix(url, "sqlite:"), strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
