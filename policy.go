@@ -27,10 +27,28 @@ func (e Effect) rank() int {
 	return 2 // deny, and anything unknown fails closed
 }
 
-// Decision is what a policy decided and why.
+// Outranks reports whether e beats other (deny > require_approval > allow).
+func (e Effect) Outranks(other Effect) bool { return e.rank() > other.rank() }
+
+// PolicyDecision is what a policy decided and why.
 type PolicyDecision struct {
 	Effect Effect
 	Reason string
+	// Rule names the configured rule (SPEC §8.1) that decided; empty for a
+	// Go-coded policy. Answers carry it in details.rule, approvals in rule.
+	Rule string
+	// ApproverRole is the role that may decide the approval a
+	// require_approval asks for; empty: RoleApprover.
+	ApproverRole string
+	// Rules, when not nil, are the decisions of the configured rules that
+	// applied, recorded (audit, span, log) in place of the policy's own.
+	Rules []RuleDecision
+}
+
+// RuleDecision is one configured rule's outcome on a call.
+type RuleDecision struct {
+	Rule   string
+	Effect Effect
 }
 
 // PolicyInput is what a policy sees of a call.
@@ -64,16 +82,27 @@ func PolicyFor[In any](name string, evaluate func(ctx context.Context, p Princip
 }
 
 // EvaluatePolicies runs every policy and combines them by precedence; the
-// returned reason is the strongest policy's. A failure is POLICY_FAILED.
+// returned decision is the first strongest policy's. A failure is
+// POLICY_FAILED (a policy's own POLICY_FAILED error is returned as it is:
+// a configured rule names itself in it). The record is "name=effect" for
+// each policy, or for each of a policy's Rules.
 func EvaluatePolicies(ctx context.Context, policies []Policy, in PolicyInput) (PolicyDecision, []string, error) {
 	final := PolicyDecision{Effect: Allow}
 	var record []string
 	for _, p := range policies {
 		d, err := evaluateOne(ctx, p, in)
+		if e, ok := err.(*Error); ok && e.Code == CodePolicyFailed {
+			return PolicyDecision{}, record, e
+		}
 		if err != nil {
 			return PolicyDecision{}, record, Errorf(CodePolicyFailed, "policy %s could not be evaluated, so the call was refused: %v", p.Name, err)
 		}
-		record = append(record, p.Name+"="+string(d.Effect))
+		if d.Rules == nil {
+			record = append(record, p.Name+"="+string(d.Effect))
+		}
+		for _, r := range d.Rules {
+			record = append(record, r.Rule+"="+string(r.Effect))
+		}
 		if d.Effect.rank() > final.Effect.rank() {
 			final = d
 		}

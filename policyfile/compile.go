@@ -1,0 +1,326 @@
+package policyfile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/common/types"
+
+	"github.com/idem-run/idem"
+)
+
+// MaxCost bounds a rule: CEL's estimate of its worst case, with every
+// string of the arguments MaxArgBytes long and every list MaxArgBytes/2
+// items long, must not exceed it (or the file is refused), and a run is
+// stopped past it (POLICY_FAILED). A rule's cost cannot grow with the
+// input beyond it: a few passes over the largest list fit, a loop in a
+// loop does not.
+const MaxCost = 10_000_000
+
+// MaxArgBytes is the size the cost estimate assumes for every string and
+// list it cannot bound otherwise: the largest request body (1 MiB).
+const MaxArgBytes = 1 << 20
+
+// Options are what a catalog does not say about its operations.
+type Options struct {
+	// Upstream names an operation's upstream (operation.upstream in CEL);
+	// nil: "".
+	Upstream func(operation string) string
+}
+
+// Set is a compiled file: its rules, ready to run on the operations they
+// were compiled for, and its limits.
+type Set struct {
+	rules  []*rule
+	ops    map[string]*opRules
+	limits []*limit
+}
+
+type rule struct {
+	Rule
+	sel selector
+}
+
+// opRules are the rules that apply to one operation, in file order.
+type opRules struct {
+	args   *shape
+	op     map[string]any
+	checks []check
+	typed  bool // some check reads args
+}
+
+type check struct {
+	rule *rule
+	prg  cel.Program // nil: no condition
+}
+
+// Compile checks f against the operations of a catalog and compiles it.
+// Every error names its rule (or limit) and, for a condition, the
+// operation and CEL's message.
+func Compile(f File, ops []idem.Descriptor, opt Options) (*Set, error) {
+	s := &Set{ops: map[string]*opRules{}}
+	known := make(map[string]bool, len(ops))
+	for _, d := range ops {
+		known[d.Name] = true
+	}
+	var errs []error
+	names := map[string]bool{}
+	for i, r := range f.Policies {
+		if err := checkRule(r, known); err != nil {
+			errs = append(errs, fmt.Errorf("policies[%d] %q: %w", i, r.Name, err))
+			continue
+		}
+		if names[r.Name] {
+			errs = append(errs, fmt.Errorf("policies[%d] %q: the name is used twice", i, r.Name))
+			continue
+		}
+		names[r.Name] = true
+		s.rules = append(s.rules, &rule{Rule: r, sel: selector{r.Operations, r.SideEffects}})
+	}
+	for i, l := range f.Limits {
+		lim, err := newLimit(l, known)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("limits[%d] %q: %w", i, l.Name, err))
+			continue
+		}
+		if names["limit:"+l.Name] {
+			errs = append(errs, fmt.Errorf("limits[%d] %q: the name is used twice", i, l.Name))
+			continue
+		}
+		names["limit:"+l.Name] = true
+		s.limits = append(s.limits, lim)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	// Every condition compiles on its own, so that a rule that matches no
+	// operation yet is still checked.
+	for _, r := range s.rules {
+		if r.When == "" {
+			continue
+		}
+		env, err := newEnv(&shape{typ: cel.MapType(cel.StringType, cel.DynType), kind: "map"}, nil)
+		if err == nil {
+			_, err = compileWhen(env, r.When)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policy %q: %w", r.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	for _, d := range ops {
+		or, err := s.compileFor(d, opt)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if or != nil {
+			s.ops[d.Name] = or
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+func checkRule(r Rule, known map[string]bool) error {
+	if r.Name == "" {
+		return errors.New("name is required")
+	}
+	switch r.Outcome {
+	case idem.Deny, idem.Allow:
+		if r.ApproverRole != "" {
+			return errors.New("approverRole is only for outcome require_approval")
+		}
+	case idem.RequireApproval:
+	default:
+		return fmt.Errorf("outcome %q is not one of deny, require_approval, allow", r.Outcome)
+	}
+	return selector{r.Operations, r.SideEffects}.check(known)
+}
+
+// compileFor compiles the rules that apply to d, with args typed by its
+// input schema; nil when none applies.
+func (s *Set) compileFor(d idem.Descriptor, opt Options) (*opRules, error) {
+	var or *opRules
+	var env *cel.Env
+	for _, r := range s.rules {
+		if !r.sel.matches(d.Metadata) {
+			continue
+		}
+		if or == nil {
+			upstream := ""
+			if opt.Upstream != nil {
+				upstream = opt.Upstream(d.Name)
+			}
+			or = &opRules{op: map[string]any{"name": d.Name, "sideEffect": string(d.SideEffect), "retryKind": string(d.Retry.Kind), "upstream": upstream}}
+		}
+		c := check{rule: r}
+		if r.When != "" {
+			if env == nil {
+				objects := map[string]*shape{}
+				or.args = shapeOf(d.InputSchema, "idem.args."+typeSegment(strings.ReplaceAll(d.Name, ".", "_")), objects)
+				var err error
+				if env, err = newEnv(or.args, objects); err != nil {
+					return nil, fmt.Errorf("operation %s: %w", d.Name, err)
+				}
+			}
+			prg, err := compileWhen(env, r.When)
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: operation %s: %w", r.Name, d.Name, err)
+			}
+			c.prg = prg
+			or.typed = true
+		}
+		or.checks = append(or.checks, c)
+	}
+	return or, nil
+}
+
+// newEnv is the CEL environment of one operation: principal, operation and
+// args (of type args).
+func newEnv(args *shape, objects map[string]*shape) (*cel.Env, error) {
+	all := map[string]*shape{principalShape.name: principalShape, operationShape.name: operationShape}
+	for n, o := range objects {
+		all[n] = o
+	}
+	return cel.NewEnv(
+		cel.CustomTypeProvider(&provider{Registry: types.NewEmptyRegistry(), objects: all}),
+		cel.CrossTypeNumericComparisons(true),
+		cel.Variable("principal", principalShape.typ),
+		cel.Variable("operation", operationShape.typ),
+		cel.Variable("args", args.typ),
+	)
+}
+
+// compileWhen parses, type-checks (to bool) and bounds one condition.
+func compileWhen(env *cel.Env, when string) (cel.Program, error) {
+	ast, iss := env.Compile(when)
+	if iss.Err() != nil {
+		return nil, errors.New(strings.TrimSpace(iss.Err().Error()))
+	}
+	if !ast.OutputType().IsExactType(cel.BoolType) {
+		return nil, fmt.Errorf("when must be a bool, not %s", ast.OutputType())
+	}
+	est, err := env.EstimateCost(ast, sizes{})
+	if err != nil {
+		return nil, fmt.Errorf("its cost cannot be estimated: %v", err)
+	}
+	if est.Max > MaxCost {
+		return nil, fmt.Errorf("its estimated cost (up to %d) exceeds the limit of %d with arguments up to %d bytes: bound the loops, or test sizes first", est.Max, MaxCost, MaxArgBytes)
+	}
+	return env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100))
+}
+
+// sizes tells CEL's estimator how large a call's values can be: a string
+// of the arguments up to MaxArgBytes, a list or map up to MaxArgBytes/2
+// items; the principal's and the operation's up to maxNameBytes.
+type sizes struct{}
+
+// maxNameBytes bounds a principal's or an operation's string, and the
+// principal's roles.
+const maxNameBytes = 256
+
+func (sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
+	p := n.Path()
+	if len(p) == 0 {
+		return nil
+	}
+	if p[0] != "args" {
+		return &cost.SizeEstimate{Min: 0, Max: maxNameBytes}
+	}
+	if k := n.Type().Kind(); k == types.StringKind || k == types.BytesKind {
+		return &cost.SizeEstimate{Min: 0, Max: MaxArgBytes}
+	}
+	return &cost.SizeEstimate{Min: 0, Max: MaxArgBytes / 2}
+}
+
+func (sizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
+	return nil
+}
+
+// Policy returns the rules as one idem.Policy: it applies the rules that
+// match the call's operation in file order and decides for the strongest
+// outcome (deny > require_approval > allow; the first such rule's reason).
+// A condition that fails at run time fails the call closed, naming its
+// rule (POLICY_FAILED).
+func (s *Set) Policy() idem.Policy {
+	return idem.Policy{Name: "policies", Evaluate: s.decide}
+}
+
+func (s *Set) decide(ctx context.Context, in idem.PolicyInput) (idem.PolicyDecision, error) {
+	d := idem.PolicyDecision{Effect: idem.Allow, Rules: []idem.RuleDecision{}}
+	or := s.ops[in.Operation.Name]
+	if or == nil {
+		for _, r := range s.rules {
+			if r.sel.matches(in.Operation) {
+				return d, idem.Errorf(idem.CodePolicyFailed, "rule %s applies to operation %s, which the policies were not compiled for: reload the policies", r.Name, in.Operation.Name).WithDetail("rule", r.Name)
+			}
+		}
+		return d, nil
+	}
+	var act map[string]any
+	for _, c := range or.checks {
+		if c.prg != nil {
+			if act == nil {
+				args, err := decodeArgs(in.RawInput, or.args)
+				if err != nil {
+					return d, idem.Errorf(idem.CodePolicyFailed, "rule %s could not read the arguments, so the call was refused: %v", c.rule.Name, err).WithDetail("rule", c.rule.Name)
+				}
+				act = map[string]any{"principal": principalValue(in.Principal), "operation": or.op, "args": args}
+			}
+			out, _, err := c.prg.ContextEval(ctx, act)
+			if err != nil {
+				return d, idem.Errorf(idem.CodePolicyFailed, "rule %s could not be evaluated, so the call was refused: %v", c.rule.Name, err).WithDetail("rule", c.rule.Name)
+			}
+			if out != types.True {
+				continue
+			}
+		}
+		d.Rules = append(d.Rules, idem.RuleDecision{Rule: c.rule.Name, Effect: c.rule.Outcome})
+		if c.rule.Outcome.Outranks(d.Effect) || d.Rule == "" && c.rule.Outcome == d.Effect {
+			d.Effect, d.Rule, d.Reason, d.ApproverRole = c.rule.Outcome, c.rule.Name, c.rule.reason(), c.rule.ApproverRole
+		}
+	}
+	return d, nil
+}
+
+// reason is the rule's reason, or one naming it.
+func (r *rule) reason() string {
+	if r.Reason != "" {
+		return r.Reason
+	}
+	return "rule " + r.Name + " decided " + string(r.Outcome)
+}
+
+func decodeArgs(raw json.RawMessage, s *shape) (any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, errors.New("the input is not a JSON object")
+	}
+	return s.value(v), nil
+}
+
+func principalValue(p idem.Principal) map[string]any {
+	roles := p.Roles
+	if roles == nil {
+		roles = []string{}
+	}
+	return map[string]any{"org": p.Org, "id": p.ID, "kind": string(p.Kind), "roles": roles}
+}
