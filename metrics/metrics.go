@@ -33,6 +33,7 @@ const (
 	NameRuntimeRetries   = "idem_runtime_retries_total"
 	NameExecutionSeconds = "idem_execution_duration_seconds"
 	NameStoreSeconds     = "idem_store_duration_seconds"
+	NameRateLimited      = "idem_rate_limited_total"
 )
 
 // Values of the outcome label of idem_executions_total.
@@ -56,6 +57,7 @@ type Metrics struct {
 	retries       *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	storeDuration *prometheus.HistogramVec
+	rateLimited   *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg
@@ -95,7 +97,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: storeBuckets,
 		}, []string{"method", "result"}),
 	}
-	reg.MustRegister(m.executions, m.replays, m.inFlight, m.indeterminate, m.retries, m.duration, m.storeDuration)
+	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameRateLimited,
+		Help: "Calls refused by a configured rate limit (SPEC §8.1), by operation and limit.",
+	}, []string{"operation", "limit"})
+	reg.MustRegister(m.executions, m.replays, m.inFlight, m.indeterminate, m.retries, m.duration, m.storeDuration, m.rateLimited)
 	return m
 }
 
@@ -117,6 +123,9 @@ func (m *Metrics) Observe(r pipeline.Report) {
 	}
 	if r.Code == idem.CodeIdempotencyKeyInFlight {
 		inFlight.Inc()
+	}
+	if r.Limit != "" {
+		m.rateLimited.WithLabelValues(op, r.Limit).Inc()
 	}
 	if isIndeterminate(r) {
 		indeterminate.Inc()

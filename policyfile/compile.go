@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/cost"
@@ -291,6 +292,15 @@ func (s *Set) decide(ctx context.Context, in idem.PolicyInput) (idem.PolicyDecis
 		}
 	}
 	return d, nil
+}
+
+// Limit takes a token for a call from every limit that applies
+// (pipeline.Rules): nil, or 429 RATE_LIMITED naming the limit.
+func (s *Set) Limit(p idem.Principal, m idem.Metadata, now time.Time) *idem.Error {
+	if l := s.Take(p, m, now); l != nil {
+		return l.Error()
+	}
+	return nil
 }
 
 // reason is the rule's reason, or one naming it.
