@@ -40,11 +40,32 @@ type Set struct {
 	rules  []*rule
 	ops    map[string]*opRules
 	limits []*limit
+	// skipped are the operations a glob or a side effect matches that a
+	// rule's condition cannot read (a field their input lacks); applied
+	// counts those its condition compiled for.
+	skipped map[*rule][]skip
+	applied map[*rule]int
 }
 
 type rule struct {
 	Rule
 	sel selector
+}
+
+// names reports whether the rule names op without a glob.
+func (r *rule) names(op string) bool {
+	for _, p := range r.Operations {
+		if p == op {
+			return true
+		}
+	}
+	return false
+}
+
+// skip is an operation a rule does not apply to, and why.
+type skip struct {
+	op  string
+	err error
 }
 
 // opRules are the rules that apply to one operation, in file order.
@@ -64,7 +85,7 @@ type check struct {
 // Every error names its rule (or limit) and, for a condition, the
 // operation and CEL's message.
 func Compile(f File, ops []idem.Descriptor, opt Options) (*Set, error) {
-	s := &Set{ops: map[string]*opRules{}}
+	s := &Set{ops: map[string]*opRules{}, skipped: map[*rule][]skip{}, applied: map[*rule]int{}}
 	known := make(map[string]bool, len(ops))
 	for _, d := range ops {
 		known[d.Name] = true
@@ -126,10 +147,31 @@ func Compile(f File, ops []idem.Descriptor, opt Options) (*Set, error) {
 			s.ops[d.Name] = or
 		}
 	}
+	for _, r := range s.rules {
+		if sk := s.skipped[r]; len(sk) > 0 && s.applied[r] == 0 {
+			errs = append(errs, fmt.Errorf("policy %q: operation %s: %w (and no operation it matches has every field it reads)", r.Name, sk[0].op, sk[0].err))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return s, nil
+}
+
+// Warnings say which operations a rule matches but does not apply to,
+// because their input lacks a field its condition reads.
+func (s *Set) Warnings() []string {
+	var out []string
+	for _, r := range s.rules {
+		if sk := s.skipped[r]; len(sk) > 0 {
+			ops := make([]string, len(sk))
+			for i, k := range sk {
+				ops[i] = k.op
+			}
+			out = append(out, fmt.Sprintf("policy %q does not apply to %s: their input lacks a field its condition reads", r.Name, strings.Join(ops, ", ")))
+		}
+	}
+	return out
 }
 
 func checkRule(r Rule, known map[string]bool) error {
@@ -175,9 +217,17 @@ func (s *Set) compileFor(d idem.Descriptor, opt Options) (*opRules, error) {
 				}
 			}
 			prg, err := compileWhen(env, r.When)
+			if err != nil && !r.names(d.Name) && strings.Contains(err.Error(), "undefined field") {
+				// Matched by a glob or a side effect only: the rule does
+				// not apply to an operation whose input lacks a field it
+				// reads (Compile refuses it if that leaves it none).
+				s.skipped[r] = append(s.skipped[r], skip{d.Name, err})
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("policy %q: operation %s: %w", r.Name, d.Name, err)
 			}
+			s.applied[r]++
 			c.prg = prg
 			or.typed = true
 		}
@@ -247,6 +297,10 @@ func (sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 func (sizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
 	return nil
 }
+
+// Rules and Limits count the set's rules and limits.
+func (s *Set) Rules() int  { return len(s.rules) }
+func (s *Set) Limits() int { return len(s.limits) }
 
 // Policy returns the rules as one idem.Policy: it applies the rules that
 // match the call's operation in file order and decides for the strongest

@@ -48,6 +48,8 @@ func TestCompileRefuses(t *testing.T) {
 			[]string{`"deep"`, "undefined field 'txt'"}},
 		{"unknown principal field", `policies: [{name: who, when: 'principal.team == "x"', outcome: deny}]`,
 			[]string{`"who"`, "undefined field 'team'"}},
+		{"unknown field on every operation a glob matches", `policies: [{name: nowhere, operations: ["fs.*"], sideEffects: [destructive], when: 'args.amount > 1', outcome: deny}]`,
+			[]string{`"nowhere"`, "undefined field 'amount'", "no operation it matches"}},
 		{"not a bool", `policies: [{name: num, operations: ["payments.refund"], when: 'args.amount', outcome: deny}]`,
 			[]string{`"num"`, "must be a bool"}},
 		{"runaway expression", `policies: [{name: runaway, operations: ["fs.write_file"], when: 'args.tags.all(a, args.tags.all(b, args.tags.all(c, a + b + c != args.path)))', outcome: deny}]`,
@@ -305,5 +307,31 @@ func TestLimitsBounded(t *testing.T) {
 	}
 	if refused != 99 { // the overflow bucket lets one of the last 100 through
 		t.Errorf("refused %d of the principals past the bound; want 99", refused)
+	}
+}
+
+// A rule matched by a glob or a side effect does not apply to an
+// operation whose input lacks a field it reads; one that names the
+// operation must compile for it.
+func TestGlobSkipsOperationsWithoutTheField(t *testing.T) {
+	s, err := compile(t, `policies: [{name: paths, sideEffects: [write, destructive], when: 'args.path.startsWith("/etc")', outcome: deny}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Warnings(); len(w) != 1 || !strings.Contains(w[0], `"paths" does not apply to payments.refund`) {
+		t.Errorf("warnings %q", w)
+	}
+	d, _, err := idem.EvaluatePolicies(context.Background(), []idem.Policy{s.Policy()},
+		idem.PolicyInput{Operation: catalog()[0].Metadata, RawInput: json.RawMessage(`{"amount":1}`)})
+	if err != nil || d.Effect != idem.Allow {
+		t.Errorf("refund: %+v, %v; want allow", d, err)
+	}
+	d, _, err = idem.EvaluatePolicies(context.Background(), []idem.Policy{s.Policy()},
+		idem.PolicyInput{Operation: catalog()[1].Metadata, RawInput: json.RawMessage(`{"path":"/etc/passwd"}`)})
+	if err != nil || d.Effect != idem.Deny {
+		t.Errorf("write: %+v, %v; want deny", d, err)
+	}
+	if _, err := compile(t, `policies: [{name: named, operations: ["fs.*", "payments.refund"], when: 'args.path == ""', outcome: deny}]`); err == nil || !strings.Contains(err.Error(), "payments.refund") {
+		t.Errorf("a rule naming an operation without the field compiled: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/policyfile"
 )
 
 var decideButton = regexp.MustCompile(`<button type="submit" name="decision" value="(approve|reject)"`)
@@ -235,5 +236,39 @@ func TestTimelineShowsTheCause(t *testing.T) {
 	want := `<p class="cause">Cause: ALREADY_REFUNDED: &lt;script&gt;alert(1)&lt;/script&gt; was refunded on 2026-11-30</p>`
 	if page.status != 200 || !strings.Contains(page.body, want) || strings.Contains(page.body, "<script>alert") {
 		t.Fatalf("execution page = %d, want it to hold %s: %s", page.status, want, page.body)
+	}
+}
+
+// An approval a configured rule asked for shows the rule, its reason and
+// the arguments in the inbox, and only the rule's approver role decides it.
+func TestInboxShowsConfiguredRule(t *testing.T) {
+	f := newFixture(t)
+	pf, err := policyfile.Parse([]byte(`
+policies:
+  - name: big-refunds
+    operations: ["order.refund"]
+    when: 'args.amount > 1000'
+    outcome: require_approval
+    approverRole: finance
+    reason: "Refunds over 1000 need a person."
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policyfile.Compile(pf, f.runner.Descriptors(), policyfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.runner.SetRules(set)
+	out := f.refund(agent, 2500, "k-rule")
+	id, _ := out["details"].(map[string]any)["approvalId"].(string)
+	a := f.do("GET", "/ui/approvals", nil, f.signin("t-bob"))
+	for _, want := range []string{id, `class="rule"><code>big-refunds</code>`, "Refunds over 1000 need a person.", "&#34;amount&#34;: 2500", "<code>finance</code> role"} {
+		if !strings.Contains(a.body, want) {
+			t.Errorf("inbox lacks %q", want)
+		}
+	}
+	if decideButton.MatchString(a.body) {
+		t.Error("an approver without the finance role sees decide buttons")
 	}
 }

@@ -87,6 +87,7 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 	}
 	app.reload = func(ctx context.Context) (application, error) { return o.declare(ctx, fwd, logger, &warned) }
 	app.reloadEvery = o.reloadEvery
+	app.upstream = func(string) string { return fwd.Upstream.String() }
 	return app, nil
 }
 
