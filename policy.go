@@ -67,6 +67,11 @@ type PolicyInput struct {
 type Policy struct {
 	Name     string
 	Evaluate func(ctx context.Context, in PolicyInput) (PolicyDecision, error)
+	// Bounded says that Evaluate neither blocks nor runs unbounded (the
+	// configured rules: CEL under a cost limit), so it runs on the
+	// caller's goroutine, without the timeout's; a panic still fails the
+	// call closed.
+	Bounded bool
 }
 
 // PolicyFor builds a Policy over an operation's typed input. Calls whose
@@ -111,6 +116,18 @@ func EvaluatePolicies(ctx context.Context, policies []Policy, in PolicyInput) (P
 }
 
 func evaluateOne(ctx context.Context, p Policy, in PolicyInput) (d PolicyDecision, err error) {
+	if p.Bounded {
+		defer func() {
+			if v := recover(); v != nil {
+				d, err = PolicyDecision{}, fmt.Errorf("panic: %v", v)
+			}
+		}()
+		d, err = p.Evaluate(ctx, in)
+		if err == nil && d.Effect != Allow && d.Effect != Deny && d.Effect != RequireApproval {
+			err = fmt.Errorf("unknown effect %q", d.Effect)
+		}
+		return d, err
+	}
 	type result struct {
 		d   PolicyDecision
 		err error

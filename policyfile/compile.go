@@ -11,6 +11,7 @@ import (
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/cost"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/interpreter"
 
 	"github.com/idem-run/idem"
 )
@@ -268,7 +269,7 @@ func compileWhen(env *cel.Env, when string) (cel.Program, error) {
 	if est.Max > MaxCost {
 		return nil, fmt.Errorf("its estimated cost (up to %d) exceeds the limit of %d with arguments up to %d bytes: bound the loops, or test sizes first", est.Max, MaxCost, MaxArgBytes)
 	}
-	return env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100))
+	return env.Program(ast, cel.CostLimit(MaxCost), cel.EvalOptions(cel.OptOptimize))
 }
 
 // sizes tells CEL's estimator how large a call's values can be: a string
@@ -308,7 +309,7 @@ func (s *Set) Limits() int { return len(s.limits) }
 // A condition that fails at run time fails the call closed, naming its
 // rule (POLICY_FAILED).
 func (s *Set) Policy() idem.Policy {
-	return idem.Policy{Name: "policies", Evaluate: s.decide}
+	return idem.Policy{Name: "policies", Evaluate: s.decide, Bounded: true}
 }
 
 func (s *Set) decide(ctx context.Context, in idem.PolicyInput) (idem.PolicyDecision, error) {
@@ -322,7 +323,7 @@ func (s *Set) decide(ctx context.Context, in idem.PolicyInput) (idem.PolicyDecis
 		}
 		return d, nil
 	}
-	var act map[string]any
+	var act interpreter.Activation
 	for _, c := range or.checks {
 		if c.prg != nil {
 			if act == nil {
@@ -330,9 +331,12 @@ func (s *Set) decide(ctx context.Context, in idem.PolicyInput) (idem.PolicyDecis
 				if err != nil {
 					return d, idem.Errorf(idem.CodePolicyFailed, "rule %s could not read the arguments, so the call was refused: %v", c.rule.Name, err).WithDetail("rule", c.rule.Name)
 				}
-				act = map[string]any{"principal": principalValue(in.Principal), "operation": or.op, "args": args}
+				// One activation for every rule of the call.
+				if act, err = interpreter.NewActivation(map[string]any{"principal": principalValue(in.Principal), "operation": or.op, "args": args}); err != nil {
+					return d, idem.Errorf(idem.CodePolicyFailed, "the policies could not read the call: %v", err)
+				}
 			}
-			out, _, err := c.prg.ContextEval(ctx, act)
+			out, _, err := c.prg.Eval(act)
 			if err != nil {
 				return d, idem.Errorf(idem.CodePolicyFailed, "rule %s could not be evaluated, so the call was refused: %v", c.rule.Name, err).WithDetail("rule", c.rule.Name)
 			}
@@ -365,14 +369,14 @@ func (r *rule) reason() string {
 	return "rule " + r.Name + " decided " + string(r.Outcome)
 }
 
+// decodeArgs decodes the call's validated input for CEL. Its numbers are
+// exact as float64: stage 4 refuses integers beyond ±(2^53−1).
 func decodeArgs(raw json.RawMessage, s *shape) (any, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return map[string]any{}, nil
 	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.UseNumber()
 	var v any
-	if err := dec.Decode(&v); err != nil {
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, err
 	}
 	if _, ok := v.(map[string]any); !ok {

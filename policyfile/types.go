@@ -3,6 +3,7 @@ package policyfile
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,25 +135,21 @@ func typeSegment(s string) string {
 	return b.String()
 }
 
-// value converts decoded JSON (numbers as json.Number) to the Go value
-// CEL reads for s.
+// maxExact is the largest integer a float64 holds exactly (2^53).
+const maxExact = 1 << 53
+
+// value converts decoded JSON to the Go value CEL reads for s: a number is
+// an int where s says integer, a double where it says number, and where
+// it says nothing an int when it is integral (so that args.n == 5 holds
+// for 5, 5.0 and 5e0), else a double.
 func (s *shape) value(v any) any {
 	switch x := v.(type) {
-	case json.Number:
-		switch s.kind {
-		case "int":
-			if i, err := x.Int64(); err == nil {
-				return i
-			}
-		case "double":
-			f, _ := x.Float64()
-			return f
+	case float64:
+		integral := x == math.Trunc(x) && math.Abs(x) <= maxExact
+		if s.kind == "double" || !integral {
+			return x
 		}
-		if i, err := x.Int64(); err == nil {
-			return i
-		}
-		f, _ := x.Float64()
-		return f
+		return int64(x)
 	case []any:
 		items := s.items
 		if items == nil {
