@@ -196,6 +196,7 @@ func checkRule(r Rule, known map[string]bool) error {
 func (s *Set) compileFor(d idem.Descriptor, opt Options) (*opRules, error) {
 	var or *opRules
 	var env *cel.Env
+	var errs []error
 	for _, r := range s.rules {
 		if !r.sel.matches(d.Metadata) {
 			continue
@@ -226,7 +227,8 @@ func (s *Set) compileFor(d idem.Descriptor, opt Options) (*opRules, error) {
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("policy %q: operation %s: %w", r.Name, d.Name, err)
+				errs = append(errs, fmt.Errorf("policy %q: operation %s: %w", r.Name, d.Name, err))
+				continue
 			}
 			s.applied[r]++
 			c.prg = prg
@@ -234,7 +236,7 @@ func (s *Set) compileFor(d idem.Descriptor, opt Options) (*opRules, error) {
 		}
 		or.checks = append(or.checks, c)
 	}
-	return or, nil
+	return or, errors.Join(errs...)
 }
 
 // newEnv is the CEL environment of one operation: principal, operation and
