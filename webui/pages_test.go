@@ -171,6 +171,7 @@ func TestTimeline(t *testing.T) {
 	code := idem.CodeExecutionFailed
 	x := idem.Execution{Key: "k", Outcome: idem.OutcomeFailed, Code: &code, Events: []idem.AuditEvent{
 		{Type: idem.EventStarted, Attempt: 1},
+		{Type: idem.EventPolicyDecided, Data: map[string]string{"rule": "big-refunds", "outcome": "require_approval"}},
 		{Type: idem.EventRetried, Attempt: 2, PreviousErrorCode: idem.CodeTimeout},
 		{Type: idem.EventApprovalConsumed, Data: map[string]string{"approvalId": "apr_1"}},
 		{Type: idem.EventFailed, Code: code, Attempts: 2, DurationMs: 12, Data: map[string]string{"cause": "the handler panicked"}},
@@ -181,8 +182,8 @@ func TestTimeline(t *testing.T) {
 		x     idem.Execution
 		kinds string
 	}{
-		{"keyed 5xx is indeterminate", x, "started retried approval indeterminate replayed"},
-		{"unkeyed failure is failed", func() idem.Execution { y := x; y.Key = ""; return y }(), "started retried approval failed replayed"},
+		{"keyed 5xx is indeterminate", x, "started policy retried approval indeterminate replayed"},
+		{"unkeyed failure is failed", func() idem.Execution { y := x; y.Key = ""; return y }(), "started policy retried approval failed replayed"},
 		{"running has no final event", idem.Execution{Outcome: idem.OutcomeRunning, Events: x.Events[:1]}, "started running"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -197,7 +198,7 @@ func TestTimeline(t *testing.T) {
 		})
 	}
 	steps := timeline(x, true)
-	if steps[1].Text != "attempt 2 after TIMEOUT" || steps[2].ApprovalID != "apr_1" || steps[3].Cause != "the handler panicked" || !strings.Contains(steps[4].Text, "HTTP 500") {
+	if steps[1].Text != "big-refunds: require_approval" || steps[2].Text != "attempt 2 after TIMEOUT" || steps[3].ApprovalID != "apr_1" || steps[4].Cause != "the handler panicked" || !strings.Contains(steps[5].Text, "HTTP 500") {
 		t.Fatalf("steps = %+v", steps)
 	}
 }
