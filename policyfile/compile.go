@@ -74,7 +74,6 @@ type opRules struct {
 	args   *shape
 	op     map[string]any
 	checks []check
-	typed  bool // some check reads args
 }
 
 type check struct {
@@ -232,7 +231,6 @@ func (s *Set) compileFor(d idem.Descriptor, opt Options) (*opRules, error) {
 			}
 			s.applied[r]++
 			c.prg = prg
-			or.typed = true
 		}
 		or.checks = append(or.checks, c)
 	}

@@ -335,3 +335,35 @@ func TestGlobSkipsOperationsWithoutTheField(t *testing.T) {
 		t.Errorf("a rule naming an operation without the field compiled: %v", err)
 	}
 }
+
+// A recursive schema (a tree of $refs) compiles with its depth bounded:
+// deep enough levels are dyn, so compiling cannot run away.
+func TestRecursiveSchema(t *testing.T) {
+	tree := idem.Descriptor{Metadata: idem.Metadata{Name: "tree.plant", SideEffect: idem.SideEffectWrite},
+		InputSchema: json.RawMessage(`{"$ref":"#/$defs/Node","$defs":{"Node":{"type":"object","properties":{"name":{"type":"string"},"left":{"$ref":"#/$defs/Node"},"right":{"$ref":"#/$defs/Node"}}}}}`)}
+	f, err := policyfile.Parse([]byte(`policies: [{name: deep, operations: ["tree.plant"], when: 'has(args.left) && args.left.right.name == "x"', outcome: deny}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := policyfile.Compile(f, []idem.Descriptor{tree}, policyfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := idem.EvaluatePolicies(context.Background(), []idem.Policy{s.Policy()},
+		idem.PolicyInput{Operation: tree.Metadata, RawInput: json.RawMessage(`{"name":"a","left":{"right":{"name":"x"}}}`)})
+	if err != nil || d.Effect != idem.Deny {
+		t.Fatalf("%+v, %v; want deny", d, err)
+	}
+	if _, err := policyfile.Compile(mustParse(t, `policies: [{name: typo, operations: ["tree.plant"], when: 'args.left.rigth.name == "x"', outcome: deny}]`), []idem.Descriptor{tree}, policyfile.Options{}); err == nil {
+		t.Error("an unknown field deep in a recursive schema compiled")
+	}
+}
+
+func mustParse(t *testing.T, yaml string) policyfile.File {
+	t.Helper()
+	f, err := policyfile.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
