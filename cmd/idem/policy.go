@@ -62,7 +62,11 @@ func (p *policies) reload(why string) {
 		p.logger.Error("policies not reloaded: the running rules stay", "trigger", why, "file", p.path, "error", err)
 		return
 	}
-	p.logger.Info("policies reloaded", "trigger", why, "file", p.path)
+	level := slog.LevelInfo
+	if why == "interval" {
+		level = slog.LevelDebug // every --reload-interval: not news
+	}
+	p.logger.Log(context.Background(), level, "policies reloaded", "trigger", why, "file", p.path)
 }
 
 // reloadOnHangup reloads the policies on SIGHUP until ctx ends (a server
