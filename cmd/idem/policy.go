@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -39,6 +40,7 @@ type policies struct {
 	upstream func(string) string
 	srv      *server.Server
 	logger   *slog.Logger
+	warned   []string
 }
 
 // load compiles the file against the operations the server runs now and
@@ -48,8 +50,11 @@ func (p *policies) load() error {
 	if err != nil {
 		return err
 	}
-	for _, w := range set.Warnings() {
-		p.logger.Warn("policies", "file", p.path, "warning", w)
+	if w := set.Warnings(); !slices.Equal(w, p.warned) {
+		for _, line := range w {
+			p.logger.Warn("policies", "file", p.path, "warning", line)
+		}
+		p.warned = w // a reload logs them again only when they change
 	}
 	p.srv.Runner().SetRules(set)
 	return nil
