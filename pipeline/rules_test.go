@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/policyfile"
@@ -151,4 +153,27 @@ func TestSetRules(t *testing.T) {
 	f.runner.SetRules(nil)
 	expect(t, f.do(t.Context(), refundCall(13, "s-2")), 200, "")
 	var _ pipeline.Rules = (*policyfile.Set)(nil)
+}
+
+// The call's span carries stage 6's decisions and the configured rule
+// that decided.
+func TestConfiguredRulesOnTheSpan(t *testing.T) {
+	var runs atomic.Int64
+	tr := newTraced(t, []idem.Operation{refundOp(&runs), showOp()})
+	pf, err := policyfile.Parse([]byte(refundRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policyfile.Compile(pf, tr.runner.Descriptors(), policyfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.runner.SetRules(set)
+	expect(t, tr.do(t.Context(), refundCall(13, "span-13")), 403, idem.CodePolicyDenied)
+	wantAttrs(t, tr.callSpan(t, "order.refund"), map[attribute.Key]any{
+		"idem.policy.decisions": []string{"no-refund-13=deny", "refund-limit=allow"},
+		"idem.policy.rule":      "no-refund-13",
+	})
+	expect(t, tr.do(t.Context(), refundCall(2000, "span-big")), 403, idem.CodeApprovalRequired)
+	wantAttrs(t, tr.callSpan(t, "order.refund"), map[attribute.Key]any{"idem.policy.rule": "big-refunds"})
 }
