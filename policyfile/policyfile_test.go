@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,4 +369,39 @@ func mustParse(t *testing.T, yaml string) policyfile.File {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// A set serves concurrent calls: its programs and buckets are shared (run
+// with -race). The limit admits exactly its burst of a thousand calls at
+// one instant.
+func TestConcurrentCalls(t *testing.T) {
+	s, err := compile(t, rules+`
+limits:
+  - {name: burst, per: operation, operations: ["payments.refund"], rate: 1/h, burst: 50}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := idem.Principal{Org: "acme", ID: "p" + strconv.Itoa(i)}
+			d, _, err := idem.EvaluatePolicies(context.Background(), []idem.Policy{s.Policy()},
+				idem.PolicyInput{Operation: catalog()[0].Metadata, Principal: p, RawInput: json.RawMessage(`{"amount":5000}`)})
+			if err != nil || d.Rule != "big-refunds" {
+				t.Errorf("%+v %v", d, err)
+			}
+			if s.Take(p, catalog()[0].Metadata, now) == nil {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 50 {
+		t.Errorf("%d admitted; want the burst, 50", admitted.Load())
+	}
 }
