@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/idem-run/idem"
 )
 
 const demoPolicies = `
@@ -102,5 +107,28 @@ func TestServeRefusesABrokenPolicyFile(t *testing.T) {
 		"--secret-key-file", filepath.Join(dir, "idem.key"), "--policies", bad)
 	if code != exitError || !strings.Contains(stderr, `"big-refunds"`) || !strings.Contains(stderr, "no matching overload") || strings.Contains(stderr, "listening") {
 		t.Errorf("exit %d, stderr %q; want 1 naming the rule, nothing served", code, stderr)
+	}
+}
+
+// idem approvals list and show print the rule that asked, its reason and
+// the call's arguments.
+func TestApprovalTablesShowTheRule(t *testing.T) {
+	a := idem.Approval{ID: "apr_1", Operation: "payments.refund", Status: idem.ApprovalPending, RequestedBy: "agent-7",
+		Reason: "Refunds over 1000 need a person.", Rule: "big-refunds", Input: json.RawMessage(`{"amount": 5000, "note": "` + strings.Repeat("é", 80) + `"}`)}
+	var list, show bytes.Buffer
+	approvalsTable(&list, []idem.Approval{a})
+	approvalTable(&show, a)
+	for _, want := range []string{"RULE", "big-refunds", "Refunds over 1000 need a person.", `{"amount":5000,"note":"éé`, "…"} {
+		if !strings.Contains(list.String(), want) {
+			t.Errorf("list lacks %q:\n%s", want, list.String())
+		}
+	}
+	if !utf8.ValidString(list.String()) {
+		t.Error("the list cut a character in two")
+	}
+	for _, want := range []string{"big-refunds", "Refunds over 1000 need a person.", `"amount": 5000`} {
+		if !strings.Contains(show.String(), want) {
+			t.Errorf("show lacks %q:\n%s", want, show.String())
+		}
 	}
 }
