@@ -150,3 +150,35 @@ func waitLog(t *testing.T, s *server, text string, n int) {
 		}
 	}
 }
+
+// TestServePoliciesReload: idem serve --demo --policies reloads its file on
+// SIGHUP (it has no operations to reload): a broken file keeps the running
+// rules, a good one replaces them.
+func TestServePoliciesReload(t *testing.T) {
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies.yaml")
+	write := func(yaml string) {
+		if err := os.WriteFile(policies, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`policies: [{name: no-refunds, operations: ["order.refund"], outcome: deny, reason: "No refunds today."}]`)
+	s := serve(t, "sqlite:"+filepath.Join(dir, "idem.db"), dir, "--policies", policies)
+	refund := func(key string) reply {
+		return s.do(t, "POST", "/v1/orders/ord_1/refund", "demo-agent", `{"amount":10}`, "Idempotency-Key", key)
+	}
+	if r := refund("r-1").want(t, 403, "POLICY_DENIED"); r.get("details.rule") != "no-refunds" {
+		t.Fatalf("deny %s", r.raw)
+	}
+	write(`policies: [{name: no-refunds, operations: ["order.refnd"], outcome: deny}]`)
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, s, "policies not reloaded", 1)
+	if !strings.Contains(s.logs(), `no operation named \"order.refnd\"`) {
+		t.Errorf("the refusal does not say why:\n%s", s.logs())
+	}
+	refund("r-2").want(t, 403, "POLICY_DENIED")
+	write(`policies: []`)
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, s, `"msg":"policies reloaded"`, 1)
+	refund("r-3").want(t, 200, "")
+}
