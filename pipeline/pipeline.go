@@ -110,7 +110,9 @@ type execution struct {
 	policyLog     []string
 	// approval is stage 6's decision when the call needs approval.
 	approval *idem.PolicyDecision
-	// limited names the configured limit that refused the call.
+	// rules are the configured rules the call evaluated (nil: none);
+	// limited names the configured limit that refused it.
+	rules   *rulesHolder
 	limited string
 	// uncommitted: the key is held by a transactional execution whose
 	// record is not committed yet, so a wait must not give up when it

@@ -16,7 +16,7 @@ import (
 func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMessage) (*idem.PolicyDecision, *idem.Error) {
 	m := x.op.meta
 	d := idem.PolicyDecision{Effect: idem.Allow} // no policy allows
-	configured := x.r.configured()
+	configured := x.configured()
 	if n := len(x.r.cfg.Policies) + len(x.op.Policies()) + len(configured); n > 0 {
 		policies := append(append(append(make([]idem.Policy, 0, n), x.r.cfg.Policies...), configured...), x.op.Policies()...)
 		pctx, cancel := context.WithTimeout(ctx, x.r.cfg.PolicyTimeout)

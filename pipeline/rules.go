@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/idem-run/idem"
 
+	"strings"
 	"time"
 )
 
@@ -36,17 +37,19 @@ func (r *Runner) SetRules(rs Rules) {
 	r.rules.Store(&rulesHolder{rules: rs, policies: []idem.Policy{rs.Policy()}})
 }
 
-// configured is the configured rules' policy, if any.
-func (r *Runner) configured() []idem.Policy {
-	if h := r.rules.Load(); h != nil {
-		return h.policies
+// configured is the configured rules' policy, if any, from the rules
+// the call holds from now on (its limits are the same set's).
+func (x *execution) configured() []idem.Policy {
+	x.rules = x.r.rules.Load()
+	if x.rules != nil {
+		return x.rules.policies
 	}
 	return nil
 }
 
 // limit asks the configured limits about this call.
 func (x *execution) limit() *idem.Error {
-	h := x.r.rules.Load()
+	h := x.rules
 	if h == nil {
 		return nil
 	}
@@ -67,11 +70,8 @@ func (x *execution) policyEvents() []idem.AuditEvent {
 	events := make([]idem.AuditEvent, 0, len(x.policyLog))
 	for _, d := range x.policyLog {
 		rule, outcome := d, ""
-		for i := len(d) - 1; i >= 0; i-- {
-			if d[i] == '=' {
-				rule, outcome = d[:i], d[i+1:]
-				break
-			}
+		if i := strings.LastIndexByte(d, '='); i >= 0 { // an effect has no '='
+			rule, outcome = d[:i], d[i+1:]
 		}
 		events = append(events, idem.AuditEvent{ExecutionID: x.executionID, Type: idem.EventPolicyDecided, At: x.start,
 			Data: map[string]string{"rule": rule, "outcome": outcome}})
