@@ -46,6 +46,10 @@ type Set struct {
 	// counts those its condition compiled for.
 	skipped map[*rule][]skip
 	applied map[*rule]int
+	// noApproval are the operations a require_approval rule matches that
+	// take no approvals (approval: none): their calls it asks about are
+	// denied.
+	noApproval map[*rule][]string
 }
 
 type rule struct {
@@ -85,7 +89,7 @@ type check struct {
 // Every error names its rule (or limit) and, for a condition, the
 // operation and CEL's message.
 func Compile(f File, ops []idem.Descriptor, opt Options) (*Set, error) {
-	s := &Set{ops: map[string]*opRules{}, skipped: map[*rule][]skip{}, applied: map[*rule]int{}}
+	s := &Set{ops: map[string]*opRules{}, skipped: map[*rule][]skip{}, applied: map[*rule]int{}, noApproval: map[*rule][]string{}}
 	known := make(map[string]bool, len(ops))
 	for _, d := range ops {
 		known[d.Name] = true
@@ -159,7 +163,8 @@ func Compile(f File, ops []idem.Descriptor, opt Options) (*Set, error) {
 }
 
 // Warnings say which operations a rule matches but does not apply to,
-// because their input lacks a field its condition reads.
+// because their input lacks a field its condition reads, and which a
+// require_approval rule matches that take no approvals.
 func (s *Set) Warnings() []string {
 	var out []string
 	for _, r := range s.rules {
@@ -169,6 +174,9 @@ func (s *Set) Warnings() []string {
 				ops[i] = k.op
 			}
 			out = append(out, fmt.Sprintf("policy %q does not apply to %s: their input lacks a field its condition reads", r.Name, strings.Join(ops, ", ")))
+		}
+		if ops := s.noApproval[r]; len(ops) > 0 {
+			out = append(out, fmt.Sprintf("policy %q asks approval for %s, which take none (approval: none): those calls are denied (POLICY_DENIED); declare approval: policy for them (a proxy's or gateway's --contracts overlay)", r.Name, strings.Join(ops, ", ")))
 		}
 	}
 	return out
@@ -206,6 +214,9 @@ func (s *Set) compileFor(d idem.Descriptor, opt Options) (*opRules, error) {
 				upstream = opt.Upstream(d.Name)
 			}
 			or = &opRules{op: map[string]any{"name": d.Name, "sideEffect": string(d.SideEffect), "retryKind": string(d.Retry.Kind), "upstream": upstream}}
+		}
+		if r.Outcome == idem.RequireApproval && (d.Approval == idem.ApprovalNone || d.Approval == "") {
+			s.noApproval[r] = append(s.noApproval[r], d.Name)
 		}
 		c := check{rule: r}
 		if r.When != "" {

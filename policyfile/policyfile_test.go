@@ -19,7 +19,7 @@ import (
 // with a nested object, and a read without a schema.
 func catalog() []idem.Descriptor {
 	return []idem.Descriptor{
-		{Metadata: idem.Metadata{Name: "payments.refund", SideEffect: idem.SideEffectWrite},
+		{Metadata: idem.Metadata{Name: "payments.refund", SideEffect: idem.SideEffectWrite, Approval: idem.ApprovalPolicy},
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"integer"},"currency":{"type":"string"},"note":{"$ref":"#/$defs/Note"}},"$defs":{"Note":{"type":"object","properties":{"text":{"type":"string"}}}}}`)},
 		{Metadata: idem.Metadata{Name: "fs.write_file", SideEffect: idem.SideEffectDestructive},
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}}}`)},
@@ -322,6 +322,13 @@ func TestGlobSkipsOperationsWithoutTheField(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w := s.Warnings(); len(w) != 1 || !strings.Contains(w[0], `"paths" does not apply to payments.refund`) {
+		t.Errorf("warnings %q", w)
+	}
+	s2, err := compile(t, `policies: [{name: ask, operations: ["payments.refund", "fs.write_file"], outcome: require_approval}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s2.Warnings(); len(w) != 1 || !strings.Contains(w[0], `"ask" asks approval for fs.write_file, which take none`) {
 		t.Errorf("warnings %q", w)
 	}
 	d, _, err := idem.EvaluatePolicies(context.Background(), []idem.Policy{s.Policy()},
