@@ -39,6 +39,20 @@ type Approval struct {
 	DecidedAt      *time.Time      `json:"decidedAt"`
 	ConsumedAt     *time.Time      `json:"consumedAt"`
 	ExecutionID    *string         `json:"executionId"`
+	// Rule names the configured rule that asked for the approval (SPEC
+	// §8.1); empty (and absent from the JSON) for a Go-coded policy or an
+	// operation that always needs approval.
+	Rule string `json:"rule,omitempty"`
+	// ApproverRole is the role that may decide it; empty: RoleApprover.
+	ApproverRole string `json:"-"`
+}
+
+// DecidedByRole is the role a principal must hold to decide a.
+func (a Approval) DecidedByRole() string {
+	if a.ApproverRole != "" {
+		return a.ApproverRole
+	}
+	return RoleApprover
 }
 
 // Observe returns the approval as a reader at now must see it: pending or

@@ -21,6 +21,7 @@
 // secretbox (sealed secret results), jwtauth (JWT bearer tokens), metrics
 // (Prometheus), telemetry (OpenTelemetry from the environment), proxy (idem
 // in front of an OpenAPI service), gateway (idem in front of an MCP server),
-// catalogdiff (catalog drift), webhooksig (webhook signatures) and demo
-// (the reference application).
+// catalogdiff (catalog drift), webhooksig (webhook signatures), policyfile
+// (policies and rate limits in configuration, CEL) and demo (the reference
+// application).
 package idem

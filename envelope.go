@@ -222,6 +222,16 @@ func (c Code) RetryAfter() time.Duration {
 	return 0
 }
 
+// RetryAfter is how long the caller should wait before sending the same
+// request again: details.retryAfterSeconds when the answer carries it (a
+// configured rate limit), else the code's RetryAfter.
+func (p *Problem) RetryAfter() time.Duration {
+	if s, ok := p.Details["retryAfterSeconds"].(int); ok && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return p.Code.RetryAfter()
+}
+
 // marshalProblem renders p; a detail value that cannot be encoded drops
 // the details.
 func marshalProblem(p *Problem) []byte {

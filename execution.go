@@ -20,6 +20,9 @@ const (
 	EventFailed           = "execution.failed"
 	EventApprovalConsumed = "approval.consumed"
 	EventReplayed         = "execution.replayed"
+	// EventPolicyDecided is one policy's or configured rule's decision
+	// on the call (data: rule, outcome), before it started.
+	EventPolicyDecided = "policy.decided"
 )
 
 // Execution is one run of the pipeline, with its audit trail. Its JSON form

@@ -386,6 +386,10 @@ type RequestApprovalParams struct {
 	Input  json.RawMessage
 	Reason string
 	Expiry time.Duration
+	// Rule names the configured rule that asks for the approval, and
+	// ApproverRole the role that may decide it ("": RoleApprover).
+	Rule         string
+	ApproverRole string
 }
 
 // RequestApprovalResult is the approval RequestApproval found or made.

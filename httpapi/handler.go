@@ -559,7 +559,7 @@ func writeAnswer(w http.ResponseWriter, res idem.Result, raw bool) {
 		h.Set(idem.HeaderPreferenceApplied, "wait="+strconv.Itoa(int(res.WaitApplied/time.Second)))
 	}
 	if res.Problem != nil {
-		if d := res.Problem.Code.RetryAfter(); d > 0 {
+		if d := res.Problem.RetryAfter(); d > 0 {
 			h.Set(idem.HeaderRetryAfter, strconv.Itoa(int(d/time.Second)))
 		}
 	}

@@ -852,6 +852,7 @@ func componentSchemas() docObject {
 			"decidedAt", nullableDateTime,
 			"consumedAt", nullableDateTime,
 			"executionId", nullableStr,
+			"rule", docObj("type", "string", "description", "The configured rule (SPEC §8.1) that asked for the approval; absent when a Go-coded policy or the operation did."),
 		),
 		"Execution", object([]string{"id", "operation", "principal", "attempts", "outcome", "code", "reinvocationOf", "startedAt", "finishedAt", "events"},
 			"id", str,

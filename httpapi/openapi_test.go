@@ -345,7 +345,7 @@ func TestOpenAPIComponentsDescribeTheWire(t *testing.T) {
 		{"Approval", idem.Approval{
 			ID: "apr_1", Operation: "gadget.create", Status: idem.ApprovalConsumed, RequestedBy: "agent-1", Reason: "big",
 			DecidedBy: &by, DecisionReason: &reason, Fingerprint: "fp", Input: json.RawMessage(`{"a":1}`),
-			CreatedAt: now, ExpiresAt: now, DecidedAt: &now, ConsumedAt: &now, ExecutionID: &exe,
+			CreatedAt: now, ExpiresAt: now, DecidedAt: &now, ConsumedAt: &now, ExecutionID: &exe, Rule: "big-refunds",
 		}, true},
 		{"Execution", idem.Execution{ID: "exe_1", Outcome: idem.OutcomeRunning, StartedAt: now, Events: []idem.AuditEvent{}}, false},
 		{"Execution", idem.Execution{

@@ -34,6 +34,7 @@ const (
 	NameRuntimeRetries   = "idem_runtime_retries_total"
 	NameExecutionSeconds = "idem_execution_duration_seconds"
 	NameStoreSeconds     = "idem_store_duration_seconds"
+	NameRateLimited      = "idem_rate_limited_total"
 )
 
 // Values of the outcome label of idem_executions_total.
@@ -57,6 +58,7 @@ type Metrics struct {
 	retries       *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	storeDuration *prometheus.HistogramVec
+	rateLimited   *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg
@@ -96,7 +98,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: storeBuckets,
 		}, []string{"method", "result"}),
 	}
-	reg.MustRegister(m.executions, m.replays, m.inFlight, m.indeterminate, m.retries, m.duration, m.storeDuration)
+	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameRateLimited,
+		Help: "Calls refused by a configured rate limit (SPEC §8.1), by operation and limit.",
+	}, []string{"operation", "limit"})
+	reg.MustRegister(m.executions, m.replays, m.inFlight, m.indeterminate, m.retries, m.duration, m.storeDuration, m.rateLimited)
 	return m
 }
 
@@ -118,6 +124,9 @@ func (m *Metrics) Observe(r pipeline.Report) {
 	}
 	if r.Code == idem.CodeIdempotencyKeyInFlight {
 		inFlight.Inc()
+	}
+	if r.Limit != "" {
+		m.rateLimited.WithLabelValues(op, r.Limit).Inc()
 	}
 	if isIndeterminate(r) {
 		indeterminate.Inc()

@@ -399,3 +399,19 @@ func TestWriteStatsExported(t *testing.T) {
 		t.Errorf("exported %v, want transactions 3, calls 40", values)
 	}
 }
+
+// A call refused by a configured rate limit counts under its limit; the
+// admission bound's 429 (no limit named) does not.
+func TestObserveRateLimited(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	const op = "order.refund"
+	m.Observe(pipeline.Report{Operation: op, Status: 429, Code: idem.CodeRateLimited, Limit: "agent-writes"})
+	m.Observe(pipeline.Report{Operation: op, Status: 429, Code: idem.CodeRateLimited, Limit: "agent-writes"})
+	m.Observe(pipeline.Report{Operation: op, Status: 429, Code: idem.CodeRateLimited})
+	if got := testutil.ToFloat64(m.rateLimited.WithLabelValues(op, "agent-writes")); got != 2 {
+		t.Errorf("%s = %v, want 2", NameRateLimited, got)
+	}
+	if got := testutil.CollectAndCount(m.rateLimited); got != 1 {
+		t.Errorf("%d series; want 1", got)
+	}
+}

@@ -74,7 +74,7 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 		}
 		created = true
 		a, err = scanApproval(tx.QueryRow(ctx, insertApprovalSQL, p.Org, p.ID, p.RequestedBy, p.Operation, p.Fingerprint,
-			[]byte(p.Input), p.Reason, now, now.Add(expiry)))
+			[]byte(p.Input), p.Reason, now, now.Add(expiry), p.Rule, p.ApproverRole))
 		return err
 	})
 	if err != nil {
@@ -174,7 +174,8 @@ func getApproval(ctx context.Context, tx pgx.Tx, query, org, id string) (idem.Ap
 
 // scanApproval reads one approval: org, id, requested_by, operation,
 // fingerprint, input, reason, status, decided_by, decision_reason,
-// created_at, expires_at, decided_at, consumed_at, execution_id.
+// created_at, expires_at, decided_at, consumed_at, execution_id, rule,
+// approver_role.
 func scanApproval(row scanner) (idem.Approval, error) {
 	var (
 		a                                   idem.Approval
@@ -183,7 +184,7 @@ func scanApproval(row scanner) (idem.Approval, error) {
 		created, expires, decided, consumed *time.Time
 	)
 	err := row.Scan(&a.Org, &a.ID, &a.RequestedBy, &a.Operation, &a.Fingerprint, &input, &a.Reason, &status,
-		&a.DecidedBy, &a.DecisionReason, &created, &expires, &decided, &consumed, &a.ExecutionID)
+		&a.DecidedBy, &a.DecisionReason, &created, &expires, &decided, &consumed, &a.ExecutionID, &a.Rule, &a.ApproverRole)
 	if err != nil {
 		return idem.Approval{}, err
 	}

@@ -3,6 +3,9 @@ package pgstore_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -374,5 +377,54 @@ func TestFingerprintVersionMigrationKeepsExistingRows(t *testing.T) {
 	}
 	if a, err := s.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: "k-after"}); err != nil || a.FingerprintVersion != 2 {
 		t.Fatalf("the record reserved after the migration = %+v, %v; want version 2", a, err)
+	}
+}
+
+// Migration 008 keeps the approvals made before it: they carry no rule and
+// are decided by the approver role.
+func TestApprovalRuleMigrationKeepsApprovals(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pool := newPool(t, url)
+	ctx := t.Context()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	exec(`CREATE TABLE idem_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`)
+	files, err := filepath.Glob("migrations/*.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".up.sql")
+		v, _ := strconv.Atoi(name[:3])
+		if v >= 8 {
+			break
+		}
+		sql, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(string(sql))
+		exec(`INSERT INTO idem_schema_migrations VALUES ($1, $2, '2026-11-29 00:00:00Z')`, v, name[4:])
+	}
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	exec(`INSERT INTO idem_approvals (org, id, requested_by, operation, fingerprint, input, reason, status, created_at, expires_at)
+		VALUES ('acme', 'apr_old', 'agent-1', 'order.refund', 'fp', '{"amount":1}', 'old reason', 'pending', $1, $1::timestamptz + interval '1 hour')`, now)
+	if err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatalf("Migrate over existing rows: %v", err)
+	}
+	s := openStore(t, url, fakeclock.New(now))
+	a, err := s.GetApproval(ctx, idem.GetApprovalParams{Org: "acme", ID: "apr_old"})
+	if err != nil || a.Reason != "old reason" || a.Rule != "" || a.DecidedByRole() != idem.RoleApprover {
+		t.Fatalf("old approval %+v, %v", a, err)
+	}
+	res, err := s.RequestApproval(ctx, idem.RequestApprovalParams{ID: "apr_new", Org: "acme", RequestedBy: "agent-1", Operation: "order.refund",
+		Fingerprint: "fp2", Reason: "r", Expiry: time.Hour, Rule: "big-refunds", ApproverRole: "finance"})
+	if err != nil || res.Approval.Rule != "big-refunds" || res.Approval.ApproverRole != "finance" {
+		t.Fatalf("new approval %+v, %v", res.Approval, err)
 	}
 }

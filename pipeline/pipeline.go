@@ -67,7 +67,7 @@ func (r *Runner) Call(ctx context.Context, inv idem.Invocation) idem.Result {
 		x.log(resp, took)
 	}
 	if r.cfg.Observe != nil {
-		rep := Report{Operation: x.inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.op != nil && x.inv.DryRun, Duration: took}
+		rep := Report{Operation: x.inv.Operation, Status: resp.Status, Keyed: x.key != "", Replayed: resp.Replayed, DryRun: x.op != nil && x.inv.DryRun, Duration: took, Limit: x.limited}
 		if !resp.Replayed {
 			rep.Attempts = x.attempts
 		}
@@ -113,6 +113,12 @@ type execution struct {
 	// (zero when unkeyed); runAttempts tightens it from the store.
 	leaseDeadline time.Time
 	policyLog     []string
+	// approval is stage 6's decision when the call needs approval.
+	approval *idem.PolicyDecision
+	// rules are the configured rules the call evaluated (nil: none);
+	// limited names the configured limit that refused it.
+	rules   *rulesHolder
+	limited string
 	// uncommitted: the key is held by a transactional execution whose
 	// record is not committed yet, so a wait must not give up when it
 	// finds no record.
@@ -215,7 +221,8 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		}
 	}
 	// Stage 6: policies.
-	approvalNeeded, reason, perr := x.evaluatePolicies(ctx, in, raw)
+	approval, perr := x.evaluatePolicies(ctx, in, raw)
+	x.approval = approval
 	if perr != nil {
 		return x.fail(perr)
 	}
@@ -234,10 +241,17 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	if inv.DryRun {
 		return x.preview(ctx, in)
 	}
+	// Configured rate limits, before the approval gate and the key's
+	// reservation: a refused call stored nothing, and its same-key retry
+	// runs normally.
+	if lerr := x.limit(); lerr != nil {
+		return x.fail(lerr)
+	}
 	// Stage 7: approval gate.
-	approvalID := ""
-	if approvalNeeded {
-		id, existing, err := x.approvalGate(ctx, raw, reason)
+	approvalID, reason := "", ""
+	if approval != nil {
+		reason = approval.Reason
+		id, existing, err := x.approvalGate(ctx, raw, approval)
 		switch {
 		case existing != nil:
 			return x.answerExisting(ctx, *existing)
@@ -355,8 +369,8 @@ func (r *Runner) getAttempt(ctx context.Context, scope idem.Scope, key string) (
 // key's record first: an execution of this key that consumed the approval
 // answers as stage 5 would.
 func (x *execution) startFailure(ctx context.Context, err error, raw []byte, reason string) idem.Result {
-	if errors.Is(err, idem.ErrApprovalNotConsumable) {
-		_, existing, gerr := x.approvalGate(ctx, raw, reason)
+	if errors.Is(err, idem.ErrApprovalNotConsumable) && x.approval != nil {
+		_, existing, gerr := x.approvalGate(ctx, raw, x.approval)
 		switch {
 		case existing != nil:
 			return x.answerExisting(ctx, *existing)

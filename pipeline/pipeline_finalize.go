@@ -166,7 +166,7 @@ func (x *execution) answer(o outcome) (idem.Result, idem.FinishParams) {
 			final.Data = map[string]string{"cause": c}
 		}
 	}
-	fin.Events = append(o.retried, final)
+	fin.Events = append(append(x.policyEvents(), o.retried...), final)
 	return resp, fin
 }
 

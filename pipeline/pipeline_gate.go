@@ -10,13 +10,15 @@ import (
 )
 
 // evaluatePolicies runs stage 6: the runner's policies, then the
-// operation's, all of them, under one timeout. It returns whether approval
-// is needed and the reason a policy gave.
-func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMessage) (bool, string, *idem.Error) {
+// operation's, all of them, under one timeout. It returns the decision
+// when the call needs approval (its reason, the rule that asked, the
+// approver role), nil when it may run.
+func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMessage) (*idem.PolicyDecision, *idem.Error) {
 	m := x.op.meta
 	d := idem.PolicyDecision{Effect: idem.Allow} // no policy allows
-	if n := len(x.r.cfg.Policies) + len(x.op.Policies()); n > 0 {
-		policies := append(append(make([]idem.Policy, 0, n), x.r.cfg.Policies...), x.op.Policies()...)
+	configured := x.configured()
+	if n := len(x.r.cfg.Policies) + len(x.op.Policies()) + len(configured); n > 0 {
+		policies := append(append(append(make([]idem.Policy, 0, n), x.r.cfg.Policies...), configured...), x.op.Policies()...)
 		pctx, cancel := context.WithTimeout(ctx, x.r.cfg.PolicyTimeout)
 		defer cancel()
 		var record []string
@@ -24,22 +26,30 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 		d, record, err = idem.EvaluatePolicies(pctx, policies, idem.PolicyInput{Operation: m, Principal: x.inv.Principal, Input: in, RawInput: raw})
 		x.policyLog = record
 		if err != nil {
-			return false, "", idem.AsError(err)
+			return nil, idem.AsError(err)
 		}
 	}
 	switch {
 	case d.Effect == idem.Deny:
-		return false, "", idem.Errorf(idem.CodePolicyDenied, "denied by policy: %s", d.Reason).WithDetail("reason", d.Reason)
+		return nil, withRule(idem.Errorf(idem.CodePolicyDenied, "denied by policy: %s", d.Reason).WithDetail("reason", d.Reason), d.Rule)
 	case d.Effect == idem.RequireApproval && m.Approval == idem.ApprovalNone:
 		// The operation declares it takes no approvals, so asking for one
 		// cannot be honoured: refuse rather than run unapproved.
-		return false, "", idem.Errorf(idem.CodePolicyDenied, "a policy requires approval, but operation %s takes none: %s", m.Name, d.Reason).WithDetail("reason", d.Reason)
+		return nil, withRule(idem.Errorf(idem.CodePolicyDenied, "a policy requires approval, but operation %s takes none: %s", m.Name, d.Reason).WithDetail("reason", d.Reason), d.Rule)
 	case d.Effect == idem.RequireApproval:
-		return true, d.Reason, nil
+		return &d, nil
 	case m.Approval == idem.ApprovalAlways:
-		return true, fmt.Sprintf("operation %s always requires approval", m.Name), nil
+		return &idem.PolicyDecision{Effect: idem.RequireApproval, Reason: fmt.Sprintf("operation %s always requires approval", m.Name)}, nil
 	}
-	return false, "", nil
+	return nil, nil
+}
+
+// withRule names the configured rule that decided in e's details.rule.
+func withRule(e *idem.Error, rule string) *idem.Error {
+	if rule != "" {
+		e = e.WithDetail("rule", rule)
+	}
+	return e
 }
 
 // approvalGate runs stage 7: it returns the id of an approved approval of
@@ -49,11 +59,13 @@ func (x *execution) evaluatePolicies(ctx context.Context, in any, raw json.RawMe
 // stage 5 (the execution this approval authorized, run by a concurrent
 // same-key request) comes back as existing, to be answered as stage 5
 // would.
-func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reason string) (id string, existing *idem.Attempt, stop *idem.Error) {
+func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, d *idem.PolicyDecision) (id string, existing *idem.Attempt, stop *idem.Error) {
 	p := x.inv.Principal
+	reason := d.Reason
 	res, err := x.r.cfg.Store.RequestApproval(ctx, idem.RequestApprovalParams{
 		ID: newID("apr_", x.r.cfg.Clock.Now()), Org: p.Org, RequestedBy: p.ID, Key: x.key, Operation: x.op.meta.Name,
 		Fingerprint: x.fingerprint, Input: raw, Reason: reason, Expiry: x.r.cfg.ApprovalExpiry,
+		Rule: d.Rule, ApproverRole: d.ApproverRole,
 	})
 	var ae *idem.AttemptExistsError
 	if errors.As(err, &ae) {
@@ -85,6 +97,6 @@ func (x *execution) approvalGate(ctx context.Context, raw json.RawMessage, reaso
 		return "", nil, idem.Errorf(idem.CodeApprovalRejected, "approval %s for this exact request was rejected: %s", a.ID, decided).
 			WithDetail("approvalId", a.ID).WithDetail("reason", decided)
 	}
-	return "", nil, idem.Errorf(idem.CodeApprovalRequired, "this request needs approval: %s; ask an approver to approve %s, then send the same request again", reason, a.ID).
-		WithDetail("approvalId", a.ID).WithDetail("reason", reason)
+	return "", nil, withRule(idem.Errorf(idem.CodeApprovalRequired, "this request needs approval: %s; ask an approver (role %s) to approve %s, then send the same request again", reason, a.DecidedByRole(), a.ID).
+		WithDetail("approvalId", a.ID).WithDetail("reason", reason), a.Rule)
 }

@@ -47,6 +47,9 @@ type Config struct {
 	ApprovalExpiry time.Duration
 	// Policies apply to every operation, before the operation's own.
 	Policies []idem.Policy
+	// Rules are configured policies and limits (SPEC §8.1); Runner.SetRules
+	// replaces them.
+	Rules Rules
 	// PolicyTimeout bounds all policies of one call (2 s).
 	PolicyTimeout time.Duration
 	// MaxWait caps Prefer: wait (30 s).
@@ -102,6 +105,8 @@ type Report struct {
 	// Attempts is how many handler attempts this call ran (0 for answers
 	// that ran none, replays included).
 	Attempts int
+	// Limit names the configured rate limit that refused the call.
+	Limit    string
 	Duration time.Duration
 }
 
@@ -214,6 +219,8 @@ type Runner struct {
 	life    lifecycle
 	// tracer is nil when tracing is off (tracing.go).
 	tracer trace.Tracer
+	// rules are the configured policies and limits (rules.go).
+	rules atomic.Pointer[rulesHolder]
 }
 
 // operation is a registered operation as this runner runs it: the
@@ -267,6 +274,9 @@ func New(reg *idem.Registry, cfg Config) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, cache: newReplayCache(cfg.ReplayCacheBytes)}
 	r.decl.Store(d)
+	if cfg.Rules != nil {
+		r.SetRules(cfg.Rules)
+	}
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}

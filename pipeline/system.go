@@ -40,7 +40,7 @@ func (r *Runner) GetApproval(ctx context.Context, p idem.Principal, id string) (
 	if err != nil {
 		return idem.Approval{}, storeFailure(ctx, err)
 	}
-	if a.RequestedBy != p.ID && !p.HasRole(idem.RoleApprover) {
+	if a.RequestedBy != p.ID && !p.HasRole(idem.RoleApprover) && !p.HasRole(a.DecidedByRole()) {
 		return idem.Approval{}, approvalNotFound(id)
 	}
 	return a, nil
@@ -70,8 +70,9 @@ func (r *Runner) DecideApproval(ctx context.Context, p idem.Principal, id string
 	if err != nil {
 		return idem.Approval{}, storeFailure(ctx, err)
 	}
-	if !p.HasRole(idem.RoleApprover) {
-		return idem.Approval{}, idem.Errorf(idem.CodeForbidden, "deciding approvals needs the %s role", idem.RoleApprover)
+	if role := a.DecidedByRole(); !p.HasRole(role) {
+		// A configured rule may name another role than approver.
+		return idem.Approval{}, idem.Errorf(idem.CodeForbidden, "deciding approval %s needs the %s role", id, role).WithDetail("approvalId", id)
 	}
 	if a.RequestedBy == p.ID {
 		return idem.Approval{}, idem.Errorf(idem.CodeSelfApprovalForbidden, "approval %s was requested by you; another approver must decide it", id).WithDetail("approvalId", id)

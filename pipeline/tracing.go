@@ -49,6 +49,10 @@ const (
 	attrAttempts      = attribute.Key("idem.attempts")
 	attrAttempt       = attribute.Key("idem.attempt")
 	attrStoreResult   = attribute.Key("idem.store.result")
+	// attrPolicies are stage 6's decisions ("rule=outcome"), attrRule the
+	// configured rule that denied the call or asked for its approval.
+	attrPolicies = attribute.Key("idem.policy.decisions")
+	attrRule     = attribute.Key("idem.policy.rule")
 	// attrErrorType is OpenTelemetry's error.type: the code of a failure.
 	attrErrorType = attribute.Key("error.type")
 )
@@ -120,6 +124,12 @@ func (x *execution) endCall(span trace.Span, resp idem.Result) {
 	}
 	if resp.Problem != nil {
 		attrs = append(attrs, attrCode.String(string(resp.Problem.Code)), attrErrorType.String(string(resp.Problem.Code)))
+	}
+	if len(x.policyLog) > 0 {
+		attrs = append(attrs, attrPolicies.StringSlice(x.policyLog))
+	}
+	if rule := x.rule(resp); rule != "" {
+		attrs = append(attrs, attrRule.String(rule))
 	}
 	span.SetAttributes(attrs...)
 	if resp.Status >= 500 {
@@ -260,3 +270,17 @@ func storeResult(err error) (string, bool) {
 // (Config.TracerProvider is set). The surfaces take the caller's
 // trace context (W3C traceparent) into a call's context only then.
 func (r *Runner) Tracing() bool { return r.tracer != nil }
+
+// rule is the configured rule that decided the call: the one an answer
+// names, or the one that asked for its approval.
+func (x *execution) rule(resp idem.Result) string {
+	if resp.Problem != nil {
+		if r, ok := resp.Problem.Details["rule"].(string); ok {
+			return r
+		}
+	}
+	if x.approval != nil {
+		return x.approval.Rule
+	}
+	return ""
+}

@@ -25,6 +25,7 @@ targets=(
 	"FuzzRequest ./httpapi/"
 	"FuzzAuthenticate ./jwtauth/"
 	"FuzzDiff ./catalogdiff/"
+	"FuzzDecide ./policyfile/"
 )
 out=$(mktemp "${TMPDIR:-/tmp}/idem-fuzz.XXXXXX")
 trap 'rm -f "$out"' EXIT

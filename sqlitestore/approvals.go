@@ -11,7 +11,7 @@ import (
 )
 
 const approvalColumns = `org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
-	decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id`
+	decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id, rule, approver_role`
 
 // RequestApproval implements idem.Store. The single writer serialises it
 // with Reserve, so the key's record it reads first is the one a
@@ -57,10 +57,10 @@ func (s *Store) RequestApproval(ctx context.Context, p idem.RequestApprovalParam
 			input = sql.NullString{String: string(p.Input), Valid: true}
 		}
 		a, err = scanApproval(tx.QueryRowContext(ctx, `INSERT INTO idem_approvals
-			(org, id, requested_by, operation, fingerprint, input, reason, status, created_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+			(org, id, requested_by, operation, fingerprint, input, reason, status, created_at, expires_at, rule, approver_role)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
 			RETURNING `+approvalColumns,
-			p.Org, p.ID, p.RequestedBy, p.Operation, p.Fingerprint, input, p.Reason, micros(now), micros(now.Add(expiry))))
+			p.Org, p.ID, p.RequestedBy, p.Operation, p.Fingerprint, input, p.Reason, micros(now), micros(now.Add(expiry)), p.Rule, p.ApproverRole))
 		if err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func scanApproval(row interface{ Scan(...any) error }) (idem.Approval, error) {
 		decidedAt, consumedAt                 sql.NullInt64
 	)
 	err := row.Scan(&a.Org, &a.ID, &a.RequestedBy, &a.Operation, &a.Fingerprint, &input, &a.Reason, &a.Status,
-		&decidedBy, &reason, &created, &expires, &decidedAt, &consumedAt, &executionID)
+		&decidedBy, &reason, &created, &expires, &decidedAt, &consumedAt, &executionID, &a.Rule, &a.ApproverRole)
 	if err != nil {
 		return idem.Approval{}, err
 	}

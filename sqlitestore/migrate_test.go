@@ -304,3 +304,35 @@ func TestFingerprintVersionMigrationKeepsExistingRows(t *testing.T) {
 		t.Fatalf("the record reserved after the migration = %+v, %v; want version 2", a, err)
 	}
 }
+
+// Migration 007 keeps the approvals made before it: they carry no rule and
+// are decided by the approver role.
+func TestMigrateApprovalRuleKeepsApprovals(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idem.db")
+	migrateTo(t, path, 6)
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO idem_approvals (org, id, requested_by, operation, fingerprint, input, reason, status, created_at, expires_at)
+		VALUES ('acme', 'apr_old', 'agent-1', 'order.refund', 'fp', '{"amount":1}', 'old reason', 'pending', ?, ?)`,
+		t0.UnixMicro(), t0.Add(time.Hour).UnixMicro()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(t.Context(), path, idem.StoreConfig{Clock: fakeclock.New(t0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, err := s.GetApproval(t.Context(), idem.GetApprovalParams{Org: "acme", ID: "apr_old"})
+	if err != nil || a.Reason != "old reason" || a.Rule != "" || a.DecidedByRole() != idem.RoleApprover {
+		t.Fatalf("old approval %+v, %v", a, err)
+	}
+	res, err := s.RequestApproval(t.Context(), idem.RequestApprovalParams{ID: "apr_new", Org: "acme", RequestedBy: "agent-1", Operation: "order.refund",
+		Fingerprint: "fp2", Reason: "r", Expiry: time.Hour, Rule: "big-refunds", ApproverRole: "finance"})
+	if err != nil || res.Approval.Rule != "big-refunds" || res.Approval.ApproverRole != "finance" {
+		t.Fatalf("new approval %+v, %v", res.Approval, err)
+	}
+}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,42 @@ func init() {
 	register("ApprovalDecisionRules", testApprovalDecisionRules)
 	register("ApprovalExpiry", testApprovalExpiry)
 	register("ApprovalVisibilityAndList", testApprovalList)
+	register("ApprovalKeepsItsRule", testApprovalRule)
+}
+
+// An approval a configured rule asked for keeps the rule's name and
+// approver role through every read and a decision (SPEC §8.1).
+func testApprovalRule(t *testing.T, e *env) {
+	s := e.s(t)
+	p := approvalParams("acme", "agent-1", fpOne)
+	p.Rule, p.ApproverRole = "big-refunds", "finance"
+	a, _ := mustRequest(t, s, p)
+	check := func(what string, a idem.Approval) {
+		t.Helper()
+		if a.Rule != "big-refunds" || a.ApproverRole != "finance" || a.DecidedByRole() != "finance" {
+			t.Errorf("%s: rule %q, approver role %q", what, a.Rule, a.ApproverRole)
+		}
+	}
+	check("requested", a)
+	got, err := s.GetApproval(ctx(t), idem.GetApprovalParams{Org: "acme", ID: a.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("read", got)
+	list, err := s.ListApprovals(ctx(t), idem.ListApprovalsParams{Org: "acme"})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list %v, %v", list, err)
+	}
+	check("listed", list[0])
+	check("decided", mustDecide(t, s, "acme", a.ID, true, "fiona", ""))
+	plain, _ := mustRequest(t, s, approvalParams("acme", "agent-1", fpTwo))
+	if plain.Rule != "" || plain.DecidedByRole() != idem.RoleApprover {
+		t.Errorf("an approval without a rule: rule %q, role %q", plain.Rule, plain.DecidedByRole())
+	}
+	b, _ := json.Marshal(a)
+	if !strings.Contains(string(b), `"rule":"big-refunds"`) || strings.Contains(string(b), "finance") {
+		t.Errorf("wire form %s: want rule, and no approver role", b)
+	}
 }
 
 const approvalExpiry = 15 * time.Minute

@@ -27,7 +27,7 @@ type approvalItem struct {
 func (c *console) item(sess *session, a idem.Approval) approvalItem {
 	own := a.RequestedBy == sess.principal.ID
 	return approvalItem{Approval: a, Own: own,
-		CanDecide: a.Status == idem.ApprovalPending && sess.principal.HasRole(idem.RoleApprover)}
+		CanDecide: a.Status == idem.ApprovalPending && sess.principal.HasRole(a.DecidedByRole())}
 }
 
 // historyStatuses are the states the history tab lists.

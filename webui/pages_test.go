@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/policyfile"
 )
 
 var decideButton = regexp.MustCompile(`<button type="submit" name="decision" value="(approve|reject)"`)
@@ -170,6 +171,7 @@ func TestTimeline(t *testing.T) {
 	code := idem.CodeExecutionFailed
 	x := idem.Execution{Key: "k", Outcome: idem.OutcomeFailed, Code: &code, Events: []idem.AuditEvent{
 		{Type: idem.EventStarted, Attempt: 1},
+		{Type: idem.EventPolicyDecided, Data: map[string]string{"rule": "big-refunds", "outcome": "require_approval"}},
 		{Type: idem.EventRetried, Attempt: 2, PreviousErrorCode: idem.CodeTimeout},
 		{Type: idem.EventApprovalConsumed, Data: map[string]string{"approvalId": "apr_1"}},
 		{Type: idem.EventFailed, Code: code, Attempts: 2, DurationMs: 12, Data: map[string]string{"cause": "the handler panicked"}},
@@ -180,8 +182,8 @@ func TestTimeline(t *testing.T) {
 		x     idem.Execution
 		kinds string
 	}{
-		{"keyed 5xx is indeterminate", x, "started retried approval indeterminate replayed"},
-		{"unkeyed failure is failed", func() idem.Execution { y := x; y.Key = ""; return y }(), "started retried approval failed replayed"},
+		{"keyed 5xx is indeterminate", x, "started policy retried approval indeterminate replayed"},
+		{"unkeyed failure is failed", func() idem.Execution { y := x; y.Key = ""; return y }(), "started policy retried approval failed replayed"},
 		{"running has no final event", idem.Execution{Outcome: idem.OutcomeRunning, Events: x.Events[:1]}, "started running"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -196,7 +198,7 @@ func TestTimeline(t *testing.T) {
 		})
 	}
 	steps := timeline(x, true)
-	if steps[1].Text != "attempt 2 after TIMEOUT" || steps[2].ApprovalID != "apr_1" || steps[3].Cause != "the handler panicked" || !strings.Contains(steps[4].Text, "HTTP 500") {
+	if steps[1].Text != "big-refunds: require_approval" || steps[2].Text != "attempt 2 after TIMEOUT" || steps[3].ApprovalID != "apr_1" || steps[4].Cause != "the handler panicked" || !strings.Contains(steps[5].Text, "HTTP 500") {
 		t.Fatalf("steps = %+v", steps)
 	}
 }
@@ -235,5 +237,39 @@ func TestTimelineShowsTheCause(t *testing.T) {
 	want := `<p class="cause">Cause: ALREADY_REFUNDED: &lt;script&gt;alert(1)&lt;/script&gt; was refunded on 2026-11-30</p>`
 	if page.status != 200 || !strings.Contains(page.body, want) || strings.Contains(page.body, "<script>alert") {
 		t.Fatalf("execution page = %d, want it to hold %s: %s", page.status, want, page.body)
+	}
+}
+
+// An approval a configured rule asked for shows the rule, its reason and
+// the arguments in the inbox, and only the rule's approver role decides it.
+func TestInboxShowsConfiguredRule(t *testing.T) {
+	f := newFixture(t)
+	pf, err := policyfile.Parse([]byte(`
+policies:
+  - name: big-refunds
+    operations: ["order.refund"]
+    when: 'args.amount > 1000'
+    outcome: require_approval
+    approverRole: finance
+    reason: "Refunds over 1000 need a person."
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policyfile.Compile(pf, f.runner.Descriptors(), policyfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.runner.SetRules(set)
+	out := f.refund(agent, 2500, "k-rule")
+	id, _ := out["details"].(map[string]any)["approvalId"].(string)
+	a := f.do("GET", "/ui/approvals", nil, f.signin("t-bob"))
+	for _, want := range []string{id, `class="rule"><code>big-refunds</code>`, "Refunds over 1000 need a person.", "&#34;amount&#34;: 2500", "<code>finance</code> role"} {
+		if !strings.Contains(a.body, want) {
+			t.Errorf("inbox lacks %q", want)
+		}
+	}
+	if decideButton.MatchString(a.body) {
+		t.Error("an approver without the finance role sees decide buttons")
 	}
 }

@@ -10,7 +10,7 @@ import (
 // step is one line of an execution's timeline.
 type step struct {
 	At    time.Time
-	Kind  string // CSS class: started, retried, approval, succeeded, failed, indeterminate, replayed
+	Kind  string // CSS class: started, policy, retried, approval, succeeded, failed, indeterminate, replayed
 	Label string
 	Text  string
 	// ApprovalID links an approval.consumed step to its approval.
@@ -41,6 +41,9 @@ func timeline(x idem.Execution, indeterminate bool) []step {
 		case idem.EventRetried:
 			s.Kind, s.Label = "retried", "Runtime retry"
 			s.Text = fmt.Sprintf("attempt %d after %s", ev.Attempt, ev.PreviousErrorCode)
+		case idem.EventPolicyDecided:
+			s.Kind, s.Label = "policy", "Policy decided"
+			s.Text = ev.Data["rule"] + ": " + ev.Data["outcome"]
 		case idem.EventApprovalConsumed:
 			s.Kind, s.Label, s.ApprovalID = "approval", "Approval consumed", ev.Data["approvalId"]
 		case idem.EventSucceeded:

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -104,10 +106,10 @@ func titleCase(s string) string {
 }
 
 func approvalsTable(w io.Writer, list []idem.Approval) {
-	fmt.Fprintln(w, "ID\tSTATUS\tOPERATION\tREQUESTED BY\tCREATED\tEXPIRES\tREASON")
+	fmt.Fprintln(w, "ID\tSTATUS\tOPERATION\tREQUESTED BY\tCREATED\tEXPIRES\tRULE\tREASON\tINPUT")
 	for _, a := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Operation, a.RequestedBy,
-			timeString(a.CreatedAt), timeString(a.ExpiresAt), dash(a.Reason))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Operation, a.RequestedBy,
+			timeString(a.CreatedAt), timeString(a.ExpiresAt), dash(a.Rule), dash(a.Reason), dash(shortInput(a.Input)))
 	}
 	if len(list) == 0 {
 		fmt.Fprintln(w, "(no approvals)")
@@ -116,10 +118,23 @@ func approvalsTable(w io.Writer, list []idem.Approval) {
 
 func approvalTable(w io.Writer, a idem.Approval) {
 	kv(w, "id", a.ID, "status", string(a.Status), "operation", a.Operation, "requested by", a.RequestedBy,
-		"reason", a.Reason, "decided by", strPtr(a.DecidedBy), "decision reason", strPtr(a.DecisionReason),
+		"rule", dash(a.Rule), "reason", a.Reason, "decided by", strPtr(a.DecidedBy), "decision reason", strPtr(a.DecisionReason),
 		"fingerprint", a.Fingerprint, "created", timeString(a.CreatedAt), "expires", timeString(a.ExpiresAt),
 		"decided", timePtr(a.DecidedAt), "consumed", timePtr(a.ConsumedAt), "execution", strPtr(a.ExecutionID))
 	if len(a.Input) > 0 {
 		fmt.Fprintf(w, "input\n  %s\n", indentJSON(a.Input, "  "))
 	}
+}
+
+// shortInput is an approval's input on one line, cut to fit a table.
+func shortInput(input []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, input) != nil {
+		return ""
+	}
+	const max = 60
+	if r := []rune(b.String()); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return b.String()
 }

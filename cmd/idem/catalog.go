@@ -87,6 +87,16 @@ func (m Main) catalogCommand() *cobra.Command {
 // readCatalog reads and parses a catalog from a file, stdin (-) or an
 // http(s) URL.
 func (m Main) readCatalog(ctx context.Context, src string) (*catalogdiff.Catalog, error) {
+	data, err := m.readCatalogBytes(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	return catalogdiff.Parse(data)
+}
+
+// readCatalogBytes reads a catalog's bytes from a file, stdin (-) or an
+// http(s) URL.
+func (m Main) readCatalogBytes(ctx context.Context, src string) ([]byte, error) {
 	var data []byte
 	var err error
 	switch {
@@ -104,7 +114,7 @@ func (m Main) readCatalog(ctx context.Context, src string) (*catalogdiff.Catalog
 	if err != nil {
 		return nil, err
 	}
-	return catalogdiff.Parse(data)
+	return data, nil
 }
 
 // readLimited reads r to the end, refusing more than catalogMaxBytes.

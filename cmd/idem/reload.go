@@ -48,5 +48,8 @@ func reloadLoop(ctx context.Context, srv *server.Server, app application, logger
 			continue
 		}
 		logger.Info("reloaded", "trigger", why, "operations", len(srv.Runner().Descriptors()))
+		if app.afterReload != nil {
+			app.afterReload(why)
+		}
 	}
 }

@@ -30,7 +30,7 @@ func (m Main) rootCommand() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{suggestFlag(cmd, err)} })
 	root.AddCommand(m.versionCommand(), m.migrateCommand(), m.serveCommand(), m.proxyCommand(), m.gatewayCommand(), m.keyCommand(), m.webhookCommand(), m.mcpCommand())
 	root.AddCommand(m.operationsCommand(), m.callCommand(), m.approvalsCommand(), m.executionsCommand(), m.attemptsCommand())
-	root.AddCommand(m.catalogCommand())
+	root.AddCommand(m.catalogCommand(), m.policyCommand())
 	refuseUnknownSubcommands(root)
 	return root
 }

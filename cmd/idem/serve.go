@@ -45,6 +45,7 @@ type serveOptions struct {
 	logLevel       string
 	logReplays     float64
 	jwt            jwtOptions
+	policies       string
 	demo           bool
 	// webhookLoopback lets the demo's webhooks deliver to loopback
 	// addresses (docs/webhooks.md, Destinations).
@@ -96,6 +97,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	f.StringVar(&o.logLevel, "log-level", "info", "least level logged: debug, info, warn or error (one JSON line per execution at info, failures at warn)")
 	f.Float64Var(&o.logReplays, "log-replays", 1, "share of successful replays that get a log line, 0 to 1 (under a retry storm the line is most of a replay's cost)")
 	o.jwt.flags(f)
+	f.StringVar(&o.policies, "policies", "", "YAML file of policies and rate limits (SPEC §8.1, docs/policies.md), compiled against the operations at start (a file that does not compile is refused: nothing is served) and again on SIGHUP (a broken file keeps the running rules)")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", 30*time.Second, "how often this instance sweeps: forgets records past retention, destroys expired secrets, marks passed leases and approvals expired, removes executions past --audit-retention (jittered ± half)")
 }
 
@@ -253,6 +255,17 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
+	if o.policies != "" {
+		pol := &policies{path: o.policies, upstream: app.upstream, srv: srv, logger: logger}
+		if err := pol.load(); err != nil {
+			return err
+		}
+		if app.reload != nil {
+			app.afterReload = pol.reload // SIGHUP reloads both
+		} else {
+			go pol.reloadOnHangup(ctx)
+		}
+	}
 	if app.reload != nil {
 		go reloadLoop(ctx, srv, app, logger)
 	}
@@ -339,6 +352,12 @@ type application struct {
 	// committed, when set on what reload returned, is told whether the
 	// server took it (nil) or refused it.
 	committed func(error)
+	// afterReload, when set, is called after the operations reloaded
+	// (--policies: the rules compile again against them).
+	afterReload func(why string)
+	// upstream names an operation's upstream for the policies'
+	// operation.upstream; nil: none.
+	upstream func(operation string) string
 	// proxied: the operations are an upstream's (idem proxy, idem gateway), so the
 	// catalog lists no direct CLI operations.
 	proxied bool
