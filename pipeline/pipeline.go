@@ -117,8 +117,10 @@ type execution struct {
 	approval *idem.PolicyDecision
 	// rules are the configured rules the call evaluated (nil: none);
 	// limited names the configured limit that refused it.
-	rules   *rulesHolder
-	limited string
+	rules *rulesHolder
+	// rulesLoaded: rules holds the call's set (loadRules).
+	rulesLoaded bool
+	limited     string
 	// uncommitted: the key is held by a transactional execution whose
 	// record is not committed yet, so a wait must not give up when it
 	// finds no record.
@@ -313,12 +315,13 @@ func (x *execution) run(ctx context.Context) idem.Result {
 // order cannot be observed. That is an operation with no policy (none
 // configured, none its own) that does not always require an approval,
 // called for real (a dry run answers before any reservation) with a key
-// its contract takes (recordOnly calls only read). A refusal by admission
+// its contract takes (recordOnly calls only read), with no configured rules
+// (their policies and rate limits answer before the reservation too). A refusal by admission
 // reads the key after all (run). A new gate before the reservation must
 // be added here.
 func (x *execution) stage5Folded() bool {
 	return x.recordOnly == nil && !x.inv.DryRun && x.op.meta.Approval != idem.ApprovalAlways &&
-		len(x.r.cfg.Policies) == 0 && len(x.op.Policies()) == 0
+		len(x.r.cfg.Policies) == 0 && len(x.op.Policies()) == 0 && x.loadRules() == nil
 }
 
 // connected is a context with the values of its Context and the

@@ -40,11 +40,20 @@ func (r *Runner) SetRules(rs Rules) {
 // configured is the configured rules' policy, if any, from the rules
 // the call holds from now on (its limits are the same set's).
 func (x *execution) configured() []idem.Policy {
-	x.rules = x.r.rules.Load()
+	x.loadRules()
 	if x.rules != nil {
 		return x.rules.policies
 	}
 	return nil
+}
+
+// loadRules takes the rules the call holds from now on, once: stage 5's
+// fold (stage5Folded) and stage 6 see the same set even across a reload.
+func (x *execution) loadRules() *rulesHolder {
+	if !x.rulesLoaded {
+		x.rules, x.rulesLoaded = x.r.rules.Load(), true
+	}
+	return x.rules
 }
 
 // limit asks the configured limits about this call.

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -176,4 +177,48 @@ func TestConfiguredRulesOnTheSpan(t *testing.T) {
 	})
 	expect(t, tr.do(t.Context(), refundCall(2000, "span-big")), 403, idem.CodeApprovalRequired)
 	wantAttrs(t, tr.callSpan(t, "order.refund"), map[attribute.Key]any{"idem.policy.rule": "big-refunds"})
+}
+
+// SPEC §5's order holds with configured rules: a keyed call whose record
+// another instance made (so this runner's replay cache cannot answer it)
+// is replayed by stage 5 before stage 6's rules and limits are asked,
+// even when a limit is spent. Configured rules keep stage 5's read apart
+// from the reservation (stage5Folded), which an operation without
+// policies of its own would otherwise fold.
+func TestConfiguredRulesComeAfterTheReplay(t *testing.T) {
+	var runs atomic.Int64
+	plain := func() idem.Operation { // no policies of its own
+		return idem.Define(refundMeta(), func(ctx context.Context, call *idem.Call, in amountIn) (refundOut, error) {
+			runs.Add(1)
+			return refundOut{Refunded: in.Amount, Key: call.IdempotencyKey}, nil
+		})
+	}
+	f := newFixture(t, []idem.Operation{plain(), showOp()})
+	pf, err := policyfile.Parse([]byte(`
+limits:
+  - name: one-refund
+    per: principal
+    operations: ["order.refund"]
+    rate: 1/h
+    burst: 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policyfile.Compile(pf, f.runner.Descriptors(), policyfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.runner.SetRules(set)
+	ctx := t.Context()
+	other := newFixtureOn(t, f.clock, f.store, []idem.Operation{plain(), showOp()})
+	expect(t, other.do(ctx, refundCall(10, "elsewhere")), 200, "") // another instance, no rules
+	expect(t, f.do(ctx, refundCall(10, "k-1")), 200, "")           // the limit is spent
+	expect(t, f.do(ctx, refundCall(10, "k-2")), 429, idem.CodeRateLimited)
+	if resp := f.do(ctx, refundCall(10, "elsewhere")); resp.Status != 200 || !resp.Replayed {
+		t.Fatalf("the other instance's record answered %d (replayed %v), want its replay", resp.Status, resp.Replayed)
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("%d runs; want 2", runs.Load())
+	}
 }
