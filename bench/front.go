@@ -203,8 +203,8 @@ func (t frontTable) markdown(b *strings.Builder, rows []ProxyRow) {
 		return
 	}
 	fmt.Fprintf(b, "### %s\n\n%s\n\n", t.heading, t.intro)
-	fmt.Fprintf(b, "| via | phase | req/s | ×direct | p50 ms | p99 ms | p99.9 ms | p50 over direct ms | p99 over direct ms | %s CPU µs/req | upstream CPU µs/req | DB CPU µs/req | load CPU µs/req | %s RSS MB | errors |\n", t.short, t.short)
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| via | phase | req/s | ×direct | p50 ms | p99 ms | p99.9 ms | p50 over direct ms | p99 over direct ms | %s CPU µs/req | upstream CPU µs/req | upstream conns/req | DB CPU µs/req | load CPU µs/req | %s RSS MB | errors |\n", t.short, t.short)
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		via := "direct"
 		if r.Via != "direct" {
@@ -223,9 +223,9 @@ func (t frontTable) markdown(b *strings.Builder, rows []ProxyRow) {
 		if r.PacedAt > 0 {
 			title += fmt.Sprintf(", paced at %.0f/s", r.PacedAt)
 		}
-		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %s | %s | %s | %.0f | %s | %s | %s | %d |\n",
+		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n",
 			via, title, r.PerSecond, blank(r.VsDirect, "%.2f"), r.P50Ms, r.P99Ms, r.P999Ms,
-			added(r.AddedP50Ms), added(r.AddedP99Ms), blank(r.CPUPerReqUs, "%.0f"), r.UpstreamCPUPerReqUs,
+			added(r.AddedP50Ms), added(r.AddedP99Ms), blank(r.CPUPerReqUs, "%.0f"), r.UpstreamCPUPerReqUs, blank(r.UpstreamConnsPerReq, "%.3f"),
 			blank(r.DBCPUPerReqUs, "%.0f"), blank(r.LoadCPUPerReqUs, "%.0f"), blank(r.RSSMB, "%.0f"), r.Errors)
 	}
 	for _, r := range rows {

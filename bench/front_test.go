@@ -38,7 +38,7 @@ func TestFrontTableRendersEveryRowAndTheFirstErrors(t *testing.T) {
 	rows := []ProxyRow{
 		{Via: "direct", Row: Row{Phase: "read", PerSecond: 1000, P50Ms: 1, P99Ms: 4}},
 		{Via: "sqlite", Row: Row{Phase: "read@half", PerSecond: 499.6, P50Ms: 1.25, P99Ms: 7, PacedAt: 500,
-			CPUPerReqUs: 812, RSSMB: 40, AddedP99Ms: 3, Errors: 2, FirstError: "boom"}, AddedP50Ms: 0.25, VsDirect: 0.5},
+			CPUPerReqUs: 812, RSSMB: 40, AddedP99Ms: 3, Errors: 2, FirstError: "boom"}, UpstreamConnsPerReq: 0.25, AddedP50Ms: 0.25, VsDirect: 0.5},
 	}
 	var b strings.Builder
 	gatewayTable.markdown(&b, rows)
@@ -47,7 +47,7 @@ func TestFrontTableRendersEveryRowAndTheFirstErrors(t *testing.T) {
 		"### idem gateway against calling the MCP upstream directly",
 		"| gateway CPU µs/req |",
 		"| direct | get_item (fresh_read) | 1000 |  | 1.00 | 4.00 |",
-		"| idem gateway, SQLite | get_item (fresh_read), paced at 500/s | 500 | 0.50 | 1.25 | 7.00 | 0.00 | +0.25 | +3.00 | 812 | 0 |  |  | 40 | 2 |",
+		"| idem gateway, SQLite | get_item (fresh_read), paced at 500/s | 500 | 0.50 | 1.25 | 7.00 | 0.00 | +0.25 | +3.00 | 812 | 0 | 0.250 |  |  | 40 | 2 |",
 		"gateway sqlite read@half, first error: `boom`",
 	} {
 		if !strings.Contains(out, want) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -73,8 +74,62 @@ func mcpUpstreamMain() {
 	if err != nil {
 		fatalf("bench MCP upstream: %v", err)
 	}
+	counted := &countingListener{Listener: ln}
+	mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprint(w, counted.accepted.Load())
+	})
 	fmt.Fprintf(os.Stderr, "listening on http://%s\n", ln.Addr())
-	fatalf("bench MCP upstream: %v", http.Serve(ln, mux))
+	fatalf("bench MCP upstream: %v", http.Serve(counted, mux))
+}
+
+// countingListener counts the connections it accepted: the upstream's
+// GET /connections answers the count, so that the harness can tell how
+// many TCP connections a phase opened to the upstream (a client that
+// keeps too few idle connections opens one for most calls).
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// upstreamConnections reads the MCP upstream's count of accepted
+// connections (-1 when it cannot).
+func upstreamConnections(ctx context.Context, run *frontRun) int64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, run.up.url+"/connections", nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := run.hc.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64))
+	n, perr := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || perr != nil || resp.StatusCode != http.StatusOK {
+		return -1
+	}
+	return n
+}
+
+// measureConns is run.m.measure with the TCP connections the phase opened to
+// the upstream, per call, in the row.
+func measureConns(ctx context.Context, run *frontRun, via, phaseName string, rate float64, fronts []*server, stat func() dbSample,
+	do func(ctx context.Context, w, i int) error) ProxyRow {
+	before := upstreamConnections(ctx, run)
+	r := run.m.measure(ctx, via, phaseName, rate, fronts, stat, do)
+	if after := upstreamConnections(ctx, run); before >= 0 && after >= before && r.Requests > 0 {
+		// The harness's own GET /connections is one call on a kept connection, or one new connection.
+		r.UpstreamConnsPerReq = float64(after-before) / float64(r.Requests)
+	}
+	return r
 }
 
 // gatewayPhaseTitles names the phases of the gateway mode.
@@ -116,7 +171,6 @@ func runGateway(ctx context.Context, o options, tmp, pgAdmin string) ([]ProxyRow
 		return nil, err
 	}
 	defer run.close()
-	m := run.m
 	direct, err := connectAll(ctx, run.hc, run.up.url+"/mcp", o.clients)
 	defer closeAll(direct)
 	if err != nil {
@@ -134,11 +188,11 @@ func runGateway(ctx context.Context, o options, tmp, pgAdmin string) ([]ProxyRow
 		_, err := callTool(ctx, direct[w], writeTool, "name", fmt.Sprintf("d-%d-%d", w, i), "")
 		return err
 	}
-	rows := []ProxyRow{m.measure(ctx, "direct", "read", 0, nil, loadSample, read)}
-	rows = append(rows, m.measure(ctx, "direct", "write", 0, nil, loadSample, write))
+	rows := []ProxyRow{measureConns(ctx, run, "direct", "read", 0, nil, loadSample, read)}
+	rows = append(rows, measureConns(ctx, run, "direct", "write", 0, nil, loadSample, write))
 	half := map[string]float64{"read": rows[0].PerSecond / 2, "write": rows[1].PerSecond / 2}
-	rows = append(rows, m.measure(ctx, "direct", "read@half", half["read"], nil, loadSample, read))
-	rows = append(rows, m.measure(ctx, "direct", "write@half", half["write"], nil, loadSample, write))
+	rows = append(rows, measureConns(ctx, run, "direct", "read@half", half["read"], nil, loadSample, read))
+	rows = append(rows, measureConns(ctx, run, "direct", "write@half", half["write"], nil, loadSample, write))
 	closeAll(direct)
 
 	for _, name := range o.stores {
@@ -160,7 +214,6 @@ func runGateway(ctx context.Context, o options, tmp, pgAdmin string) ([]ProxyRow
 // the read, first keyed calls and replays, at saturation and paced at
 // half[read] and half[write].
 func gatewayStore(ctx context.Context, o options, name, tmp, pgAdmin string, run *frontRun, half map[string]float64) ([]ProxyRow, error) {
-	m := run.m
 	fs, err := openFrontStore(ctx, o, "gateway", name, tmp, pgAdmin)
 	if err != nil {
 		return nil, err
@@ -229,16 +282,16 @@ func gatewayStore(ctx context.Context, o options, name, tmp, pgAdmin string, run
 		return err
 	}
 	rows := []ProxyRow{
-		m.measure(ctx, name, "read", 0, gateways, fs.stat, read),
-		m.measure(ctx, name, "read@half", half["read"], gateways, fs.stat, read),
-		m.measure(ctx, name, "first", 0, gateways, fs.stat, first("g")),
-		m.measure(ctx, name, "first@half", half["write"], gateways, fs.stat, first("h")),
+		measureConns(ctx, run, name, "read", 0, gateways, fs.stat, read),
+		measureConns(ctx, run, name, "read@half", half["read"], gateways, fs.stat, read),
+		measureConns(ctx, run, name, "first", 0, gateways, fs.stat, first("g")),
+		measureConns(ctx, run, name, "first@half", half["write"], gateways, fs.stat, first("h")),
 	}
 	if rows[2].Requests+rows[3].Requests == 0 {
 		return nil, fmt.Errorf("no first keyed call succeeded: %s", rows[2].FirstError)
 	}
-	rows = append(rows, m.measure(ctx, name, "replay", 0, gateways, fs.stat, replay),
-		m.measure(ctx, name, "replay@half", half["write"], gateways, fs.stat, replay))
+	rows = append(rows, measureConns(ctx, run, name, "replay", 0, gateways, fs.stat, replay),
+		measureConns(ctx, run, name, "replay@half", half["write"], gateways, fs.stat, replay))
 	return rows, nil
 }
 

@@ -87,6 +87,9 @@ type ProxyRow struct {
 	Via string `json:"via"` // direct, or the proxy's store: sqlite, pg, pg2
 	Row
 	UpstreamCPUPerReqUs float64 `json:"upstreamCpuPerRequestUs,omitempty"`
+	// UpstreamConnsPerReq is the TCP connections the phase opened to the
+	// upstream, per request (the gateway mode's upstream counts them).
+	UpstreamConnsPerReq float64 `json:"upstreamConnectionsPerRequest,omitempty"`
 	// AddedP50Ms is the row's p50 minus the p50 of the direct row of the
 	// same method (get, or post for first and replay).
 	AddedP50Ms float64 `json:"addedP50Ms,omitempty"`
