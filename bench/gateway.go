@@ -40,11 +40,23 @@ const (
 const gatewayContracts = writeTool + ":\n  kind: same_key_replay\n  reconcile: " + readTool +
 	"\n  rationale: Creates an item; the same key replays the original answer.\n"
 
-// mcpUpstreamMain serves the MCP upstream at /mcp on a free port of
-// 127.0.0.1 (the go-sdk's streamable HTTP handler with its defaults) and
-// prints `listening on http://ADDR` on stderr. It keeps nothing: each
-// result is a few bytes of JSON text, create_item's with a new id.
+// mcpUpstreamMain serves the MCP upstream on a free port of 127.0.0.1 and
+// prints `listening on http://ADDR` on stderr.
 func mcpUpstreamMain() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fatalf("bench MCP upstream: %v", err)
+	}
+	counted := &countingListener{Listener: ln}
+	fmt.Fprintf(os.Stderr, "listening on http://%s\n", ln.Addr())
+	fatalf("bench MCP upstream: %v", http.Serve(counted, mcpUpstream(&counted.accepted)))
+}
+
+// mcpUpstream is the MCP upstream: the go-sdk's streamable HTTP handler
+// with its defaults at /mcp, and GET /connections answering accepted. It
+// keeps nothing: each result is a few bytes of JSON text, create_item's
+// with a new id (an error result without a name).
+func mcpUpstream(accepted *atomic.Int64) http.Handler {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "bench-upstream", Version: "1"}, nil)
 	var next atomic.Int64
 	text := func(s string) *mcp.CallToolResult {
@@ -66,20 +78,18 @@ func mcpUpstreamMain() {
 		})
 	srv.AddTool(&mcp.Tool{Name: writeTool, Description: "Create an item.", InputSchema: schema("name")},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return text(`{"id":"it_` + strconv.FormatInt(next.Add(1), 10) + `","name":` + strconv.Quote(args(req, "name")) + `}`), nil
+			name := args(req, "name")
+			if name == "" {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "name is required"}}}, nil
+			}
+			return text(`{"id":"it_` + strconv.FormatInt(next.Add(1), 10) + `","name":` + strconv.Quote(name) + `}`), nil
 		})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fatalf("bench MCP upstream: %v", err)
-	}
-	counted := &countingListener{Listener: ln}
 	mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = fmt.Fprint(w, counted.accepted.Load())
+		_, _ = fmt.Fprint(w, accepted.Load())
 	})
-	fmt.Fprintf(os.Stderr, "listening on http://%s\n", ln.Addr())
-	fatalf("bench MCP upstream: %v", http.Serve(counted, mux))
+	return mux
 }
 
 // countingListener counts the connections it accepted: the upstream's
@@ -101,12 +111,12 @@ func (l *countingListener) Accept() (net.Conn, error) {
 
 // upstreamConnections reads the MCP upstream's count of accepted
 // connections (-1 when it cannot).
-func upstreamConnections(ctx context.Context, run *frontRun) int64 {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, run.up.url+"/connections", nil)
+func upstreamConnections(ctx context.Context, hc *http.Client, upstream string) int64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream+"/connections", nil)
 	if err != nil {
 		return -1
 	}
-	resp, err := run.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return -1
 	}
@@ -123,9 +133,9 @@ func upstreamConnections(ctx context.Context, run *frontRun) int64 {
 // the upstream, per call, in the row.
 func measureConns(ctx context.Context, run *frontRun, via, phaseName string, rate float64, fronts []*server, stat func() dbSample,
 	do func(ctx context.Context, w, i int) error) ProxyRow {
-	before := upstreamConnections(ctx, run)
+	before := upstreamConnections(ctx, run.hc, run.up.url)
 	r := run.m.measure(ctx, via, phaseName, rate, fronts, stat, do)
-	if after := upstreamConnections(ctx, run); before >= 0 && after >= before && r.Requests > 0 {
+	if after := upstreamConnections(ctx, run.hc, run.up.url); before >= 0 && after >= before && r.Requests > 0 {
 		// The harness's own GET /connections is one call on a kept connection, or one new connection.
 		r.UpstreamConnsPerReq = float64(after-before) / float64(r.Requests)
 	}
