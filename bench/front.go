@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,8 +47,9 @@ func startFrontRun(ctx context.Context, o options, env, what string) (*frontRun,
 	if err != nil {
 		return nil, err
 	}
-	return &frontRun{up: up, m: meter{clients: o.clients, duration: o.duration, upPID: up.cmd.Process.Pid},
-		hc: newClient(o.clients), warm: min(o.duration/4, 2*time.Second)}, nil
+	hc := newClient(o.clients)
+	return &frontRun{up: up, m: meter{clients: o.clients, duration: o.duration, upPID: up.cmd.Process.Pid, hc: hc},
+		hc: hc, warm: min(o.duration/4, 2*time.Second)}, nil
 }
 
 // close stops the upstream and closes the clients' idle connections.
@@ -141,19 +144,24 @@ func stopAll(servers []*server) {
 type meter struct {
 	clients  int
 	duration time.Duration
-	upPID    int // the upstream process
+	upPID    int          // the upstream process
+	hc       *http.Client // reads the fronts' GET /metrics
 }
 
 // measure runs one phase (paced at rate requests/s unless 0) against the
 // fronts (none for a direct row) and returns its row.
 func (m meter) measure(ctx context.Context, via, phaseName string, rate float64, fronts []*server, stat func() dbSample,
 	do func(ctx context.Context, w, i int) error) ProxyRow {
-	before, upBefore, dbBefore := procTotal(fronts), readProc(m.upPID), stat()
+	before, upBefore, dbBefore, allocBefore := procTotal(fronts), readProc(m.upPID), stat(), m.allocated(ctx, fronts)
 	p := drivePaced(ctx, via+" "+phaseName, m.clients, m.duration, rate, do)
-	after, upAfter, dbAfter := procTotal(fronts), readProc(m.upPID), stat()
+	after, upAfter, dbAfter, allocAfter := procTotal(fronts), readProc(m.upPID), stat(), m.allocated(ctx, fronts)
 	r := ProxyRow{Via: via, Row: newRow(phaseName, p)}
 	r.PacedAt = rate
 	addDB(&r.Row, dbBefore, dbAfter)
+	if p.requests > 0 && allocBefore.ok && allocAfter.ok {
+		r.FrontAllocBytesPerReq = (allocAfter.bytes - allocBefore.bytes) / float64(p.requests)
+		r.FrontAllocsPerReq = (allocAfter.count - allocBefore.count) / float64(p.requests)
+	}
 	if p.requests > 0 {
 		if len(fronts) > 0 {
 			r.CPUPerReqUs = float64((after.cpu - before.cpu).Microseconds()) / float64(p.requests)
@@ -162,6 +170,52 @@ func (m meter) measure(ctx context.Context, via, phaseName string, rate float64,
 		r.UpstreamCPUPerReqUs = float64((upAfter.cpu - upBefore.cpu).Microseconds()) / float64(p.requests)
 	}
 	return r
+}
+
+// allocation is what the fronts' Go runtimes allocated so far: bytes and
+// objects, summed over the fronts, from their GET /metrics.
+type allocation struct {
+	bytes, count float64
+	ok           bool // every front answered both figures
+}
+
+// allocated reads the fronts' go_memstats_alloc_bytes_total and
+// go_memstats_mallocs_total (the Prometheus Go collector of /metrics).
+func (m meter) allocated(ctx context.Context, fronts []*server) allocation {
+	a := allocation{ok: len(fronts) > 0}
+	for _, f := range fronts {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url+"/metrics", nil)
+		if err != nil {
+			return allocation{}
+		}
+		resp, err := m.hc.Do(req)
+		if err != nil {
+			return allocation{}
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		b, okB := metricValue(string(body), "go_memstats_alloc_bytes_total")
+		n, okN := metricValue(string(body), "go_memstats_mallocs_total")
+		if err != nil || resp.StatusCode != http.StatusOK || !okB || !okN {
+			return allocation{}
+		}
+		a.bytes += b
+		a.count += n
+	}
+	return a
+}
+
+// metricValue is the value of the unlabelled sample name in a Prometheus
+// text exposition.
+func metricValue(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }
 
 // relate fills each front row's AddedP50Ms, AddedP99Ms and VsDirect from
@@ -203,8 +257,8 @@ func (t frontTable) markdown(b *strings.Builder, rows []ProxyRow) {
 		return
 	}
 	fmt.Fprintf(b, "### %s\n\n%s\n\n", t.heading, t.intro)
-	fmt.Fprintf(b, "| via | phase | req/s | ×direct | p50 ms | p99 ms | p99.9 ms | p50 over direct ms | p99 over direct ms | %s CPU µs/req | upstream CPU µs/req | upstream conns/req | DB CPU µs/req | load CPU µs/req | %s RSS MB | errors |\n", t.short, t.short)
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| via | phase | req/s | ×direct | p50 ms | p99 ms | p99.9 ms | p50 over direct ms | p99 over direct ms | %s CPU µs/req | %s KiB alloc/req | %s allocs/req | upstream CPU µs/req | upstream conns/req | DB CPU µs/req | load CPU µs/req | %s RSS MB | errors |\n", t.short, t.short, t.short, t.short)
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		via := "direct"
 		if r.Via != "direct" {
@@ -223,9 +277,10 @@ func (t frontTable) markdown(b *strings.Builder, rows []ProxyRow) {
 		if r.PacedAt > 0 {
 			title += fmt.Sprintf(", paced at %.0f/s", r.PacedAt)
 		}
-		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n",
+		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n",
 			via, title, r.PerSecond, blank(r.VsDirect, "%.2f"), r.P50Ms, r.P99Ms, r.P999Ms,
-			added(r.AddedP50Ms), added(r.AddedP99Ms), blank(r.CPUPerReqUs, "%.0f"), r.UpstreamCPUPerReqUs, blank(r.UpstreamConnsPerReq, "%.3f"),
+			added(r.AddedP50Ms), added(r.AddedP99Ms), blank(r.CPUPerReqUs, "%.0f"),
+			blank(r.FrontAllocBytesPerReq/1024, "%.0f"), blank(r.FrontAllocsPerReq, "%.0f"), r.UpstreamCPUPerReqUs, blank(r.UpstreamConnsPerReq, "%.3f"),
 			blank(r.DBCPUPerReqUs, "%.0f"), blank(r.LoadCPUPerReqUs, "%.0f"), blank(r.RSSMB, "%.0f"), r.Errors)
 	}
 	for _, r := range rows {

@@ -38,16 +38,16 @@ func TestFrontTableRendersEveryRowAndTheFirstErrors(t *testing.T) {
 	rows := []ProxyRow{
 		{Via: "direct", Row: Row{Phase: "read", PerSecond: 1000, P50Ms: 1, P99Ms: 4}},
 		{Via: "sqlite", Row: Row{Phase: "read@half", PerSecond: 499.6, P50Ms: 1.25, P99Ms: 7, PacedAt: 500,
-			CPUPerReqUs: 812, RSSMB: 40, AddedP99Ms: 3, Errors: 2, FirstError: "boom"}, UpstreamConnsPerReq: 0.25, AddedP50Ms: 0.25, VsDirect: 0.5},
+			CPUPerReqUs: 812, RSSMB: 40, AddedP99Ms: 3, Errors: 2, FirstError: "boom"}, UpstreamConnsPerReq: 0.25, FrontAllocBytesPerReq: 204800, FrontAllocsPerReq: 1500, AddedP50Ms: 0.25, VsDirect: 0.5},
 	}
 	var b strings.Builder
 	gatewayTable.markdown(&b, rows)
 	out := b.String()
 	for _, want := range []string{
 		"### idem gateway against calling the MCP upstream directly",
-		"| gateway CPU µs/req |",
+		"| gateway CPU µs/req | gateway KiB alloc/req | gateway allocs/req |",
 		"| direct | get_item (fresh_read) | 1000 |  | 1.00 | 4.00 |",
-		"| idem gateway, SQLite | get_item (fresh_read), paced at 500/s | 500 | 0.50 | 1.25 | 7.00 | 0.00 | +0.25 | +3.00 | 812 | 0 | 0.250 |  |  | 40 | 2 |",
+		"| idem gateway, SQLite | get_item (fresh_read), paced at 500/s | 500 | 0.50 | 1.25 | 7.00 | 0.00 | +0.25 | +3.00 | 812 | 200 | 1500 | 0 | 0.250 |  |  | 40 | 2 |",
 		"gateway sqlite read@half, first error: `boom`",
 	} {
 		if !strings.Contains(out, want) {
@@ -74,5 +74,19 @@ func TestServedNameTakesTheToolOrItsNamespacedName(t *testing.T) {
 		if got := servedName(c.names, readTool); got != c.want {
 			t.Errorf("servedName(%v) = %q, want %q", c.names, got, c.want)
 		}
+	}
+}
+
+func TestMetricValueReadsAnUnlabelledSample(t *testing.T) {
+	text := "# HELP go_memstats_alloc_bytes_total Total bytes.\n# TYPE go_memstats_alloc_bytes_total counter\n" +
+		"go_memstats_alloc_bytes_total_other 1\ngo_memstats_alloc_bytes_total 1.2345e+07\ngo_memstats_mallocs_total 4567\n"
+	if v, ok := metricValue(text, "go_memstats_alloc_bytes_total"); !ok || v != 12345000 {
+		t.Errorf("alloc bytes %v, %v; want 12345000", v, ok)
+	}
+	if v, ok := metricValue(text, "go_memstats_mallocs_total"); !ok || v != 4567 {
+		t.Errorf("mallocs %v, %v; want 4567", v, ok)
+	}
+	if _, ok := metricValue(text, "go_memstats_frees_total"); ok {
+		t.Error("an absent sample was found")
 	}
 }

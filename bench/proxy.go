@@ -90,6 +90,10 @@ type ProxyRow struct {
 	// UpstreamConnsPerReq is the TCP connections the phase opened to the
 	// upstream, per request (the gateway mode's upstream counts them).
 	UpstreamConnsPerReq float64 `json:"upstreamConnectionsPerRequest,omitempty"`
+	// FrontAllocBytesPerReq and FrontAllocsPerReq are what the fronts' Go
+	// runtimes allocated over the phase, per request (their /metrics).
+	FrontAllocBytesPerReq float64 `json:"frontAllocBytesPerRequest,omitempty"`
+	FrontAllocsPerReq     float64 `json:"frontAllocsPerRequest,omitempty"`
 	// AddedP50Ms is the row's p50 minus the p50 of the direct row of the
 	// same method (get, or post for first and replay).
 	AddedP50Ms float64 `json:"addedP50Ms,omitempty"`
