@@ -39,6 +39,7 @@ type options struct {
 	quick    bool
 	memory   int  // concurrent large bodies of the memory mode (memory.go); 0: off
 	proxy    bool // the proxy mode (proxy.go) instead of the phases
+	gateway  bool // the gateway mode (gateway.go) instead of the phases
 	dbPID    int  // the throwaway cluster's postmaster, for its CPU (dbstat.go)
 	tracing  bool // the servers export their traces to a sink (tracing.go)
 }
@@ -46,6 +47,10 @@ type options struct {
 func main() {
 	if os.Getenv(upstreamEnv) != "" {
 		upstreamMain()
+		return
+	}
+	if os.Getenv(mcpUpstreamEnv) != "" {
+		mcpUpstreamMain()
 		return
 	}
 	if store := os.Getenv(floorEnv); store != "" {
@@ -66,6 +71,7 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON and Markdown results")
 	flag.IntVar(&o.memory, "memory", 0, "instead of the phases, send N concurrent 1 MiB bodies of many small objects to idem serve --demo on SQLite and report its peak RSS (memory.go)")
 	flag.BoolVar(&o.proxy, "proxy", false, "instead of the phases, measure idem proxy on each store of --stores (default sqlite,pg) against calling a Go upstream directly (proxy.go)")
+	flag.BoolVar(&o.gateway, "gateway", false, "instead of the phases, measure idem gateway on each store of --stores (default sqlite) against calling a go-sdk MCP upstream directly (gateway.go)")
 	flag.BoolVar(&o.tracing, "tracing", false, "run the servers with tracing on: OTEL_* set to export every span over OTLP/HTTP to a sink in the harness (tracing.go)")
 	flag.BoolVar(&o.quick, "quick", false, "quick mode for development: 2s phases, 16 clients (unless set explicitly)")
 	flag.Parse()
@@ -80,8 +86,12 @@ func main() {
 			o.clients = 16
 		}
 	}
-	if o.proxy && !set["stores"] {
+	switch {
+	case set["stores"]:
+	case o.proxy:
 		stores = "sqlite,pg"
+	case o.gateway:
+		stores = "sqlite"
 	}
 	for _, s := range strings.Split(stores, ",") {
 		switch s = strings.TrimSpace(s); s {
@@ -164,6 +174,13 @@ func run(ctx context.Context, o options) error {
 		if res.Proxy, err = runProxy(ctx, o, tmp, pgURL); err != nil {
 			return err
 		}
+	}
+	if o.gateway {
+		if res.Gateway, err = runGateway(ctx, o, tmp, pgURL); err != nil {
+			return err
+		}
+	}
+	if o.proxy || o.gateway {
 		o.stores = nil
 	}
 	for _, s := range o.stores {
@@ -201,6 +218,7 @@ type Results struct {
 	Prefill    int           `json:"prefilledKeys,omitempty"`
 	Stores     []StoreResult `json:"stores"`
 	Proxy      []ProxyRow    `json:"proxy,omitempty"`   // the proxy mode (--proxy)
+	Gateway    []ProxyRow    `json:"gateway,omitempty"` // the gateway mode (--gateway)
 	Tracing    string        `json:"tracing,omitempty"` // --tracing: what the servers exported
 }
 

@@ -44,7 +44,8 @@ func (r Results) markdown() string {
 	if len(r.Stores) > 0 {
 		r.storesMarkdown(&b)
 	}
-	proxyMarkdown(&b, r.Proxy)
+	proxyTable.markdown(&b, r.Proxy)
+	gatewayTable.markdown(&b, r.Gateway)
 	return b.String()
 }
 
