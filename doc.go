@@ -20,7 +20,8 @@
 // conformance suite), canonical (RFC 8785 JSON and request fingerprints),
 // secretbox (sealed secret results), jwtauth (JWT bearer tokens), metrics
 // (Prometheus), telemetry (OpenTelemetry from the environment), proxy (idem
-// in front of an OpenAPI service), gateway (idem in front of an MCP server),
+// in front of an OpenAPI service), gateway (idem in front of MCP servers and
+// HTTP APIs) with gatewayconfig (its config file),
 // catalogdiff (catalog drift), webhooksig (webhook signatures), policyfile
 // (policies and rate limits in configuration, CEL) and demo (the reference
 // application).

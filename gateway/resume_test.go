@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -83,9 +84,12 @@ func TestGatewayResultOnAResumedStream(t *testing.T) {
 				t.Fatalf("an unkeyed call: %d %s", status, body)
 			}
 			cs := mcpClient(t, gw)
-			_, first := call(t, cs, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"idempotencyKey": "poll-2"}})
-			_, second := call(t, cs, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"idempotencyKey": "poll-2"}})
-			if !strings.Contains(first, "resumed") || second != first {
+			r1, first := call(t, cs, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"idempotencyKey": "poll-2"}})
+			r2, second := call(t, cs, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"idempotencyKey": "poll-2"}})
+			// The served _meta marks the replay (issue 34 item 5); the rest is the stored result.
+			c1, _ := json.Marshal(r1.Content)
+			c2, _ := json.Marshal(r2.Content)
+			if !strings.Contains(first, "resumed") || string(c1) != string(c2) || r2.Meta["io.idem/replayed"] != true {
 				t.Fatalf("over MCP: %s, then %s", first, second)
 			}
 			if res, raw := call(t, cs, &mcp.CallToolParams{Name: "total", Arguments: map[string]any{}}); res.IsError || !strings.Contains(raw, "resumed") {

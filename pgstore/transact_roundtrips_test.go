@@ -71,8 +71,9 @@ func TestTransactRoundTrips(t *testing.T) {
 		{"keyed replay", params("k1", "exe_2", ""), outcome(false), false, 2, 3},
 		// BEGIN + peek; ROLLBACK AND CHAIN + peek; insert_final + COMMIT.
 		{"keyed business error", params("k2", "exe_3", ""), outcome(true), true, 3, 6},
-		// BEGIN + peek; ROLLBACK.
-		{"keyed failure (abort)", params("k3", "exe_4", ""), abort, false, 2, 3},
+		// BEGIN + peek; ROLLBACK; the rollback's NOTIFY to other
+		// instances' waiters (issue 33 item 7).
+		{"keyed failure (abort)", params("k3", "exe_4", ""), abort, false, 3, 4},
 		// BEGIN + start_execution; finish_execution + COMMIT.
 		{"unkeyed", params("", "exe_5", ""), outcome(false), true, 2, 4},
 		// BEGIN + try lock + reserve_with_approval; complete + COMMIT.
