@@ -333,3 +333,38 @@ func postForm(t *testing.T, target, cookie string, form url.Values) (int, string
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// The console's inbox shows an approval a configured rule asked for
+// (SPEC §8.1): the rule's name and its reason beside the call's
+// arguments, as an approver sees it in the browser (issue 35 item 2).
+func TestUIConsoleShowsConfiguredRule(t *testing.T) {
+	ctx := newBrowser(t)
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(policies, []byte(`policies:
+  - name: mid-refunds
+    operations: ["order.refund"]
+    when: 'args.amount > 1000'
+    outcome: require_approval
+    approverRole: approver
+    reason: "Refunds over 1000 need a person."
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, "sqlite:"+filepath.Join(dir, "idem.db"), dir, "--policies", policies)
+	b := &browserPage{t: t, ctx: ctx, base: s.url}
+	req := s.do(t, "POST", "/v1/orders/ord_7/refund", "demo-agent", `{"amount":1500}`, "Idempotency-Key", "ui-rule-7").want(t, 403, "APPROVAL_REQUIRED")
+	id, _ := req.get("details.approvalId").(string)
+	if id == "" || req.get("details.rule") != "mid-refunds" {
+		t.Fatalf("APPROVAL_REQUIRED without approvalId or rule: %s", req.raw)
+	}
+	b.signin("demo-approver")
+	card := "#approval-" + id
+	b.waitVisible(card)
+	text := b.text(card)
+	for _, want := range []string{"order.refund", "mid-refunds", "Refunds over 1000 need a person.", `"amount": 1500`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("inbox card lacks %q:\n%s", want, text)
+		}
+	}
+}
