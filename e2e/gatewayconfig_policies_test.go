@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // gatewayPoliciesConfig is the config of TestGatewayConfigPolicies:
 // server-memory (prefixed) and server-everything's echo (prefix: false),
-// with rules when rules is true.
+// followed by rules (its policies: and limits: sections).
 func gatewayPoliciesConfig(t *testing.T, dir, rules string) string {
 	return fmt.Sprintf(`upstreams:
   - name: memory
@@ -41,6 +42,11 @@ const (
     sideEffects: [write]
     rate: 1/s
     burst: 1
+  - name: memory-lookups
+    per: principal
+    operations: ["memory.open_nodes"]
+    rate: 1/h
+    burst: 1
 `
 )
 
@@ -50,7 +56,8 @@ const (
 // condition reads operation.upstream (the configured name, not one read
 // from the served name), names its rule and never reaches the upstream;
 // a limit on one upstream's writes answers 429 with Retry-After, and the
-// same-key retry after it runs once; a rewrite whose rule does not
+// same-key retry after it runs once; a reload of the same config does not
+// refill a limit's bucket; a rewrite whose rule does not
 // compile is refused whole, the running rules kept; a rewrite without the
 // rule lets the call through, the gateway watching the file.
 func TestGatewayConfigPolicies(t *testing.T) {
@@ -103,6 +110,22 @@ func TestGatewayConfigPolicies(t *testing.T) {
 		}
 		if n != 1 {
 			t.Fatalf("the limited key's entity is in the graph %d times; want 1: %s", n, graph.raw)
+		}
+	})
+
+	t.Run("a reload does not refill a limit", func(t *testing.T) {
+		open := func() reply {
+			return g.do(t, "POST", "/tools/memory.open_nodes", gatewayToken, `{"names":["ent-0"]}`)
+		}
+		open().want(t, 200, "")
+		open().want(t, 429, "RATE_LIMITED")
+		reloads := strings.Count(g.logs(), `"msg":"reloaded","trigger":"SIGHUP"`)
+		if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, g, `"msg":"reloaded","trigger":"SIGHUP"`, reloads+1)
+		if r := open(); r.status != 429 {
+			t.Fatalf("after a reload of the same config: %d %s; want 429, the bucket kept", r.status, r.raw)
 		}
 	})
 

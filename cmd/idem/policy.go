@@ -49,6 +49,7 @@ type policies struct {
 	srv      *server.Server
 	logger   *slog.Logger
 	warned   []string
+	current  *policyfile.Set
 }
 
 // load compiles the file against the operations the server runs now and
@@ -63,12 +64,15 @@ func (p *policies) load() error {
 }
 
 // put makes set the server's rules (nil: none), logging its warnings when
-// they differ from the last set's.
+// they differ from the last set's; a limit left as it was keeps its
+// buckets (a reload does not refill them).
 func (p *policies) put(set *policyfile.Set, source string) {
 	var w []string
 	if set != nil {
 		w = set.Warnings()
+		set.Keep(p.current)
 	}
+	p.current = set
 	if !slices.Equal(w, p.warned) {
 		for _, line := range w {
 			p.logger.Warn("policies", "file", source, "warning", line)
