@@ -148,3 +148,24 @@ func TestGatewayConfigPolicies(t *testing.T) {
 		}
 	})
 }
+
+// TestGatewayConfigPoliciesOneSource: with --policies FILE, a config
+// rewritten to carry rules of its own is refused whole on reload (two
+// sources of rules), the running upstreams and --policies' rules kept.
+func TestGatewayConfigPoliciesOneSource(t *testing.T) {
+	dir := gatewayDir(t)
+	file := filepath.Join(dir, "gateway.yaml")
+	writeFile(t, file, gatewayPoliciesConfig(t, dir, ""))
+	writeFile(t, filepath.Join(dir, "policies.yaml"), gatewayDenyRule)
+	g := startGatewayConfig(t, dir, "gateway.yaml", nil, "--config-check-interval", "100ms", "--policies", "policies.yaml")
+	echo := func(message string) reply {
+		return g.do(t, "POST", "/tools/echo", gatewayToken, `{"message":"`+message+`"}`)
+	}
+	if r := echo("forbidden").want(t, 403, "POLICY_DENIED"); r.get("details.rule") != "no-forbidden-echo" {
+		t.Fatalf("--policies' rule with --config: %s", r.raw)
+	}
+	writeFile(t, file, gatewayPoliciesConfig(t, dir, "policies:\n  - {name: allow-all, outcome: allow}\n"))
+	waitLog(t, g, "are two sources of rules", 1)
+	echo("forbidden").want(t, 403, "POLICY_DENIED")
+	echo("hello").want(t, 200, "")
+}
