@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idem-run/idem/gateway"
 	"github.com/idem-run/idem/gatewayconfig"
 )
 
@@ -122,5 +123,21 @@ func TestGatewayConfigRefusesRulesThatDoNotCompile(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want 1 naming the rule and %q, nothing served", code, stderr, tc.want)
 			}
 		})
+	}
+}
+
+// TestUpstreamNames: operation.upstream is the configured name of the
+// upstream that serves the operation, taken from the declaration (an
+// unprefixed name too), and the URL of the one-upstream flags' upstream.
+func TestUpstreamNames(t *testing.T) {
+	cfg := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "memory", Prefix: true}, {Name: "everything"}}}
+	decl := &gateway.Declaration{Upstreams: map[string]string{"memory.read_graph": "memory", "echo": "everything"}}
+	got := upstreamNames(cfg, decl)
+	if got["memory.read_graph"] != "memory" || got["echo"] != "everything" || len(got) != 2 {
+		t.Errorf("config: %v", got)
+	}
+	one := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "upstream", Anonymous: true, URL: "http://127.0.0.1:3001/mcp"}}}
+	if got := upstreamNames(one, &gateway.Declaration{Upstreams: map[string]string{"echo": "upstream"}}); got["echo"] != "http://127.0.0.1:3001/mcp" {
+		t.Errorf("--upstream URL: %v", got)
 	}
 }
