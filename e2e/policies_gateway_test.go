@@ -109,8 +109,8 @@ func TestGatewayPolicies(t *testing.T) {
 		t.Fatalf("a write inside the workspace: %s", resultJSON(res))
 	}
 	denied := call("write_file", map[string]any{"path": outside, "content": "nope"})
-	if !denied.IsError || field(denied.StructuredContent, "code") != "POLICY_DENIED" ||
-		field(denied.StructuredContent, "details.rule") != "writes-stay-in-workspace" {
+	if !denied.IsError || field(idemProblem(denied), "code") != "POLICY_DENIED" ||
+		field(idemProblem(denied), "details.rule") != "writes-stay-in-workspace" {
 		t.Fatalf("a write outside the workspace: %s", resultJSON(denied))
 	}
 	if _, err := os.Stat(outside); !os.IsNotExist(err) {
@@ -123,9 +123,9 @@ func TestGatewayPolicies(t *testing.T) {
 	moved := filepath.Join(work, "b.txt")
 	move := map[string]any{"source": inside, "destination": moved}
 	held := call("move_file", move)
-	id, _ := field(held.StructuredContent, "details.approvalId").(string)
-	if !held.IsError || field(held.StructuredContent, "code") != "APPROVAL_REQUIRED" || id == "" ||
-		field(held.StructuredContent, "details.rule") != "moves-need-a-person" {
+	id, _ := field(idemProblem(held), "details.approvalId").(string)
+	if !held.IsError || field(idemProblem(held), "code") != "APPROVAL_REQUIRED" || id == "" ||
+		field(idemProblem(held), "details.rule") != "moves-need-a-person" {
 		t.Fatalf("move_file without approval: %s", resultJSON(held))
 	}
 	a := g.do(t, "GET", "/v1/approvals/"+id, gatewayApprover, "").want(t, 200, "")
