@@ -95,6 +95,10 @@ type Declaration struct {
 	next     map[string]*member
 	started  []*member // made for this declaration
 	done     bool
+
+	// Upstreams maps each served name to the name of the upstream that
+	// serves it (prefix: false too), as the config declares it.
+	Upstreams map[string]string
 }
 
 // Commit makes d's upstreams the set's, once its operations are served:
@@ -239,6 +243,7 @@ func (s *Set) Declare(ctx context.Context, cfg *gatewayconfig.Config) (*Declarat
 		d.Operations = append(d.Operations, ops...)
 	}
 	slices.SortFunc(d.Operations, func(a, b idem.Operation) int { return strings.Compare(a.Metadata().Name, b.Metadata().Name) })
+	d.Upstreams = by
 	doc, err := s.document(d.Operations, mcpOps, singleDoc)
 	if err != nil {
 		return fail(err)

@@ -99,6 +99,27 @@ func Parse(b []byte) (File, error) {
 	return pf, nil
 }
 
+// Decode reads the policies: and limits: sections of another YAML file
+// (idem gateway --config, SPEC §17.1) as Parse reads a policy file; a nil
+// node is an absent section.
+func Decode(policies, limits *yaml.Node) (File, error) {
+	var pf File
+	if policies != nil {
+		if err := policies.Load(&pf.Policies, yaml.WithKnownFields()); err != nil {
+			return File{}, fmt.Errorf("policies: %w", err)
+		}
+	}
+	if limits != nil {
+		if err := limits.Load(&pf.Limits, yaml.WithKnownFields()); err != nil {
+			return File{}, fmt.Errorf("limits: %w", err)
+		}
+	}
+	return pf, nil
+}
+
+// Empty reports whether f has no rule and no limit.
+func (f File) Empty() bool { return len(f.Policies) == 0 && len(f.Limits) == 0 }
+
 // selector is the operations a rule or a limit applies to.
 type selector struct {
 	operations  []string

@@ -28,7 +28,12 @@ type limit struct {
 	sel   selector
 	every rate.Limit
 	burst int
+	// tokens are shared with the same limit of a later set (Keep).
+	*tokens
+}
 
+// tokens are a limit's token buckets.
+type tokens struct {
 	mu       sync.Mutex
 	buckets  map[string]*rate.Limiter
 	overflow *rate.Limiter
@@ -61,7 +66,25 @@ func newLimit(l Limit, known map[string]bool) (*limit, error) {
 	}
 	every := rate.Limit(float64(n) / unit.Seconds())
 	return &limit{name: l.Name, per: l.Per, sel: sel, every: every, burst: burst,
-		buckets: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(every, burst)}, nil
+		tokens: &tokens{buckets: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(every, burst)}}, nil
+}
+
+// Keep carries the token buckets of old's limits over to those of s with
+// the same name, per, rate and burst, before s is put in place: a reload
+// (SIGHUP, a changed file, the operations declared again) that leaves a
+// limit as it was does not refill it. The two sets then share those
+// buckets, so calls still running under old count as well.
+func (s *Set) Keep(old *Set) {
+	if old == nil {
+		return
+	}
+	for _, l := range s.limits {
+		for _, o := range old.limits {
+			if o.name == l.name && o.per == l.per && o.every == l.every && o.burst == l.burst {
+				l.tokens = o.tokens
+			}
+		}
+	}
 }
 
 // parseRate reads N/s, N/m or N/h.

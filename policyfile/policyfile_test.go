@@ -293,6 +293,32 @@ limits:
 	}
 }
 
+// TestKeep: a set compiled again from the same limit takes over the old
+// set's buckets (a reload does not refill them); a limit whose rate
+// changed starts full.
+func TestKeep(t *testing.T) {
+	const file = `limits: [{name: per-agent, per: principal, rate: 1/h, burst: 1}]`
+	old, err := compile(t, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	refund, a := catalog()[0].Metadata, idem.Principal{Org: "acme", ID: "a"}
+	if l := old.Take(a, refund, now); l != nil {
+		t.Fatalf("first call refused by %s", l.Limit)
+	}
+	same, _ := compile(t, file)
+	same.Keep(old)
+	if l := same.Take(a, refund, now); l == nil {
+		t.Fatal("the same limit compiled again was full: a reload refilled it")
+	}
+	changed, _ := compile(t, strings.Replace(file, "1/h", "2/h", 1))
+	changed.Keep(old)
+	if l := changed.Take(a, refund, now); l != nil {
+		t.Fatalf("a limit whose rate changed kept the old bucket: refused by %s", l.Limit)
+	}
+}
+
 // Many principals cannot grow the buckets without bound: past MaxBuckets
 // they share one overflow bucket, which limits them together.
 func TestLimitsBounded(t *testing.T) {

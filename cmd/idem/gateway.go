@@ -12,14 +12,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
-	yaml "go.yaml.in/yaml/v4"
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
 	"github.com/idem-run/idem/gatewayconfig"
+	"github.com/idem-run/idem/policyfile"
 	"github.com/idem-run/idem/secretbox"
 )
 
@@ -108,7 +109,7 @@ func (o gatewayOptions) gatewayConfig(getenv func(string) string) (*gatewayconfi
 		if err != nil {
 			return nil, err
 		}
-		if err := gatewayPolicies(cfg.Policies, cfg.Limits); err != nil {
+		if _, err := configRules(cfg, o.config, o.policies); err != nil {
 			return nil, err
 		}
 		return cfg, nil
@@ -185,22 +186,24 @@ func lookupEnv(getenv func(string) string, name string) (string, bool) {
 	return v, v != ""
 }
 
-// gatewayPolicies takes the policies: and limits: sections of --config
-// (SPEC §8.1). Issue 35's package replaces it; until then a section with
-// anything in it is refused rather than ignored.
-var gatewayPolicies = func(policies, limits *yaml.Node) error {
-	for name, n := range map[string]*yaml.Node{"policies": policies, "limits": limits} {
-		if n != nil && len(n.Content) > 0 {
-			return usagef("%s: policies in the gateway config arrive with issue 35; leave policies: and limits: empty for now", name)
-		}
+// configRules reads the policies: and limits: sections of the config read
+// from file (SPEC §8.1, §17.1). With --policies (policiesFlag) the config
+// must have none: the rules have one source.
+func configRules(cfg *gatewayconfig.Config, file, policiesFlag string) (policyfile.File, error) {
+	f, err := policyfile.Decode(cfg.Policies, cfg.Limits)
+	if err != nil {
+		return policyfile.File{}, fmt.Errorf("gateway config %s: %w", file, err)
 	}
-	return nil
+	if !f.Empty() && policiesFlag != "" {
+		return policyfile.File{}, usagef("--policies %s and the policies:/limits: of --config %s are two sources of rules: give the rules in one of them (docs/policies.md)", policiesFlag, file)
+	}
+	return f, nil
 }
 
 // application starts the upstreams and declares their operations.
 func (o gatewayOptions) application(ctx context.Context, _ idem.Store, _ *secretbox.Box, logger *slog.Logger) (application, error) {
 	return upstreams{cfg: o.cfg, file: o.config, getenv: o.getenv, reloadEvery: o.reloadEvery, watchEvery: o.watchEvery,
-		reconnectMax: o.reconnectMax, maxAnswer: o.maxAnswer, command: "gateway"}.application(ctx, logger)
+		reconnectMax: o.reconnectMax, maxAnswer: o.maxAnswer, command: "gateway", policiesFlag: o.policies}.application(ctx, logger)
 }
 
 // upstreams is what idem gateway and idem proxy serve: the upstreams of a
@@ -219,6 +222,9 @@ type upstreams struct {
 	maxAnswer int64
 	// command names the log lines and errors: "gateway" or "proxy".
 	command string
+	// policiesFlag is --policies FILE: a config file (file) with rules of
+	// its own is then refused.
+	policiesFlag string
 }
 
 func (u upstreams) application(ctx context.Context, logger *slog.Logger) (application, error) {
@@ -250,21 +256,50 @@ func (u upstreams) application(ctx context.Context, logger *slog.Logger) (applic
 			logger.Info(u.command, "upstream", st.Name, "state", st.State, "operations", st.Operations)
 		}
 	}
+	// The config file's rules (SPEC §8.1) compile against the operations
+	// its upstreams serve, operation.upstream naming each one's upstream;
+	// a config whose rules do not compile is refused whole.
+	configured := u.file != "" && u.policiesFlag == ""
+	var upstreamOf atomic.Pointer[map[string]string]
+	upstream := func(op string) string {
+		if m := upstreamOf.Load(); m != nil {
+			return (*m)[op]
+		}
+		return ""
+	}
+	rules := func(cfg *gatewayconfig.Config, decl *gateway.Declaration) (*policyfile.Set, error) {
+		f, err := configRules(cfg, u.file, u.policiesFlag)
+		if err != nil || !configured || f.Empty() {
+			return nil, err
+		}
+		reg, err := idem.NewRegistry(decl.Operations...)
+		if err != nil {
+			return nil, err
+		}
+		names := upstreamNames(cfg, decl)
+		return compileRules(f, "gateway config "+u.file, reg.Descriptors(), func(op string) string { return names[op] })
+	}
 	first, err := declare(ctx, running)
 	if err != nil {
 		set.Close()
 		return application{}, err
 	}
+	firstRules, err := rules(running, first)
+	if err != nil {
+		first.Abort()
+		set.Close()
+		return application{}, err
+	}
 	first.Commit()
+	names := upstreamNames(running, first)
+	upstreamOf.Store(&names)
 	logStates()
-	app := application{operations: first.Operations, openapi: first.OpenAPI, proxied: true}
+	app := application{operations: first.Operations, openapi: first.OpenAPI, proxied: true, upstream: upstream,
+		rules: firstRules, configRules: configured, rulesSource: "gateway config " + u.file}
 	app.reload = func(ctx context.Context) (application, error) {
 		next := running
 		if u.file != "" {
 			cfg, err := gatewayconfig.Load(u.file, u.getenv)
-			if err == nil {
-				err = gatewayPolicies(cfg.Policies, cfg.Limits)
-			}
 			if err != nil {
 				return application{}, fmt.Errorf("the config file is refused and the running config stays: %s", secrets.redact(err.Error()))
 			}
@@ -275,15 +310,23 @@ func (u upstreams) application(ctx context.Context, logger *slog.Logger) (applic
 		if err != nil {
 			return application{}, err
 		}
-		return application{operations: decl.Operations, openapi: decl.OpenAPI, proxied: true, committed: func(err error) {
-			if err != nil {
-				decl.Abort()
-				return
-			}
-			decl.Commit()
-			running = next
-			logStates()
-		}}, nil
+		nextRules, err := rules(next, decl)
+		if err != nil {
+			decl.Abort()
+			return application{}, fmt.Errorf("the config file is refused and the running config and rules stay: %s", secrets.redact(err.Error()))
+		}
+		return application{operations: decl.Operations, openapi: decl.OpenAPI, proxied: true,
+			rules: nextRules, configRules: configured, rulesSource: app.rulesSource, committed: func(err error) {
+				if err != nil {
+					decl.Abort()
+					return
+				}
+				decl.Commit()
+				running = next
+				names := upstreamNames(next, decl)
+				upstreamOf.Store(&names)
+				logStates()
+			}}, nil
 	}
 	app.reloadEvery = u.reloadEvery
 	now := make(chan string, 1)
@@ -311,6 +354,27 @@ func (u upstreams) application(ctx context.Context, logger *slog.Logger) (applic
 	app.mcpForward = set.Forwarder()
 	app.readiness = func(context.Context) map[string]any { return map[string]any{"upstreams": set.States()} }
 	return app, nil
+}
+
+// upstreamNames maps each operation of decl to operation.upstream of the
+// policies (SPEC §8.1): its upstream's configured name; for the upstream
+// of the one-upstream flags, its URL (as idem proxy's is), or "" when it
+// is spawned.
+func upstreamNames(cfg *gatewayconfig.Config, decl *gateway.Declaration) map[string]string {
+	anonymous := map[string]string{}
+	for _, u := range cfg.Upstreams {
+		if u.Anonymous {
+			anonymous[u.Name] = u.URL
+		}
+	}
+	out := make(map[string]string, len(decl.Upstreams))
+	for op, name := range decl.Upstreams {
+		if url, ok := anonymous[name]; ok {
+			name = url
+		}
+		out[op] = name
+	}
+	return out
 }
 
 // watchFile calls changed when the file's content differs from what it

@@ -25,22 +25,31 @@ func compilePolicies(path string, ops []idem.Descriptor, upstream func(string) s
 	if err != nil {
 		return nil, err
 	}
+	return compileRules(f, path, ops, upstream)
+}
+
+// compileRules compiles the rules and limits of f, read from source,
+// against ops: the one compilation of --policies FILE and of the gateway
+// config's policies: and limits: (SPEC §8.1, §17.1).
+func compileRules(f policyfile.File, source string, ops []idem.Descriptor, upstream func(string) string) (*policyfile.Set, error) {
 	set, err := policyfile.Compile(f, ops, policyfile.Options{Upstream: upstream})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return set, nil
 }
 
-// policies are the configured rules of a server (--policies): loaded at
-// start, loaded again on SIGHUP and after the operations reload; a file
-// that no longer loads or compiles keeps the running rules.
+// policies put a server's configured rules in place: those of --policies
+// FILE (path), loaded at start, again on SIGHUP and after the operations
+// reload, a file that no longer loads or compiles keeping the running
+// rules; or those idem gateway --config compiled with its upstreams (put).
 type policies struct {
 	path     string
 	upstream func(string) string
 	srv      *server.Server
 	logger   *slog.Logger
 	warned   []string
+	current  *policyfile.Set
 }
 
 // load compiles the file against the operations the server runs now and
@@ -50,14 +59,31 @@ func (p *policies) load() error {
 	if err != nil {
 		return err
 	}
-	if w := set.Warnings(); !slices.Equal(w, p.warned) {
+	p.put(set, p.path)
+	return nil
+}
+
+// put makes set the server's rules (nil: none), logging its warnings when
+// they differ from the last set's; a limit left as it was keeps its
+// buckets (a reload does not refill them).
+func (p *policies) put(set *policyfile.Set, source string) {
+	var w []string
+	if set != nil {
+		w = set.Warnings()
+		set.Keep(p.current)
+	}
+	p.current = set
+	if !slices.Equal(w, p.warned) {
 		for _, line := range w {
-			p.logger.Warn("policies", "file", p.path, "warning", line)
+			p.logger.Warn("policies", "file", source, "warning", line)
 		}
 		p.warned = w // a reload logs them again only when they change
 	}
+	if set == nil {
+		p.srv.Runner().SetRules(nil) // not a typed nil in the interface
+		return
+	}
 	p.srv.Runner().SetRules(set)
-	return nil
 }
 
 // reload is load for a running server: a failure is logged and the

@@ -15,7 +15,10 @@ import (
 // every app.reloadEvery (idem proxy, SPEC §15), and when app.reloadNow
 // fires (idem gateway, SPEC §17): a declaration that fails
 // to load or to register leaves the running one in place and says why.
-func reloadLoop(ctx context.Context, srv *server.Server, app application, logger *slog.Logger) {
+//
+// The rules an application configures (configRules) are put in place
+// with its operations.
+func reloadLoop(ctx context.Context, srv *server.Server, app application, pol *policies, logger *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -46,6 +49,9 @@ func reloadLoop(ctx context.Context, srv *server.Server, app application, logger
 		if err != nil {
 			logger.Error("reload failed: the running declarations stay", "trigger", why, "error", err)
 			continue
+		}
+		if next.configRules {
+			pol.put(next.rules, next.rulesSource)
 		}
 		logger.Info("reloaded", "trigger", why, "operations", len(srv.Runner().Descriptors()))
 		if app.afterReload != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
 	"github.com/idem-run/idem/pipeline"
+	"github.com/idem-run/idem/policyfile"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/server"
 	"github.com/idem-run/idem/sqlitestore"
@@ -255,8 +256,11 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err != nil {
 		return err
 	}
+	pol := &policies{path: o.policies, upstream: app.upstream, srv: srv, logger: logger}
+	if app.configRules {
+		pol.put(app.rules, app.rulesSource)
+	}
 	if o.policies != "" {
-		pol := &policies{path: o.policies, upstream: app.upstream, srv: srv, logger: logger}
 		if err := pol.load(); err != nil {
 			return err
 		}
@@ -267,7 +271,7 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 		}
 	}
 	if app.reload != nil {
-		go reloadLoop(ctx, srv, app, logger)
+		go reloadLoop(ctx, srv, app, pol, logger)
 	}
 	return srv.ListenAndServe(ctx, o.addr, func(addr string) {
 		writeHeapProfile(m.Getenv("IDEM_HEAPPROFILE"), m.Stderr)
@@ -358,6 +362,13 @@ type application struct {
 	// upstream names an operation's upstream for the policies'
 	// operation.upstream; nil: none.
 	upstream func(operation string) string
+	// configRules: the application is the source of the configured rules
+	// (idem gateway --config's policies: and limits:): rules, compiled
+	// against operations (nil: none), replace the running ones when
+	// operations are put in place. rulesSource names them in the log.
+	configRules bool
+	rules       *policyfile.Set
+	rulesSource string
 	// proxied: the operations are an upstream's (idem proxy, idem gateway), so the
 	// catalog lists no direct CLI operations.
 	proxied bool
