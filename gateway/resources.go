@@ -57,14 +57,33 @@ func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.
 	}
 }
 
+// declared is the capabilities the upstream declared on cs; nil when
+// the session holds no initialize result (nothing is known: ask).
+func declared(cs *mcp.ClientSession) *mcp.ServerCapabilities {
+	if r := cs.InitializeResult(); r != nil && r.Capabilities != nil {
+		return r.Capabilities
+	}
+	return nil
+}
+
+// The gateway declares resources and prompts whatever its upstreams offer,
+// so a list of what an upstream did not declare is empty rather than the
+// upstream's "method not found" (server-memory offers no prompts).
+
 func (f *forwarder) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
 	return session(ctx, f.u, "resources/list", func(cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+		if c := declared(cs); c != nil && c.Resources == nil {
+			return &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}, nil
+		}
 		return cs.ListResources(ctx, p)
 	})
 }
 
 func (f *forwarder) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
 	return session(ctx, f.u, "resources/templates/list", func(cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+		if c := declared(cs); c != nil && c.Resources == nil {
+			return &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}, nil
+		}
 		return cs.ListResourceTemplates(ctx, p)
 	})
 }
@@ -114,6 +133,9 @@ func (f *forwarder) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) e
 
 func (f *forwarder) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
 	res, err := session(ctx, f.u, "prompts/list", func(cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+		if c := declared(cs); c != nil && c.Prompts == nil {
+			return &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}, nil
+		}
 		return cs.ListPrompts(ctx, p)
 	})
 	if err != nil || f.name == "" {
