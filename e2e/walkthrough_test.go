@@ -31,7 +31,8 @@ import (
 // runs in a temporary directory holding bin/idem and the upstream of
 // e2e/testdata/upstream, with HOME there too; `go run ./cmd/idem` runs the
 // binary. A page that runs npm's MCP servers (docs/gateway.md) gets the
-// pinned install of the gateway tests as node_modules beside it, so that
+// pinned install of the gateway tests as node_modules beside it (and
+// e2e/testdata/tsclient.mjs), so that
 // `npx -y @modelcontextprotocol/server-memory@VERSION` runs it, and npm set
 // offline: the run never reaches the registry (a version the install does not
 // hold fails). Without node and npm it skips, as the gateway tests do.
