@@ -36,6 +36,7 @@ import (
 // `npx -y @modelcontextprotocol/server-memory@VERSION` runs it, and npm set
 // offline: the run never reaches the registry (a version the install does not
 // hold fails). Without node and npm it skips, as the gateway tests do.
+// Every file a page's commands write must be one .gitignore covers.
 var walkthroughs = []struct {
 	page string
 	// ports are the ports the page names; each is mapped to a free one.
@@ -253,6 +254,54 @@ func runWalkthrough(t *testing.T, page string, docPorts []string, demo bool, npm
 			for j := 0; j < min(len(w), len(g)); j++ {
 				learned[w[j]] = g[j]
 			}
+		}
+	}
+	checkIgnored(t, page, dir)
+}
+
+// checkIgnored fails for every file the page's commands wrote into dir
+// that the repository's .gitignore does not cover: the pages are run from
+// the repository's root (issue 37 item 5).
+func checkIgnored(t *testing.T, page, dir string) {
+	t.Helper()
+	if err := exec.Command("git", "-C", "..", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
+		t.Logf("no git work tree (%v): the files %s writes are not checked against .gitignore", err, page)
+		return
+	}
+	var written []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		switch {
+		case rel == "bin", rel == "e2e", rel == "home", rel == "node_modules", strings.HasPrefix(rel, ".background-"):
+			if d.IsDir() {
+				return filepath.SkipDir // the test's own
+			}
+			return nil
+		case !d.IsDir():
+			written = append(written, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) == 0 {
+		return
+	}
+	cmd := exec.Command("git", "check-ignore", "--no-index", "--stdin")
+	cmd.Dir = ".."
+	cmd.Stdin = strings.NewReader(strings.Join(written, "\n") + "\n")
+	out, err := cmd.Output() // exit status 1: none is ignored
+	if err != nil && cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("git check-ignore: %v", err)
+	}
+	ignored := strings.Fields(string(out))
+	for _, f := range written {
+		if !slices.Contains(ignored, f) {
+			t.Errorf("%s writes %s, which .gitignore does not cover: run from the repository's root, it would be left there untracked", page, f)
 		}
 	}
 }
