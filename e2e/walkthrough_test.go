@@ -30,8 +30,13 @@ import (
 // once it printed as many lines as the page shows. The session
 // runs in a temporary directory holding bin/idem and the upstream of
 // e2e/testdata/upstream, with HOME there too; `go run ./cmd/idem` runs the
-// binary. docs/gateway.md is not among the pages yet: its walk-through runs
-// npm's MCP servers and is being rewritten (issue 37 item 2).
+// binary. A page that runs npm's MCP servers (docs/gateway.md) gets the
+// pinned install of the gateway tests as node_modules beside it (and
+// e2e/testdata/tsclient.mjs), so that
+// `npx -y @modelcontextprotocol/server-memory@VERSION` runs it, and npm set
+// offline: the run never reaches the registry (a version the install does not
+// hold fails). Without node and npm it skips, as the gateway tests do.
+// Every file a page's commands write must be one .gitignore covers.
 var walkthroughs = []struct {
 	page string
 	// ports are the ports the page names; each is mapped to a free one.
@@ -39,10 +44,13 @@ var walkthroughs = []struct {
 	// demo: the page's commands call an `idem serve --demo` on ports[0],
 	// which the test starts (the page starts it in a ```sh block).
 	demo bool
+	// npm: the page runs the pinned npm MCP servers and the TypeScript SDK.
+	npm bool
 }{
 	{page: "README.md", ports: []string{"8080"}, demo: true},
 	{page: "docs/cli.md"},
 	{page: "docs/proxy.md", ports: []string{"9000", "8081"}},
+	{page: "docs/gateway.md", ports: []string{"8082", "8083", "9000"}, npm: true},
 }
 
 func TestWalkthroughs(t *testing.T) {
@@ -65,7 +73,11 @@ func TestWalkthroughs(t *testing.T) {
 			if len(steps) == 0 {
 				t.Fatalf("%s has no ```console block", w.page)
 			}
-			runWalkthrough(t, w.page, w.ports, w.demo, steps)
+			npm := ""
+			if w.npm {
+				npm = filepath.Join(mcpServers(t), "node_modules")
+			}
+			runWalkthrough(t, w.page, w.ports, w.demo, npm, steps)
 		})
 	}
 }
@@ -147,7 +159,9 @@ func mask(s string) string {
 // commands name, each mapped to the id this run got in its place.
 var learnable = regexp.MustCompile(`\b(exe|apr)_[a-z2-7]{26}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
 
-func runWalkthrough(t *testing.T, page string, docPorts []string, demo bool, steps []step) {
+// runWalkthrough runs steps in a temporary directory; npm, when not empty,
+// is the node_modules of the pinned npm packages.
+func runWalkthrough(t *testing.T, page string, docPorts []string, demo bool, npm string, steps []step) {
 	dir := t.TempDir()
 	home := filepath.Join(dir, "home")
 	for _, d := range []string{home, filepath.Join(dir, "bin"), filepath.Join(dir, "e2e", "testdata")} {
@@ -164,6 +178,23 @@ func runWalkthrough(t *testing.T, page string, docPorts []string, demo bool, ste
 	}
 	if err := os.Symlink(upstream, filepath.Join(dir, "e2e", "testdata", "upstream")); err != nil {
 		t.Fatal(err)
+	}
+	if npm != "" {
+		ts, err := filepath.Abs(filepath.Join("testdata", "tsclient.mjs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(ts, filepath.Join(dir, "e2e", "testdata", "tsclient.mjs")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(npm, filepath.Join(dir, "node_modules")); err != nil {
+			t.Fatal(err)
+		}
+		// HOME's .npmrc reaches npx in the upstreams the gateway spawns too
+		// (HOME is in their environment's allow-list).
+		if err := os.WriteFile(filepath.Join(home, ".npmrc"), []byte("offline=true\nupdate-notifier=false\nfund=false\naudit=false\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Each port the page names gets a free one; outputs are mapped back.
 	ports := map[string]string{}
@@ -223,6 +254,54 @@ func runWalkthrough(t *testing.T, page string, docPorts []string, demo bool, ste
 			for j := 0; j < min(len(w), len(g)); j++ {
 				learned[w[j]] = g[j]
 			}
+		}
+	}
+	checkIgnored(t, page, dir)
+}
+
+// checkIgnored fails for every file the page's commands wrote into dir
+// that the repository's .gitignore does not cover: the pages are run from
+// the repository's root (issue 37 item 5).
+func checkIgnored(t *testing.T, page, dir string) {
+	t.Helper()
+	if err := exec.Command("git", "-C", "..", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
+		t.Logf("no git work tree (%v): the files %s writes are not checked against .gitignore", err, page)
+		return
+	}
+	var written []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		switch {
+		case rel == "bin", rel == "e2e", rel == "home", rel == "node_modules", strings.HasPrefix(rel, ".background-"):
+			if d.IsDir() {
+				return filepath.SkipDir // the test's own
+			}
+			return nil
+		case !d.IsDir():
+			written = append(written, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) == 0 {
+		return
+	}
+	cmd := exec.Command("git", "check-ignore", "--no-index", "--stdin")
+	cmd.Dir = ".."
+	cmd.Stdin = strings.NewReader(strings.Join(written, "\n") + "\n")
+	out, err := cmd.Output() // exit status 1: none is ignored
+	if err != nil && cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("git check-ignore: %v", err)
+	}
+	ignored := strings.Fields(string(out))
+	for _, f := range written {
+		if !slices.Contains(ignored, f) {
+			t.Errorf("%s writes %s, which .gitignore does not cover: run from the repository's root, it would be left there untracked", page, f)
 		}
 	}
 }

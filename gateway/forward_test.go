@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idem-run/idem"
@@ -428,5 +429,44 @@ func TestGatewayForwardedRequestWithoutParams(t *testing.T) {
 	}
 	if res := rpcAt(t, url, "prompts/get", `{"name":"greet","arguments":{"name":"x"}}`); !strings.Contains(string(res), "greet x") {
 		t.Fatalf("prompts/get after: %s", res)
+	}
+}
+
+// An upstream that offers tools alone (server-memory offers no prompts)
+// declares no prompts or resources capability and answers prompts/list
+// "method not found". The gateway declares both whatever its upstreams
+// offer, so its lists of what an upstream does not offer are empty, not
+// that error (found by docs/gateway.md's walk-through: /mcp's prompts/list
+// in front of server-memory answered -32601).
+func TestGatewayListsWhatTheUpstreamDoesNotOffer(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "ping", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil
+		})
+	// As the TypeScript SDK's servers do (the go-sdk's answer empty lists).
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if strings.HasPrefix(method, "prompts/") || strings.HasPrefix(method, "resources/") {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found"}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	bare := &library{srv: srv, url: hs.URL + "/mcp"}
+	for _, name := range []string{"", "bare"} {
+		cs := forwardingGateway(t, bare, name)
+		ctx := t.Context()
+		for p, err := range cs.Prompts(ctx, nil) {
+			t.Errorf("upstream %q: prompts/list: %v %v", name, p, err)
+		}
+		for r, err := range cs.Resources(ctx, nil) {
+			t.Errorf("upstream %q: resources/list: %v %v", name, r, err)
+		}
+		for r, err := range cs.ResourceTemplates(ctx, nil) {
+			t.Errorf("upstream %q: resources/templates/list: %v %v", name, r, err)
+		}
 	}
 }

@@ -57,32 +57,22 @@ func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.
 	}
 }
 
-// The capabilities an upstream declares in its handshake.
-const (
-	resourcesCap = iota
-	promptsCap
-)
-
-// offers reports whether the upstream of cs declared the capability: one
-// that did not (server-memory has no prompts) lists none, rather than
-// answering "method not found", so that the lists of several upstreams
-// merge (mcpserver.Merge) whatever each serves.
-func offers(cs *mcp.ClientSession, capability int) bool {
-	init := cs.InitializeResult()
-	if init == nil || init.Capabilities == nil {
-		return false
+// declared is the capabilities the upstream declared on cs; nil when
+// the session holds no initialize result (nothing is known: ask).
+func declared(cs *mcp.ClientSession) *mcp.ServerCapabilities {
+	if r := cs.InitializeResult(); r != nil && r.Capabilities != nil {
+		return r.Capabilities
 	}
-	switch capability {
-	case resourcesCap:
-		return init.Capabilities.Resources != nil
-	default:
-		return init.Capabilities.Prompts != nil
-	}
+	return nil
 }
+
+// The gateway declares resources and prompts whatever its upstreams offer,
+// so a list of what an upstream did not declare is empty rather than the
+// upstream's "method not found" (server-memory offers no prompts).
 
 func (f *forwarder) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
 	return session(ctx, f.u, "resources/list", func(cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-		if !offers(cs, resourcesCap) {
+		if c := declared(cs); c != nil && c.Resources == nil {
 			return &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}, nil
 		}
 		return cs.ListResources(ctx, p)
@@ -91,7 +81,7 @@ func (f *forwarder) ListResources(ctx context.Context, p *mcp.ListResourcesParam
 
 func (f *forwarder) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
 	return session(ctx, f.u, "resources/templates/list", func(cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-		if !offers(cs, resourcesCap) {
+		if c := declared(cs); c != nil && c.Resources == nil {
 			return &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}, nil
 		}
 		return cs.ListResourceTemplates(ctx, p)
@@ -143,7 +133,7 @@ func (f *forwarder) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) e
 
 func (f *forwarder) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
 	res, err := session(ctx, f.u, "prompts/list", func(cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-		if !offers(cs, promptsCap) {
+		if c := declared(cs); c != nil && c.Prompts == nil {
 			return &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}, nil
 		}
 		return cs.ListPrompts(ctx, p)
