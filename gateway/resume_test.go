@@ -84,8 +84,10 @@ func TestGatewayResultOnAResumedStream(t *testing.T) {
 			}
 			cs := mcpClient(t, gw)
 			_, first := call(t, cs, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"idempotencyKey": "poll-2"}})
-			_, second := call(t, cs, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"idempotencyKey": "poll-2"}})
-			if !strings.Contains(first, "resumed") || second != first {
+			replayed, second := call(t, cs, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"idempotencyKey": "poll-2"}})
+			// The replay is the first answer, its _meta saying so.
+			if !strings.Contains(first, "resumed") || replayed.Meta["io.idem/replayed"] != true ||
+				strings.Replace(second, `"io.idem/replayed":true`, `"io.idem/replayed":false`, 1) != first {
 				t.Fatalf("over MCP: %s, then %s", first, second)
 			}
 			if res, raw := call(t, cs, &mcp.CallToolParams{Name: "total", Arguments: map[string]any{}}); res.IsError || !strings.Contains(raw, "resumed") {
