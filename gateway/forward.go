@@ -53,10 +53,12 @@ func forward(up Caller, name string, writes bool) idem.RawHandler {
 				// The caller asked for progress: the upstream's is passed on.
 				token, stop := w.watchProgress(p)
 				defer stop()
-				if params.Meta == nil {
-					params.Meta = mcp.Meta{}
+				if token != "" {
+					if params.Meta == nil {
+						params.Meta = mcp.Meta{}
+					}
+					params.Meta["progressToken"] = token
 				}
-				params.Meta["progressToken"] = token
 			}
 		}
 		// A CLIENT span, and the trace context in the call's _meta.

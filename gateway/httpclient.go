@@ -43,6 +43,11 @@ type dispatch struct {
 	read atomic.Int64
 	// list, when set, edits a tools/list page before the SDK decodes it.
 	list *listPage
+	// streamed says the call's answer came on an SSE stream
+	// (resumingStream), which closes tail (when set) once it has read
+	// that stream to its end or given up.
+	streamed atomic.Bool
+	tail     chan struct{}
 }
 
 type dispatchKey struct{}
@@ -103,13 +108,23 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 		payload, r.GetBody = r.GetBody, nil
 	}
 	d := dispatchOf(r.Context())
+	parent := r.Context()
+	unlink, cut := func() {}, func() {}
 	if d != nil && r.Method == http.MethodPost {
 		d.session.Store(r.Header.Get("Mcp-Session-Id") != "")
 		trace := &httptrace.ClientTrace{WroteHeaders: func() { d.wrote.Store(true) }}
-		r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
+		ctx := parent
+		if d.list == nil {
+			// A call's exchange outlives the call's context until its
+			// answer is read to the end (resumingStream), so that the
+			// connection is kept for the next call.
+			ctx, unlink, cut = detach(parent)
+		}
+		r = r.WithContext(httptrace.WithClientTrace(ctx, trace))
 	}
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
+		cut()
 		return nil, err
 	}
 	limit := t.limit
@@ -123,12 +138,12 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 	if media == "text/event-stream" {
 		if d != nil && d.list == nil && r.Method == http.MethodPost && resp.StatusCode == http.StatusOK {
 			if id := callIDOf(payload); id != nil {
-				resp.Body = newResumingStream(r, resp, t.next, id, d, limit)
+				resp.Body = newResumingStream(parent, r, resp, t.next, id, d, limit, unlink, cut)
 				return resp, nil
 			}
 		}
 		if d == nil || d.list == nil || resp.StatusCode/100 != 2 {
-			resp.Body = &eventBound{body: resp.Body, limit: limit, d: d}
+			resp.Body = &eventBound{body: resp.Body, limit: limit, d: d, cut: cut}
 			return resp, nil
 		}
 		body, ok := d.list.editStream(resp.Body, limit)
@@ -142,10 +157,16 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	if resp.Body == nil || resp.Body == http.NoBody || limit <= 0 {
+		if resp.Body != nil && resp.Body != http.NoBody {
+			resp.Body = &eventBound{body: resp.Body, d: d, cut: cut}
+		} else {
+			cut()
+		}
 		return resp, nil
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	resp.Body.Close()
+	cut()
 	if d != nil {
 		d.read.Add(int64(len(body)))
 	}
@@ -208,8 +229,9 @@ type eventBound struct {
 	body  io.ReadCloser
 	limit int64
 	d     *dispatch
-	n     int64 // bytes of the current event
-	nl    bool  // the last byte was the end of a line
+	cut   func() // ends the exchange's own context (detach)
+	n     int64  // bytes of the current event
+	nl    bool   // the last byte was the end of a line
 }
 
 func (e *eventBound) Read(p []byte) (int, error) {
@@ -243,4 +265,24 @@ func (e *eventBound) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (e *eventBound) Close() error { return e.body.Close() }
+func (e *eventBound) Close() error {
+	err := e.body.Close()
+	if e.cut != nil {
+		e.cut()
+	}
+	return err
+}
+
+// detach is a context for one HTTP exchange of a call, ended with parent
+// until unlink is called, and by cut. A call's answer, once read, unlinks
+// its exchange: the call's own end (Upstream.Call ends its context as it
+// returns) then no longer cuts it, and what is left of the answer (an SSE
+// stream's end) is read, so that net/http keeps the connection.
+func detach(parent context.Context) (ctx context.Context, unlink, cut func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	stop := context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
+	return ctx, func() { stop() }, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}

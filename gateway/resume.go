@@ -11,12 +11,27 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // maxIdleResumptions bounds the resumptions in a row that bring no new
 // event id; the call's timeout bounds the rest.
 const maxIdleResumptions = 100
+
+// What is read of a call's SSE stream after its answer: an upstream ends
+// the stream once it has answered (MCP: it SHOULD close it), and the
+// gateway reads that end, so that net/http keeps the connection for the
+// next call (a stream cut before its end closes it). The answer is held
+// for that read at most streamTailHold (Upstream.Call); the read itself
+// goes on in the background for at most streamTailWait and
+// maxStreamTail bytes (events after the answer are dropped, as the SDK
+// drops them), and the connection is closed past either.
+const (
+	streamTailHold = 10 * time.Millisecond
+	streamTailWait = time.Second
+	maxStreamTail  = 64 << 10
+)
 
 // resumingStream is a call's SSE stream as the SDK reads it: the
 // upstream's answer to the POST and, when that ends before the call's
@@ -36,8 +51,12 @@ const maxIdleResumptions = 100
 //
 // Every event passes whole and unchanged, so the SDK decodes what the
 // upstream sent; an event over limit fails the call as eventBound does.
+// Once the answer has passed, the stream is read to its end (see
+// streamTailWait) and then reports io.EOF.
 type resumingStream struct {
-	ctx    context.Context
+	ctx    context.Context // the call's
+	unlink func()          // the current exchange's (detach)
+	cut    func()
 	next   http.RoundTripper
 	url    string
 	header http.Header // the POST's: session, protocol version, credentials
@@ -54,9 +73,11 @@ type resumingStream struct {
 	retry    time.Duration
 	idle     int
 	answered bool
+	tail     *time.Timer // cuts the exchange when its end is slow to come
+	end      sync.Once
 }
 
-func newResumingStream(r *http.Request, resp *http.Response, next http.RoundTripper, callID []byte, d *dispatch, limit int64) *resumingStream {
+func newResumingStream(ctx context.Context, r *http.Request, resp *http.Response, next http.RoundTripper, callID []byte, d *dispatch, limit int64, unlink, cut func()) *resumingStream {
 	h := r.Header.Clone()
 	for _, name := range []string{"Content-Type", "Content-Length", "Mcp-Method", "Mcp-Name"} {
 		h.Del(name)
@@ -67,13 +88,15 @@ func newResumingStream(r *http.Request, resp *http.Response, next http.RoundTrip
 		}
 	}
 	h.Set("Accept", "text/event-stream")
-	return &resumingStream{ctx: r.Context(), next: next, url: r.URL.String(), header: h, callID: callID, d: d, limit: limit,
+	d.streamed.Store(true)
+	return &resumingStream{ctx: ctx, unlink: unlink, cut: cut, next: next, url: r.URL.String(), header: h, callID: callID, d: d, limit: limit,
 		body: resp.Body, br: bufio.NewReaderSize(resp.Body, 32<<10)}
 }
 
 func (s *resumingStream) Read(p []byte) (int, error) {
 	for len(s.pending) == 0 {
 		if s.answered {
+			s.finish(true)
 			return 0, io.EOF
 		}
 		if err := s.readEvent(); err != nil {
@@ -133,7 +156,11 @@ func (s *resumingStream) endOfLine() bool {
 				Error  json.RawMessage `json:"error"`
 			}
 			if json.Unmarshal(s.data.Bytes(), &m) == nil && (m.Result != nil || m.Error != nil) && compactEqual(m.ID, s.callID) {
+				// The answer: the call's end no longer cuts the exchange,
+				// whose end is read within streamTailWait.
 				s.answered = true
+				s.unlink()
+				s.tail = time.AfterFunc(streamTailWait, s.cut)
 			}
 		}
 		s.pending = bytes.Clone(buf)
@@ -167,6 +194,7 @@ func (s *resumingStream) endOfLine() bool {
 // which leaves the SDK to end the call.
 func (s *resumingStream) resume() error {
 	s.body.Close()
+	s.cut()
 	for {
 		if s.lastID == "" || s.idle >= maxIdleResumptions {
 			return io.EOF
@@ -183,14 +211,17 @@ func (s *resumingStream) resume() error {
 			return s.ctx.Err()
 		case <-timer.C:
 		}
-		req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, s.url, nil)
+		ctx, unlink, cut := detach(s.ctx)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 		if err != nil {
+			cut()
 			return err
 		}
 		req.Header = s.header.Clone()
 		req.Header.Set("Last-Event-ID", s.lastID)
 		resp, err := s.next.RoundTrip(req)
 		if err != nil {
+			cut()
 			if s.ctx.Err() != nil {
 				return s.ctx.Err()
 			}
@@ -199,18 +230,41 @@ func (s *resumingStream) resume() error {
 		media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 		if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
 			resp.Body.Close()
+			cut()
 			if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 				continue
 			}
 			return fmt.Errorf("resuming the call's stream from event %q: the upstream answered %s", s.lastID, resp.Status)
 		}
-		s.body = resp.Body
+		s.body, s.unlink, s.cut = resp.Body, unlink, cut
 		s.br.Reset(resp.Body)
 		return nil
 	}
 }
 
-func (s *resumingStream) Close() error { return s.body.Close() }
+// finish ends the stream once: what is left of it is read first when
+// drain is set (after the answer), and the exchange is ended; the call
+// waiting for it (dispatch.tail) is told.
+func (s *resumingStream) finish(drain bool) {
+	s.end.Do(func() {
+		if drain {
+			io.CopyN(io.Discard, s.br, maxStreamTail)
+		}
+		s.body.Close()
+		if s.tail != nil {
+			s.tail.Stop()
+		}
+		s.cut()
+		if s.d.tail != nil {
+			close(s.d.tail)
+		}
+	})
+}
+
+func (s *resumingStream) Close() error {
+	s.finish(false)
+	return nil
+}
 
 // compactEqual says whether two JSON values are the same once compacted.
 func compactEqual(a, b []byte) bool {

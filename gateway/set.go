@@ -20,6 +20,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gatewayconfig"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/mcpserver"
 	"github.com/idem-run/idem/proxy"
 )
 
@@ -756,6 +757,19 @@ func (c *memberCaller) Call(ctx context.Context, params *mcp.CallToolParams) (*m
 		m.probe()
 	}
 	return res, err
+}
+
+// watchProgress relays a call's progress from the member's upstream
+// (progressWatcher), as the one upstream of idem gateway --upstream does;
+// no token while the upstream is down (the call then fails unsent).
+func (c *memberCaller) watchProgress(p mcpserver.Progress) (string, func()) {
+	c.m.mu.Lock()
+	up := c.m.up
+	c.m.mu.Unlock()
+	if up == nil {
+		return "", func() {}
+	}
+	return up.watchProgress(p)
 }
 
 // acquire counts a call in flight; false once the member is retired.

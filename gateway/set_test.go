@@ -3,15 +3,23 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
 	"github.com/idem-run/idem/gatewayconfig"
+	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/server"
+	"github.com/idem-run/idem/sqlitestore"
 )
 
 func config(t *testing.T, ups ...gatewayconfig.Upstream) *gatewayconfig.Config {
@@ -135,5 +143,63 @@ func TestSetDownAtStart(t *testing.T) {
 	}
 	if set.States()[1].State != "up" {
 		t.Fatalf("states: %+v", set.States())
+	}
+}
+
+// Issue 34 finding 3 (f-gwperf): in config mode, the progress an MCP
+// member's upstream sends for a call reaches the caller that asked for
+// it, under the caller's token, as with one --upstream
+// (TestGatewayRelaysProgressAndUpdates).
+func TestSetRelaysProgress(t *testing.T) {
+	l := newLibrary(t)
+	ctx := t.Context()
+	set := gateway.NewSet(gateway.SetOptions{})
+	t.Cleanup(func() { set.Close() })
+	d, err := set.Declare(ctx, config(t, gatewayconfig.Upstream{Name: "lib", Kind: gatewayconfig.KindMCP, URL: l.url, Prefix: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	srv, err := server.New(ctx, server.Config{Operations: d.Operations, Store: store, NoDirectCLIOperations: true,
+		Auth: httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close) // after the client's session (connect) is closed
+	progress := make(chan *mcp.ProgressNotificationParams, 10)
+	cs := connect(t, hs.URL, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { progress <- req.Params },
+	})
+	p := &mcp.CallToolParams{Name: "lib.count", Arguments: map[string]any{}}
+	p.SetProgressToken("mine")
+	done := make(chan error, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, p)
+		if err == nil && res.IsError {
+			err = fmt.Errorf("lib.count: %+v", res)
+		}
+		done <- err
+	}()
+	for i := 1; i <= 3; i++ {
+		select {
+		case n := <-progress:
+			if n.ProgressToken != "mine" || n.Progress != float64(i) || n.Total != 3 {
+				t.Fatalf("progress %d: %+v", i, n)
+			}
+			l.ack <- struct{}{}
+		case err := <-done:
+			t.Fatalf("the call ended before progress %d: %v", i, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("progress %d never came", i)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
