@@ -3,6 +3,9 @@
 package sqlitestore_test
 
 import (
+	"context"
+	"database/sql"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,4 +99,67 @@ func entries(t *testing.T, dir string) string {
 		names = append(names, e.Name())
 	}
 	return strings.Join(names, " ")
+}
+
+// A write to a database whose file became read-only after Open, or whose
+// space ran out, fails as STORE_UNAVAILABLE with a cause naming the database's path
+// and what to check, not only SQLite's "disk I/O error (778)" or "database
+// or disk is full (13)" (issue 37 item 3). The message the
+// caller is sent does not carry the server's path.
+func TestWriteAfterFileBroken(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		brk   func(t *testing.T, path string)
+		check string
+	}{
+		{"file made read-only", func(t *testing.T, path string) {
+			if os.Geteuid() != 0 {
+				t.Skip("a mode does not stop the descriptors SQLite already holds; only the immutable attribute, which needs root, does")
+			}
+			readOnly(t, path)
+			readOnly(t, path+"-wal")
+		}, "writable by this process"},
+		{"database full", nil, "full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "idem.db")
+			s, err := sqlitestore.Open(t.Context(), path, idem.StoreConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			exec := func(q string) error {
+				return s.Write(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, q)
+					return err
+				})
+			}
+			if err := exec(`CREATE TABLE app_rows (n INTEGER PRIMARY KEY)`); err != nil {
+				t.Fatal(err)
+			}
+			insert := `INSERT INTO app_rows VALUES (1)`
+			if tc.brk != nil {
+				tc.brk(t, path)
+			} else {
+				// SQLITE_FULL without filling a disk: cap the writer's
+				// file at its present size, then grow it.
+				if err := exec(`PRAGMA max_page_count = 1`); err != nil {
+					t.Fatal(err)
+				}
+				insert = `WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 100000) INSERT INTO app_rows SELECT n FROM c`
+			}
+			err = exec(insert)
+			var e *idem.Error
+			if !errors.As(err, &e) || e.Code != idem.CodeStoreUnavailable {
+				t.Fatalf("write: %v; want STORE_UNAVAILABLE", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "SQLite database "+path+":") || !strings.Contains(msg, tc.check) {
+				t.Errorf("write: %q; want the path %s and %q", msg, path, tc.check)
+			}
+			if strings.Contains(e.Message, path) {
+				t.Errorf("the message sent to callers names the server's path: %q", e.Message)
+			}
+			t.Log(err)
+		})
+	}
 }

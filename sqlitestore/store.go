@@ -51,6 +51,7 @@ type Store struct {
 	// Prepared statements of each pool.
 	wstmts, rstmts *stmtCache
 	migrated       []string // by Open
+	path           string   // the database file, absolute where it can be, for errors
 }
 
 // maxBatch caps the writes that share one transaction.
@@ -93,7 +94,10 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		w.Close()
 		return nil, err
 	}
-	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r), migrated: migrated}
+	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r), migrated: migrated, path: path}
+	if abs, err := filepath.Abs(path); err == nil {
+		s.path = abs
+	}
 	s.writes = groupcommit.NewIsolated(s.runWrite, isolate, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
 	return s, nil
 }
@@ -177,7 +181,7 @@ func (s *Store) Close() error {
 // (a lease, an expiry) use the time it really runs at, even late in a batch.
 func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Context, tx txn, now time.Time) error) error {
 	err := s.writes.Do(ctx, func(ctx context.Context, tx txn) error { return fn(ctx, tx, s.now()) })
-	return interpretError(ctx, op, err)
+	return interpretFileError(ctx, s.path, op, err)
 }
 
 // Write runs fn in a write transaction on the store's own writer, batched
@@ -219,13 +223,13 @@ func (s *Store) read(ctx context.Context, op string, fn func(tx txn, now time.Ti
 	}
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return interpretError(ctx, op, err)
+		return interpretFileError(ctx, s.path, op, err)
 	}
 	defer tx.Rollback()
 	if err := fn(txn{tx, s.rstmts}, s.now()); err != nil {
-		return interpretError(ctx, op, err)
+		return interpretFileError(ctx, s.path, op, err)
 	}
-	return interpretError(ctx, op, tx.Commit())
+	return interpretFileError(ctx, s.path, op, tx.Commit())
 }
 
 // now is the clock's time at the precision the store keeps.
