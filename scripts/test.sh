@@ -304,11 +304,15 @@ export IDEM_TEST_REQUIRE_PG=1
 # (Ctrl-C does so through the INT trap). wait keeps go test's exit status.
 #
 # It runs under gotestsum (a tool dependency in go.mod, built by `go tool`
-# from the module cache), which prints each package's result as the package
-# finishes and a failed test's output as it fails (GOTESTSUM_FORMAT=testname
-# prints a line per test instead), then a summary: every skipped test with
-# its reason, every failure with its output, and the closing
-# "DONE N tests, M skipped, K failures in Xs" line. The "figures:" lines
+# from the module cache) in its testname format: a line per test and subtest
+# as it finishes ("PASS pkg.TestX (1.20s)"), a failed test's output as it
+# fails, and a line per package as the package finishes ("EMPTY pkg" for one
+# without tests), so a long package such as e2e/ prints as it goes instead
+# of once at its end (issue 37: output at least every 30 s;
+# the README gives the measured longest gap). GOTESTSUM_FORMAT picks another
+# format, e.g. pkgname-and-test-fails for a line per package only. Then a
+# summary: every skipped test with its reason, every failure with its output,
+# and the closing "DONE N tests, M skipped, K failures in Xs" line. The "figures:" lines
 # tests log (counts, sizes, latencies under load) follow it, headed.
 # Compiling with the race detector is most of a cold run: on a full run it
 # is done first, naming each package as it compiles (nothing when the build
@@ -320,9 +324,9 @@ if ((${#default_pkgs[@]})); then
 fi
 
 log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
-say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: one line per package as it finishes, then every skip with its reason)"
+say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: a line per test as it finishes, then every skip with its reason)"
 set -m
-go tool gotestsum --format "${GOTESTSUM_FORMAT:-pkgname-and-test-fails}" --format-icons text --jsonfile "$log" -- \
+go tool gotestsum --format "${GOTESTSUM_FORMAT:-testname}" --format-icons text --jsonfile "$log" -- \
 	-race -count=1 "${default_pkgs[@]}" "$@" &
 test_pid=$!
 set +m
