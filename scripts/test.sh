@@ -322,6 +322,14 @@ if ((${#default_pkgs[@]})); then
 	say "go build -race -v ./... (compiles what the tests need, naming each package; quiet when cached)"
 	go build -race -v ./...
 fi
+# e2e/'s TestMain builds cmd/idem (without -race) before its first test,
+# silently: on a full run or one naming e2e/, build it here first, naming
+# each package it compiles, so that TestMain finds them cached and only
+# links.
+if ((${#default_pkgs[@]})) || [[ " ${pkgs[*]} " == *e2e* ]]; then
+	say "go build -v ./cmd/idem (the binary e2e/ runs; names each package it compiles, quiet when cached)"
+	go build -v -o /dev/null ./cmd/idem
+fi
 
 log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
 say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: a line per test as it finishes, then every skip with its reason)"
