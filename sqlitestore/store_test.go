@@ -219,3 +219,25 @@ func TestConcurrentOpen(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// fileCheck names the path, its directory and what to check for each
+// SQLite code about the file (READONLY and CANTOPEN included, which
+// TestWriteAfterFileBroken does not provoke), and nothing for the others.
+func TestFileCheck(t *testing.T) {
+	const path = "/srv/idem/idem.db"
+	for code, want := range map[int]string{
+		sqlite3.SQLITE_READONLY: "became read-only",
+		sqlite3.SQLITE_FULL:     "is full",
+		sqlite3.SQLITE_CANTOPEN: "cannot open it",
+		sqlite3.SQLITE_IOERR:    "reading or writing it failed",
+	} {
+		if got := fileCheck(path, code); !strings.Contains(got, "SQLite database "+path+":") || !strings.Contains(got, "/srv/idem") || !strings.Contains(got, want) {
+			t.Errorf("fileCheck(%d) = %q; want the path and %q", code, got, want)
+		}
+	}
+	for _, code := range []int{sqlite3.SQLITE_BUSY, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_CONSTRAINT} {
+		if got := fileCheck(path, code); got != "" {
+			t.Errorf("fileCheck(%d) = %q; want nothing", code, got)
+		}
+	}
+}
