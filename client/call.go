@@ -122,8 +122,10 @@ func (c *Client) fixedTimeout(d time.Duration) func(time.Duration) time.Duration
 // Call calls the named operation with flat arguments: path parameters,
 // query parameters, header inputs and body fields at the top level, as the
 // catalog's inputSchema describes them. It returns the envelope of a
-// success, or an *Error: the server's problem object, or NETWORK_ERROR
-// (Status 0) when no HTTP answer arrived. It retries only as the
+// success, or an *Error: the server's problem object, a raw operation's
+// own answer of 400 or more (Upstream: a proxied upstream's plain 404 is
+// its answer, not INTERNAL), or NETWORK_ERROR (Status 0) when no HTTP
+// answer arrived. It retries only as the
 // operation's retry contract allows (see the package documentation).
 func (c *Client) Call(ctx context.Context, operation string, args map[string]json.RawMessage, opts CallOptions) (*Result, error) {
 	p, err := c.prepare(ctx, operation, args, opts)

@@ -185,6 +185,9 @@ func (e *Error) Error() string {
 	if e.Err != nil && e.Code == idem.CodeNetworkError {
 		return fmt.Sprintf("%s: %s", e.Code, e.Message)
 	}
+	if e.Code == "" { // an upstream's own answer
+		return e.Message
+	}
 	if e.Status != 0 {
 		return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message)
 	}
@@ -333,7 +336,41 @@ func problemError(a answer, operation, key string) *Error {
 			Problem: json.RawMessage(a.body), Header: a.header, Operation: operation, IdempotencyKey: key,
 		}
 	}
+	if a.header.Get(idem.HeaderExecutionID) != "" {
+		return upstreamError(a, operation, key)
+	}
 	return foreignError(a, operation, key)
+}
+
+// upstreamError is a raw operation's own answer of 400 or more that is
+// not a problem object with a code (a proxied upstream's plain 404): idem
+// ran the operation and stored that answer (its Idempotency-Execution-Id
+// says so), so it is the upstream's answer, as CallResult reads it, not a
+// foreign one. Code is empty (the upstream gave none); Status, Header and
+// Problem (the body exactly as sent) are the upstream's, Retryable is
+// false (a same-key retry replays it) and details.upstream is true.
+func upstreamError(a answer, operation, key string) *Error {
+	return &Error{
+		Status: a.status, Message: fmt.Sprintf("the upstream answered %d %s: %q", a.status, http.StatusText(a.status), snippetOf(a.body)),
+		Details: map[string]any{"upstream": true, "httpStatus": a.status}, Problem: json.RawMessage(a.body), Header: a.header,
+		Operation: operation, IdempotencyKey: key,
+	}
+}
+
+// Upstream reports whether the error is a proxied upstream's own answer
+// (see upstreamError): Status, Header and Problem are what it sent.
+func (e *Error) Upstream() bool {
+	u, _ := e.Details["upstream"].(bool)
+	return u && !e.Local
+}
+
+// snippetOf is the start of a body, for a message.
+func snippetOf(body []byte) string {
+	s := strings.TrimSpace(string(body))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }
 
 // foreignError is the problem the client builds for an answer whose body
@@ -341,10 +378,7 @@ func problemError(a answer, operation, key string) *Error {
 // INTERNAL, the answer's status, retryable for 502, 503 and 504, and the
 // marker details.foreign.
 func foreignError(a answer, operation, key string) *Error {
-	snippet := strings.TrimSpace(string(a.body))
-	if len(snippet) > 200 {
-		snippet = snippet[:200] + "…"
-	}
+	snippet := snippetOf(a.body)
 	var meta *idem.Meta
 	if operation != "" {
 		meta = &idem.Meta{Operation: operation}

@@ -156,7 +156,7 @@ func startMerging(t *testing.T, ls []*library, names []string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		built, err := gateway.Build(tools, nil, up)
+		built, err := gateway.Build(tools, nil, up, gateway.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -137,7 +137,7 @@ func newGateway(t *testing.T, u *upstream, overlay proxy.Overlay) *gw {
 			t.Error(err)
 			return nil
 		}
-		built, err := gateway.Build(tools, overlay, up)
+		built, err := gateway.Build(tools, overlay, up, gateway.Options{})
 		if err != nil {
 			t.Error(err)
 		}
@@ -382,7 +382,7 @@ func mustBuild(t *testing.T, up *gateway.Upstream) []idem.Operation {
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, err := gateway.Build(tools, overlay, up)
+	built, err := gateway.Build(tools, overlay, up, gateway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

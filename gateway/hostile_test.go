@@ -163,7 +163,7 @@ func gatewayOn(t *testing.T, db string, cfg gateway.UpstreamConfig, ov proxy.Ove
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, err := gateway.Build(tools, ov, up)
+	built, err := gateway.Build(tools, ov, up, gateway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -435,7 +435,7 @@ func TestGatewayUpstreamCallIsAClientSpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, err := gateway.Build(tools, proxy.Overlay{"note": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Notes once."}}, up)
+	built, err := gateway.Build(tools, proxy.Overlay{"note": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Notes once."}}, up, gateway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -436,6 +436,15 @@ func headerOf(h map[string]string) http.Header {
 	return out
 }
 
+// configName is the upstream's name in its config, empty for the
+// one-upstream flags' (whose contracts come from --contracts).
+func (m *member) configName() string {
+	if m.cfg.Anonymous {
+		return ""
+	}
+	return m.cfg.Name
+}
+
 // connectTimeout bounds reaching the upstream.
 func (m *member) connectTimeout() time.Duration {
 	if m.cfg.Timeouts.Connect > 0 {
@@ -644,7 +653,7 @@ func (m *member) declareMCP(ctx context.Context, overlay proxy.Overlay) ([]idem.
 		}
 		renamed[m.cfg.ServedName(name)] = e
 	}
-	built, err := Build(served, renamed, &memberCaller{m: m, names: upstreamName})
+	built, err := Build(served, renamed, &memberCaller{m: m, names: upstreamName}, Options{Timeout: m.cfg.Timeouts.Call, ConfigUpstream: m.configName()})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -683,7 +692,8 @@ func (m *member) declareOpenAPI(ctx context.Context, overlay proxy.Overlay) ([]i
 			m.mu.Unlock()
 		}
 	}
-	opts := proxy.Options{Forward: m.forward, Unvalidated: !m.cfg.Validate, Upstream: m.fwd.Upstream}
+	opts := proxy.Options{Forward: m.forward, Unvalidated: !m.cfg.Validate, Upstream: m.fwd.Upstream,
+		Timeout: m.cfg.Timeouts.Call, ConfigUpstream: m.configName()}
 	if m.cfg.Prefix {
 		opts.Prefix = m.cfg.Name
 	}
@@ -695,8 +705,8 @@ func (m *member) declareOpenAPI(ctx context.Context, overlay proxy.Overlay) ([]i
 }
 
 // forward is the handler of an OpenAPI upstream's operation: the
-// Forwarder's, within the upstream's call timeout, refused while the
-// upstream is retired.
+// Forwarder's, refused while the upstream is retired. The upstream's
+// timeouts.call bounds it as its operations' timeout (declareOpenAPI).
 func (m *member) forward(op proxy.Operation) idem.RawHandler {
 	next := m.fwd.Handler(op)
 	return func(ctx context.Context, call *idem.Call, req idem.RawRequest) (idem.RawResponse, error) {
@@ -704,11 +714,6 @@ func (m *member) forward(op proxy.Operation) idem.RawHandler {
 			return idem.RawResponse{}, removed()
 		}
 		defer m.release()
-		if m.cfg.Timeouts.Call > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, m.cfg.Timeouts.Call)
-			defer cancel()
-		}
 		res, err := next(ctx, call, req)
 		if idem.IsNotDispatched(err) && idem.ErrorCode(err) == idem.CodeUpstreamUnavailable {
 			m.setDown(err)
@@ -742,11 +747,6 @@ func (c *memberCaller) Call(ctx context.Context, params *mcp.CallToolParams) (*m
 	p := *params
 	if name, ok := c.names[p.Name]; ok {
 		p.Name = name
-	}
-	if m.cfg.Timeouts.Call > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.cfg.Timeouts.Call)
-		defer cancel()
 	}
 	res, err := up.Call(ctx, &p)
 	switch {

@@ -31,6 +31,18 @@ type Built struct {
 	Warnings []string
 }
 
+// Options are the choices Build takes beyond the tools and overlay.
+type Options struct {
+	// Timeout is the operations' default timeout (an upstream's
+	// timeouts.call, SPEC §17.1); an overlay entry's timeoutMs wins for
+	// its tool. 0 means idem.DefaultTimeout.
+	Timeout time.Duration
+	// ConfigUpstream names the config upstream (SPEC §17.1) whose
+	// contracts: file the warnings send the operator to; empty for the
+	// one-upstream flags' --contracts.
+	ConfigUpstream string
+}
+
 // toolName is the rule of tool names the gateway can serve (the MCP
 // specification's recommended characters; an idem raw operation's name).
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
@@ -43,7 +55,7 @@ var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // is left out with a warning, as is an overlay entry that
 // names no tool: the upstream's list is live, and one odd tool must not
 // take the others down.
-func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller) (*Built, error) {
+func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller, opts Options) (*Built, error) {
 	if up == nil {
 		return nil, errors.New("gateway: Build needs the upstream to call")
 	}
@@ -62,7 +74,7 @@ func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller) (*Built, error) 
 	var undeclared, noReconcile []string
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		t := byName[name]
-		op, note, dropped, err := declare(t, overlay, up)
+		op, note, dropped, err := declare(t, overlay, up, opts.Timeout)
 		if err != nil {
 			out.Warnings = append(out.Warnings, fmt.Sprintf("tool %q is not served: %v", name, err))
 			continue
@@ -85,12 +97,12 @@ func Build(tools []*mcp.Tool, overlay proxy.Overlay, up Caller) (*Built, error) 
 		}
 	}
 	if len(undeclared) > 0 {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing tools have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one in --contracts",
-			len(undeclared), strings.Join(undeclared, ", ")))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing tools have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one in %s",
+			len(undeclared), strings.Join(undeclared, ", "), proxy.ContractsPlace(opts.ConfigUpstream)))
 	}
 	if len(noReconcile) > 0 {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("%d tools say idempotentHint but name no reconcile read tool, so they are no_automatic_retry rather than convergent: %s; give each a reconcile in --contracts",
-			len(noReconcile), strings.Join(noReconcile, ", ")))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%d tools say idempotentHint but name no reconcile read tool, so they are no_automatic_retry rather than convergent: %s; give each a reconcile in %s",
+			len(noReconcile), strings.Join(noReconcile, ", "), proxy.ContractsPlace(opts.ConfigUpstream)))
 	}
 	// Reconcile names that are not (served) reads are caught by the
 	// registry with the tool's name; a tool left out above takes its
@@ -128,7 +140,7 @@ const undeclaredRationale = "No retry contract is declared for this tool (no ove
 
 // declare builds one tool's operation; dropped are the enums left out of
 // its input schema.
-func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (_ idem.Operation, _ note, dropped []droppedEnum, _ error) {
+func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller, timeout time.Duration) (_ idem.Operation, _ note, dropped []droppedEnum, _ error) {
 	if !toolName.MatchString(t.Name) {
 		return nil, noteNone, nil, errors.New("its name is not 1 to 128 letters, digits, '_', '.' or '-'")
 	}
@@ -188,8 +200,11 @@ func declare(t *mcp.Tool, overlay proxy.Overlay, up Caller) (_ idem.Operation, _
 			n = noteUndeclared
 		}
 	}
+	meta.Timeout = timeout
 	if inOverlay {
-		meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
+		if entry.TimeoutMs != 0 { // a negative one is refused by the registry
+			meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
+		}
 		meta.Approval = entry.Approval
 	}
 	if meta.Retry.Preview {

@@ -41,7 +41,7 @@ func TestBuildContracts(t *testing.T) {
 		"declared_read": {Kind: idem.RetryFreshRead},
 		"gone":          {Kind: idem.RetryFreshRead},
 	}
-	built, err := gateway.Build(tools, overlay, noCall{})
+	built, err := gateway.Build(tools, overlay, noCall{}, gateway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestBuildContracts(t *testing.T) {
 
 func TestDocumentSaysToolResults(t *testing.T) {
 	obj := json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}}}`)
-	built, err := gateway.Build([]*mcp.Tool{{Name: "read", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}}, nil, noCall{})
+	built, err := gateway.Build([]*mcp.Tool{{Name: "read", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}}, nil, noCall{}, gateway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func TestGatewayServesTheRestOfAnOddToolList(t *testing.T) {
 	if len(tools) != 5 || len(warnings) != 1 || !strings.Contains(warnings[0], `"deep"`) {
 		t.Fatalf("%d tools, warnings %q", len(tools), warnings)
 	}
-	built, err := gateway.Build(tools, addOverlay, up)
+	built, err := gateway.Build(tools, addOverlay, up, gateway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

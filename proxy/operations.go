@@ -39,6 +39,24 @@ type Options struct {
 	// overlay stays keyed by operationId. Built.Document is then nil: the
 	// gateway serves one document for all its upstreams.
 	Prefix string
+	// Timeout is the operations' default timeout (an upstream's
+	// timeouts.call, SPEC §17.1); an overlay entry's timeoutMs wins for
+	// its operation. 0 means idem.DefaultTimeout.
+	Timeout time.Duration
+	// ConfigUpstream names the config upstream whose contracts: file the
+	// warnings send the operator to; empty for --contracts.
+	ConfigUpstream string
+}
+
+// ContractsPlace is where Build's and gateway.Build's start-up warnings
+// tell the operator to declare a contract: the contracts: file of the
+// config upstream named, or the --contracts file of the one-upstream
+// flags when upstream is empty.
+func ContractsPlace(upstream string) string {
+	if upstream == "" {
+		return "--contracts"
+	}
+	return fmt.Sprintf("the contracts: file of upstream %q", upstream)
 }
 
 // Operation is what Build knows about one proxied operation.
@@ -127,7 +145,7 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 				out.Warnings = append(out.Warnings, warn)
 			}
 			if def.proxied.Contract == string(fromMethod) && def.proxied.Writes {
-				undeclared = append(undeclared, op.OperationID)
+				undeclared = append(undeclared, def.proxied.Name) // the served name, prefix and all
 			}
 			out.Operations = append(out.Operations, def.op)
 			out.Proxied = append(out.Proxied, def.proxied)
@@ -144,8 +162,8 @@ func Build(doc *Document, overlay Overlay, opts Options) (*Built, error) {
 	}
 	out.Warnings = append(out.Warnings, droppedWarnings(dropped)...)
 	if len(undeclared) > 0 {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in --contracts",
-			len(undeclared), namedList(undeclared)))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%d writing operations have no declared retry contract and are no_automatic_retry (keys refused, nothing replayed): %s; declare one with x-idem-agent-retry or in %s",
+			len(undeclared), namedList(undeclared), ContractsPlace(opts.ConfigUpstream)))
 	}
 	if opts.Prefix != "" {
 		return out, nil
@@ -203,8 +221,11 @@ func declare(in, out *converter, method, path string, item *openapi3.PathItem, o
 			meta.Retry = idem.RetryContract{Kind: idem.RetryNoAutomaticRetry, Rationale: undeclaredRationale}
 		}
 	}
+	meta.Timeout = opts.Timeout
 	if inOverlay {
-		meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
+		if entry.TimeoutMs != 0 { // a negative one is refused by the registry
+			meta.Timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
+		}
 		meta.Approval = entry.Approval
 	}
 	in.take()

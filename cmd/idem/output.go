@@ -140,7 +140,11 @@ func (s *session) fail(err error, hints func(*client.Error) []string) error {
 			return perr
 		}
 	}
-	fmt.Fprintf(s.m.Stderr, "Error [%s]: %s\n", e.Code, e.Message)
+	if e.Code == "" { // a proxied upstream's own answer (client.Error.Upstream)
+		fmt.Fprintf(s.m.Stderr, "Error: %s\n", e.Message)
+	} else {
+		fmt.Fprintf(s.m.Stderr, "Error [%s]: %s\n", e.Code, e.Message)
+	}
 	var lines []string
 	if hints != nil {
 		lines = hints(e)

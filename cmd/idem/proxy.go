@@ -81,7 +81,7 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 	if o.reloadEvery < 0 {
 		return application{}, usagef("--reload-interval must be 0 or more, got %s", o.reloadEvery)
 	}
-	cfg := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "upstream", Kind: gatewayconfig.KindOpenAPI,
+	cfg := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "upstream", Anonymous: true, Kind: gatewayconfig.KindOpenAPI,
 		OpenAPI: o.openapi, BaseURL: base, Validate: o.validate, MaxStoredResponse: o.maxStored, Contracts: o.contracts}}}
 	if o.upstreamAuth != "" {
 		cfg.Upstreams[0].Headers = map[string]string{"Authorization": o.upstreamAuth}

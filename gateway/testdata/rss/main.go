@@ -155,7 +155,7 @@ func list(ctx context.Context, up *gateway.Upstream, mode string) {
 	}
 	served := 0
 	if err == nil {
-		built, berr := gateway.Build(tools, nil, up)
+		built, berr := gateway.Build(tools, nil, up, gateway.Options{})
 		if berr != nil {
 			msg = berr.Error()
 		} else {
