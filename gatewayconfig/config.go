@@ -63,10 +63,11 @@ type Upstream struct {
 	// Name is [a-z0-9-]+, unique: the prefix of its served names, and
 	// what names an MCP upstream in its calls' fingerprints (SPEC §6.2).
 	Name string
-	// Anonymous marks the upstream of the one-upstream flags: its calls'
-	// fingerprints name it by its URL or command instead of its name, so
-	// that two such gateways in front of different servers on one store
-	// share no records.
+	// Anonymous marks the upstream of the one-upstream flags (idem gateway
+	// --upstream…, idem proxy): its calls' fingerprints name it by its URL
+	// or command instead of its name, so that two such gateways in front of
+	// different servers on one store share no records, and its warnings
+	// send contracts to --contracts rather than to a contracts: file.
 	Anonymous bool
 	Kind      Kind
 	// Command is the program to spawn and its arguments (an MCP upstream
