@@ -32,13 +32,7 @@ func TestGatewayEverythingResourcesAndPrompts(t *testing.T) {
 	t.Cleanup(func() { cs.Close() })
 	ctx := t.Context()
 
-	var prompts []string
-	for p, err := range cs.Prompts(ctx, nil) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		prompts = append(prompts, p.Name)
-	}
+	prompts := promptNames(t, cs)
 	if len(prompts) < 4 || !strings.Contains(strings.Join(prompts, " "), "simple-prompt") {
 		t.Fatalf("prompts %v, want server-everything's (simple-prompt among them)", prompts)
 	}
@@ -53,22 +47,7 @@ func TestGatewayEverythingResourcesAndPrompts(t *testing.T) {
 		t.Fatalf("completion/complete: %v %+v", err, done)
 	}
 
-	var first *mcp.Resource
-	for r, err := range cs.Resources(ctx, nil) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if first == nil {
-			first = r
-		}
-	}
-	if first == nil {
-		t.Fatal("resources/list is empty")
-	}
-	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: first.URI})
-	if err != nil || len(read.Contents) == 0 || read.Contents[0].URI != first.URI {
-		t.Fatalf("resources/read %s: %v %+v", first.URI, err, read)
-	}
+	readFirstResource(t, cs)
 
 	res := mcpCall(t, cs, &mcp.CallToolParams{Name: "get-resource-links", Arguments: map[string]any{"count": 1}})
 	var link *mcp.ResourceLink
@@ -80,7 +59,7 @@ func TestGatewayEverythingResourcesAndPrompts(t *testing.T) {
 	if res.IsError || link == nil {
 		t.Fatalf("get-resource-links: %s", resultJSON(res))
 	}
-	read, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
+	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
 	if err != nil || len(read.Contents) == 0 || read.Contents[0].URI != link.URI || read.Contents[0].Text == "" && len(read.Contents[0].Blob) == 0 {
 		t.Fatalf("resources/read %s (a tool's link): %v %+v", link.URI, err, read)
 	}
@@ -106,4 +85,39 @@ func idemProblem(res *mcp.CallToolResult) any {
 		return p
 	}
 	return res.StructuredContent
+}
+
+// promptNames lists every prompt cs is served, all pages.
+func promptNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	var names []string
+	for p, err := range cs.Prompts(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// readFirstResource lists the resources cs is served and reads the first:
+// its contents must come back under its URI.
+func readFirstResource(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	var first *mcp.Resource
+	for r, err := range cs.Resources(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = r
+		}
+	}
+	if first == nil {
+		t.Fatal("resources/list is empty")
+	}
+	read, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: first.URI})
+	if err != nil || len(read.Contents) == 0 || read.Contents[0].URI != first.URI {
+		t.Fatalf("resources/read %s: %v %+v", first.URI, err, read)
+	}
 }

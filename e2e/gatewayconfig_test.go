@@ -128,13 +128,7 @@ func TestGatewayConfig(t *testing.T) {
 	t.Run("prompts and resources of every upstream", func(t *testing.T) {
 		cs := mcpHTTP(t, g, gatewayToken)
 		ctx := t.Context()
-		var prompts []string
-		for p, err := range cs.Prompts(ctx, nil) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			prompts = append(prompts, p.Name)
-		}
+		prompts := promptNames(t, cs)
 		if !slices.Contains(prompts, "everything.simple-prompt") || slices.Contains(prompts, "simple-prompt") {
 			t.Fatalf("prompts %v, want server-everything's named everything.<prompt>", prompts)
 		}
@@ -142,22 +136,7 @@ func TestGatewayConfig(t *testing.T) {
 		if err != nil || len(got.Messages) != 1 {
 			t.Fatalf("prompts/get everything.simple-prompt: %v %+v", err, got)
 		}
-		var first *mcp.Resource
-		for r, err := range cs.Resources(ctx, nil) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if first == nil {
-				first = r
-			}
-		}
-		if first == nil {
-			t.Fatal("resources/list is empty: server-everything's resources are not served")
-		}
-		read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: first.URI})
-		if err != nil || len(read.Contents) == 0 || read.Contents[0].URI != first.URI {
-			t.Fatalf("resources/read %s: %v %+v", first.URI, err, read)
-		}
+		readFirstResource(t, cs)
 	})
 
 	t.Run("the OpenAPI upstream under its prefix", func(t *testing.T) {
