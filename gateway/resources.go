@@ -25,12 +25,34 @@ func (u *Upstream) Forwarder(name string) mcpserver.Forwarder {
 type forwarder struct {
 	u    *Upstream
 	name string
+}
 
-	// subscribed counts the downstream subscriptions of each URI: the
-	// upstream is subscribed by the first and unsubscribed by the last,
-	// so that one client's unsubscribe does not end another's updates.
-	mu         sync.Mutex
-	subscribed map[string]int
+// subscriptions counts the downstream subscriptions of each URI: the
+// upstream is subscribed by the first and unsubscribed by the last, so
+// that one client's unsubscribe does not end another's updates. They are
+// the Upstream's, not a session's: a new session is subscribed to every
+// URI still held (resubscribe). mu is held across the upstream request.
+type subscriptions struct {
+	mu    sync.Mutex
+	count map[string]int
+}
+
+// resubscribe subscribes cs, a new session, to every URI the gateway's
+// clients still hold: the upstream that forgot the last session (it
+// restarted, or a spawned one was spawned anew) forgot its subscriptions
+// with it.
+func (u *Upstream) resubscribe(cs *mcp.ClientSession) {
+	u.subs.mu.Lock()
+	defer u.subs.mu.Unlock()
+	for uri := range u.subs.count {
+		ctx, cancel := context.WithTimeout(context.Background(), u.cfg.ConnectTimeout)
+		err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+		cancel()
+		if err != nil {
+			u.log.Warn("a new upstream session could not be subscribed to a resource its clients hold: they get no resources/updated of it until they subscribe again",
+				"upstream", u.Describe(), "uri", uri, "error", err.Error())
+		}
+	}
 }
 
 // session runs do with the upstream's session, once more with a new
@@ -95,9 +117,10 @@ func (f *forwarder) ReadResource(ctx context.Context, p *mcp.ReadResourceParams)
 }
 
 func (f *forwarder) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.subscribed[p.URI] == 0 {
+	s := &f.u.subs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.count[p.URI] == 0 {
 		_, err := session(ctx, f.u, "resources/subscribe", func(cs *mcp.ClientSession) (struct{}, error) {
 			return struct{}{}, cs.Subscribe(ctx, p)
 		})
@@ -105,28 +128,29 @@ func (f *forwarder) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error
 			return err
 		}
 	}
-	if f.subscribed == nil {
-		f.subscribed = map[string]int{}
+	if s.count == nil {
+		s.count = map[string]int{}
 	}
-	f.subscribed[p.URI]++
+	s.count[p.URI]++
 	return nil
 }
 
 func (f *forwarder) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch n := f.subscribed[p.URI]; {
+	s := &f.u.subs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch n := s.count[p.URI]; {
 	case n == 0:
 		return nil // not subscribed through the gateway
 	case n > 1:
-		f.subscribed[p.URI]--
+		s.count[p.URI]--
 		return nil
 	}
 	_, err := session(ctx, f.u, "resources/unsubscribe", func(cs *mcp.ClientSession) (struct{}, error) {
 		return struct{}{}, cs.Unsubscribe(ctx, p)
 	})
 	if err == nil {
-		delete(f.subscribed, p.URI)
+		delete(s.count, p.URI)
 	}
 	return err
 }

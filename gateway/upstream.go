@@ -77,7 +77,8 @@ type Upstream struct {
 	poolOnce sync.Once
 	pool     *http.Transport
 
-	relay relay // notifications passed on (notify.go)
+	relay relay         // notifications passed on (notify.go)
+	subs  subscriptions // resources its clients subscribed to (resources.go)
 }
 
 // Dial connects to the upstream and checks the handshake.
@@ -158,6 +159,7 @@ func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
 	u.session = cs
 	u.stdio, _ = t.(*stdioTransport)
 	u.stdioOf = cs
+	go u.resubscribe(cs)
 	go func() {
 		// A spawned server that exits, or a connection that fails for good,
 		// ends the session: the next call connects again.

@@ -1,0 +1,160 @@
+package gateway_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// feed is an upstream with one resource that can be restarted on its
+// address: a new process, as it were, that knows none of the sessions
+// and subscriptions of the one before.
+type feed struct {
+	t    *testing.T
+	addr string
+
+	mu         sync.Mutex
+	srv        *mcp.Server
+	hs         *http.Server
+	subscribes atomic.Int64 // resources/subscribe received, over every run
+}
+
+const feedURI = "file:///feed.txt"
+
+func newFeed(t *testing.T) *feed {
+	t.Helper()
+	f := &feed{t: t}
+	f.start("127.0.0.1:0")
+	t.Cleanup(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.hs.Close()
+	})
+	return f
+}
+
+func (f *feed) url() string { return "http://" + f.addr + "/mcp" }
+
+// start serves a new server on addr.
+func (f *feed) start(addr string) {
+	f.t.Helper()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "feed", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler: func(context.Context, *mcp.SubscribeRequest) error {
+			f.subscribes.Add(1)
+			return nil
+		},
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	srv.AddResource(&mcp.Resource{URI: feedURI, Name: "feed", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "news"}}}, nil
+		})
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)}
+	go hs.Serve(ln)
+	f.mu.Lock()
+	f.srv, f.hs, f.addr = srv, hs, ln.Addr().String()
+	f.mu.Unlock()
+}
+
+// restart stops the server, every connection with it, and serves a new
+// one on the same address.
+func (f *feed) restart() {
+	f.t.Helper()
+	f.mu.Lock()
+	f.hs.Close()
+	f.mu.Unlock()
+	f.start(f.addr)
+}
+
+// update sends resources/updated to the sessions subscribed to the
+// resource on the running server.
+func (f *feed) update(ctx context.Context) {
+	f.mu.Lock()
+	srv := f.srv
+	f.mu.Unlock()
+	srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: feedURI})
+}
+
+// A client subscribed to a resource keeps getting its
+// notifications/resources/updated after the upstream restarted: the
+// gateway subscribes the new upstream session to what its clients still
+// hold (issue 34: the subscription was lost with the session).
+func TestGatewaySubscriptionSurvivesANewSession(t *testing.T) {
+	f := newFeed(t)
+	url := startMerging(t, []*library{{url: f.url()}}, []string{""})
+	updated := make(chan string, 100)
+	cs := connect(t, url, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	ctx := t.Context()
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: feedURI}); err != nil {
+		t.Fatal(err)
+	}
+	// waitUpdate sends updates until one reaches the client.
+	waitUpdate := func(when string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			f.update(ctx)
+			select {
+			case <-updated:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no resources/updated reached the subscribed client (the upstream got %d subscribes)", when, f.subscribes.Load())
+			}
+		}
+	}
+	waitUpdate("before the restart")
+
+	// read is a request after a restart: it finds the session gone (404)
+	// and makes a new one. A connection the gateway kept to the server
+	// before may fail it first (EOF: a POST is not sent again).
+	read := func(when string) {
+		t.Helper()
+		for try := 1; ; try++ {
+			_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: feedURI})
+			if err == nil {
+				return
+			}
+			if try == 3 {
+				t.Fatalf("resources/read %s: %v", when, err)
+			}
+			t.Logf("resources/read %s: %v", when, err)
+		}
+	}
+	f.restart()
+	t.Log("the upstream restarted")
+	read("after the restart")
+	waitUpdate("after the restart")
+	if n := f.subscribes.Load(); n != 2 {
+		t.Fatalf("the upstream got %d subscribes, want 2 (one a session)", n)
+	}
+
+	// Unsubscribed, the new session is unsubscribed too: nothing comes.
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: feedURI}); err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	read("after the second restart")
+	if n := f.subscribes.Load(); n != 2 {
+		t.Fatalf("the upstream got %d subscribes after the last unsubscribe, want 2", n)
+	}
+}
