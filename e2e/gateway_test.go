@@ -45,6 +45,18 @@ var npmInstall struct {
 // mcpServers returns the directory the pinned packages are installed in.
 func mcpServers(t *testing.T) string {
 	t.Helper()
+	needNode(t)
+	npmInstall.once.Do(func() { npmInstall.dir, npmInstall.err = installNPM("mcp-servers", npmPackages) })
+	if npmInstall.err != nil {
+		t.Fatal(npmInstall.err)
+	}
+	return npmInstall.dir
+}
+
+// needNode skips the test without node and npm, unless
+// IDEM_TEST_REQUIRE_NODE=1 makes that a failure.
+func needNode(t *testing.T) {
+	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("IDEM_TEST_REQUIRE_NODE") == "1" {
@@ -53,41 +65,37 @@ func mcpServers(t *testing.T) string {
 			t.Skipf("%s is not on PATH: idem gateway's tests run npm MCP servers with node (IDEM_TEST_REQUIRE_NODE=1 makes this a failure)", tool)
 		}
 	}
-	npmInstall.once.Do(func() {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
-		}
-		sum := sha256.Sum256([]byte(strings.Join(npmPackages, " ")))
-		dir := filepath.Join(cache, "idem-e2e", "mcp-servers-"+hex.EncodeToString(sum[:6]))
-		npmInstall.dir = dir
-		if _, err := os.Stat(filepath.Join(dir, "installed")); err == nil {
-			return
-		}
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			npmInstall.err = err
-			return
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(dir), "install-")
-		if err != nil {
-			npmInstall.err = err
-			return
-		}
-		cmd := exec.Command("npm", append([]string{"install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", "--loglevel=error"}, npmPackages...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			os.RemoveAll(tmp)
-			npmInstall.err = fmt.Errorf("npm install %s: %v\n%s", strings.Join(npmPackages, " "), err, out)
-			return
-		}
-		os.WriteFile(filepath.Join(tmp, "installed"), nil, 0o644)
-		if err := os.Rename(tmp, dir); err != nil {
-			os.RemoveAll(tmp) // another run installed it first
-		}
-	})
-	if npmInstall.err != nil {
-		t.Fatal(npmInstall.err)
+}
+
+// installNPM installs packages into a directory of the user cache named
+// by name and the packages, once: a later run finds them there.
+func installNPM(name string, packages []string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
 	}
-	return npmInstall.dir
+	sum := sha256.Sum256([]byte(strings.Join(packages, " ")))
+	dir := filepath.Join(cache, "idem-e2e", name+"-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(filepath.Join(dir, "installed")); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return dir, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "install-")
+	if err != nil {
+		return dir, err
+	}
+	cmd := exec.Command("npm", append([]string{"install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", "--loglevel=error"}, packages...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(tmp)
+		return dir, fmt.Errorf("npm install %s: %v\n%s", strings.Join(packages, " "), err, out)
+	}
+	os.WriteFile(filepath.Join(tmp, "installed"), nil, 0o644)
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp) // another run installed it first
+	}
+	return dir, nil
 }
 
 func memoryServer(t *testing.T) string {
