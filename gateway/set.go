@@ -445,6 +445,21 @@ func (m *member) configName() string {
 	return m.cfg.Name
 }
 
+// upstreamConfig is how an MCP member reaches its upstream.
+func (m *member) upstreamConfig() UpstreamConfig {
+	cfg := UpstreamConfig{ConnectTimeout: m.connectTimeout(), Logger: m.log, Version: m.set.opts.Version,
+		OnToolsChanged: m.set.signal, MaxResultBytes: m.set.opts.MaxResultBytes}
+	if !m.cfg.Anonymous {
+		cfg.Name = m.cfg.Name // its records are its own (SPEC §6.2)
+	}
+	if m.cfg.URL != "" {
+		cfg.URL, cfg.Header = m.cfg.URL, headerOf(m.cfg.Headers)
+	} else {
+		cfg.Command, cfg.Env = m.cfg.Command, m.cfg.Environ(m.set.opts.Environ)
+	}
+	return cfg
+}
+
 // connectTimeout bounds reaching the upstream.
 func (m *member) connectTimeout() time.Duration {
 	if m.cfg.Timeouts.Connect > 0 {
@@ -472,18 +487,8 @@ func (m *member) connect(ctx context.Context) error {
 	up := m.up
 	m.mu.Unlock()
 	if up == nil {
-		cfg := UpstreamConfig{ConnectTimeout: m.connectTimeout(), Logger: m.log, Version: m.set.opts.Version,
-			OnToolsChanged: m.set.signal, MaxResultBytes: m.set.opts.MaxResultBytes}
-		if !m.cfg.Anonymous {
-			cfg.Name = m.cfg.Name // its records are its own (SPEC §6.2)
-		}
-		if m.cfg.URL != "" {
-			cfg.URL, cfg.Header = m.cfg.URL, headerOf(m.cfg.Headers)
-		} else {
-			cfg.Command, cfg.Env = m.cfg.Command, m.cfg.Environ(m.set.opts.Environ)
-		}
 		var err error
-		if up, err = Dial(ctx, cfg); err != nil {
+		if up, err = Dial(ctx, m.upstreamConfig()); err != nil {
 			return startupCause(err)
 		}
 		m.mu.Lock()
@@ -730,6 +735,12 @@ type memberCaller struct {
 	m     *member
 	names map[string]string // served → upstream's
 }
+
+// Target names the member's upstream in its tools' fingerprints, as
+// Upstream.Target does (SPEC §6.2): "mcp:<name>", or the URL or command
+// line of the one-upstream flags' upstream. Without it a key used on one
+// upstream replayed on another of the same tool name on the same store.
+func (c *memberCaller) Target() string { return c.m.upstreamConfig().target() }
 
 func (c *memberCaller) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	m := c.m

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -201,5 +203,70 @@ func TestSetRelaysProgress(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// setOn serves the declaration of a Set of the one upstream u on the
+// SQLite store db; the server's URL.
+func setOn(t *testing.T, db string, u gatewayconfig.Upstream) string {
+	t.Helper()
+	ctx := t.Context()
+	set := gateway.NewSet(gateway.SetOptions{})
+	t.Cleanup(func() { set.Close() })
+	d, err := set.Declare(ctx, config(t, u))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	store, err := sqlitestore.Open(ctx, db, idem.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	srv, err := server.New(ctx, server.Config{Operations: d.Operations, Store: store, NoDirectCLIOperations: true,
+		Auth: httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// TestSetsInFrontOfTwoUpstreamsShareNoKeys: two gateways on one store,
+// each a Set (the code of idem gateway --config and of its one-upstream
+// flags) in front of its own upstream, a tool of one name served
+// unprefixed: the same key and arguments through the second is not the
+// first's record but a reuse (422), and its upstream runs nothing.
+// Records are scoped by the upstream's name (mcp:<name>), or by its URL
+// for the one-upstream flags (SPEC §6.2). Before, a Set's operations had
+// no target, and the second gateway replayed the first's result.
+func TestSetsInFrontOfTwoUpstreamsShareNoKeys(t *testing.T) {
+	contracts := filepath.Join(t.TempDir(), "contracts.yaml")
+	if err := os.WriteFile(contracts, []byte("add:\n  kind: same_key_replay\n  reconcile: total\n  rationale: Replays by key.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, anonymous := range []bool{false, true} {
+		t.Run(fmt.Sprintf("anonymous=%v", anonymous), func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), "idem.db")
+			a, b := newRawUpstream(t), newRawUpstream(t)
+			nameA, nameB := "alpha", "beta"
+			if anonymous {
+				// Both the one-upstream flags' "upstream": only the URL tells them apart.
+				nameA, nameB = "upstream", "upstream"
+			}
+			gwA := setOn(t, db, gatewayconfig.Upstream{Name: nameA, Anonymous: anonymous, Kind: gatewayconfig.KindMCP, URL: a.url, Contracts: contracts})
+			gwB := setOn(t, db, gatewayconfig.Upstream{Name: nameB, Anonymous: anonymous, Kind: gatewayconfig.KindMCP, URL: b.url, Contracts: contracts})
+			if status, body := post(t, gwA, "add", "shared-1", `{"n":1}`); status != http.StatusOK {
+				t.Fatalf("through A: %d %s", status, body)
+			}
+			status, body := post(t, gwB, "add", "shared-1", `{"n":1}`)
+			if status != http.StatusUnprocessableEntity || !strings.Contains(body, "IDEMPOTENCY_KEY_REUSED") {
+				t.Fatalf("the same key through B: %d %s (B's upstream ran %d calls)", status, body, b.calls.Load())
+			}
+			if b.calls.Load() != 0 || a.calls.Load() != 1 {
+				t.Fatalf("calls: A %d, B %d", a.calls.Load(), b.calls.Load())
+			}
+		})
 	}
 }

@@ -125,17 +125,19 @@ func (u *Upstream) Describe() string {
 // idem.TargetOf spells it (scheme, host, port, path); else "stdio:" and
 // the command line, its words joined by spaces (another command line, an
 // upgrade's new version in it too, is another upstream).
-func (u *Upstream) Target() string {
+func (u *Upstream) Target() string { return u.cfg.target() }
+
+func (c UpstreamConfig) target() string {
 	switch {
-	case u.cfg.Name != "":
-		return "mcp:" + u.cfg.Name
-	case u.cfg.URL != "":
-		if parsed, err := url.Parse(u.cfg.URL); err == nil {
+	case c.Name != "":
+		return "mcp:" + c.Name
+	case c.URL != "":
+		if parsed, err := url.Parse(c.URL); err == nil {
 			return idem.TargetOf(parsed)
 		}
-		return u.cfg.URL
+		return c.URL
 	}
-	return "stdio:" + strings.Join(u.cfg.Command, " ")
+	return "stdio:" + strings.Join(c.Command, " ")
 }
 
 // current returns the live session, connecting first when there is none.
