@@ -42,7 +42,7 @@ default_pkgs=()
 # repository.
 say "fetches on first use, outside the repository: Go modules and gotestsum (go.mod's tool) into $(go env GOMODCACHE);" \
 	"@redocly/cli into ${IDEM_REDOCLY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem} (full runs, scripts/openapi-lint.sh);" \
-	"the gateway tests' npm MCP servers into ${XDG_CACHE_HOME:-$HOME/.cache}/idem-e2e (e2e/gateway_test.go)"
+	"the gateway tests' npm MCP servers, TypeScript SDK and MCP Inspector into ${XDG_CACHE_HOME:-$HOME/.cache}/idem-e2e (e2e/gateway_test.go, e2e/gateway_inspector_test.go)"
 scripts/fmt-check.sh
 go vet "${pkgs[@]:-./...}"
 
