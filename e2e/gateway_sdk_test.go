@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,31 @@ import (
 func TestGatewayTypeScriptSDK(t *testing.T) {
 	dir := gatewayDir(t)
 	g := memoryGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), filepath.Join(dir, "memory.jsonl"))
+	runTSClient(t, g, "")
+}
 
+// TestGatewayConfigTypeScriptSDK runs tsclient.mjs against idem gateway
+// --config fronting server-memory (as "memory") and server-everything:
+// the same checks, on the names memory.<tool>.
+func TestGatewayConfigTypeScriptSDK(t *testing.T) {
+	dir := gatewayDir(t)
+	writeFile(t, filepath.Join(dir, "gateway.yaml"), fmt.Sprintf(`upstreams:
+  - name: memory
+    command: node
+    args: [%q]
+    env: {MEMORY_FILE_PATH: %q}
+    contracts: contracts.yaml
+  - name: everything
+    command: node
+    args: [%q, stdio]
+`, memoryServer(t), filepath.Join(dir, "memory.jsonl"), everythingServer(t)))
+	runTSClient(t, startGatewayConfig(t, dir, "gateway.yaml", nil), "memory.")
+}
+
+// runTSClient runs tsclient.mjs against the gateway g, which serves
+// server-memory's tools as prefix<tool>, and checks what it printed.
+func runTSClient(t *testing.T, g *server, prefix string) {
+	t.Helper()
 	// The script beside a node_modules holding the SDK, as a newcomer has it.
 	work := t.TempDir()
 	if err := os.Symlink(filepath.Join(mcpServers(t), "node_modules"), filepath.Join(work, "node_modules")); err != nil {
@@ -41,7 +66,7 @@ func TestGatewayTypeScriptSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(work, "tsclient.mjs"))
-	cmd.Env = append(os.Environ(), "IDEM_URL="+g.url, "IDEM_TOKEN="+gatewayToken)
+	cmd.Env = append(os.Environ(), "IDEM_URL="+g.url, "IDEM_TOKEN="+gatewayToken, "IDEM_TOOL_PREFIX="+prefix)
 	out, err := cmd.Output()
 	if err != nil {
 		var exit *exec.ExitError

@@ -8,6 +8,10 @@
 //
 //   IDEM_URL=http://127.0.0.1:8082 IDEM_TOKEN=my-agent-token node tsclient.mjs
 //
+// IDEM_TOOL_PREFIX names server-memory's tools when the gateway serves
+// them under its upstream's name (idem gateway --config: "memory."); the
+// tools are printed under their names without it, and only those.
+//
 // It needs @modelcontextprotocol/sdk in a node_modules beside it
 // (npm install @modelcontextprotocol/sdk@1.32.2). TestGatewayTypeScriptSDK
 // (e2e/gateway_sdk_test.go) runs it and asserts on its output.
@@ -16,6 +20,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 
 const url = new URL("/mcp", process.env.IDEM_URL ?? "http://127.0.0.1:8082");
 const token = process.env.IDEM_TOKEN ?? "my-agent-token";
+const prefix = process.env.IDEM_TOOL_PREFIX ?? "";
 
 const client = new Client({ name: "tsclient", version: "1.0.0" });
 const transport = new StreamableHTTPClientTransport(url, {
@@ -26,7 +31,8 @@ await client.connect(transport);
 const out = { protocolVersion: transport.protocolVersion, tools: {} };
 const { tools } = await client.listTools();
 for (const t of tools) {
-  out.tools[t.name] = {
+  if (!t.name.startsWith(prefix)) continue;
+  out.tools[t.name.slice(prefix.length)] = {
     annotations: t.annotations,
     idempotencyKey: t.inputSchema?.properties?.idempotencyKey ?? null,
     required: t.inputSchema?.required ?? [],
@@ -38,23 +44,23 @@ const key = "ts-bellows";
 
 // The key as the flat argument, then the same call again (a retry after a
 // lost answer), then the same key in _meta: one execution, one answer.
-out.first = await client.callTool({ name: "create_entities", arguments: { ...bellows, idempotencyKey: key } });
-out.retry = await client.callTool({ name: "create_entities", arguments: { ...bellows, idempotencyKey: key } });
-out.retryMeta = await client.callTool({ name: "create_entities", arguments: bellows, _meta: { idempotencyKey: key } });
+out.first = await client.callTool({ name: prefix + "create_entities", arguments: { ...bellows, idempotencyKey: key } });
+out.retry = await client.callTool({ name: prefix + "create_entities", arguments: { ...bellows, idempotencyKey: key } });
+out.retryMeta = await client.callTool({ name: prefix + "create_entities", arguments: bellows, _meta: { idempotencyKey: key } });
 
 // A first call with the key in _meta, and its retry.
 const obs = { observations: [{ entityName: "bellows", contents: ["pumped"] }] };
 const obsKey = "ts-pumped";
-out.observe = await client.callTool({ name: "add_observations", arguments: obs, _meta: { idempotencyKey: obsKey } });
-out.observeRetry = await client.callTool({ name: "add_observations", arguments: obs, _meta: { idempotencyKey: obsKey } });
+out.observe = await client.callTool({ name: prefix + "add_observations", arguments: obs, _meta: { idempotencyKey: obsKey } });
+out.observeRetry = await client.callTool({ name: prefix + "add_observations", arguments: obs, _meta: { idempotencyKey: obsKey } });
 
 // The graph, read through the upstream's own tool: bellows once, with
 // "pumped" once.
-out.graph = (await client.callTool({ name: "read_graph", arguments: {} })).structuredContent;
+out.graph = (await client.callTool({ name: prefix + "read_graph", arguments: {} })).structuredContent;
 
 // The key again, for another intent.
 out.reuse = await client.callTool({
-  name: "create_entities",
+  name: prefix + "create_entities",
   arguments: { entities: [{ name: "hammer", entityType: "tool", observations: [] }], idempotencyKey: key },
 });
 
