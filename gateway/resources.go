@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -55,11 +56,14 @@ func (u *Upstream) resubscribe(cs *mcp.ClientSession) {
 	}
 }
 
-// session runs do with the upstream's session, once more with a new
-// session when the upstream lost the first.
+// session runs do with the upstream's session: once more with a new
+// session when the upstream lost the first, and once more when the HTTP
+// exchange broke (a connection the upstream closed, as a restarted one
+// does to those kept before): these are reads.
 func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.ClientSession) (R, error)) (R, error) {
 	var zero R
-	for try := 0; ; try++ {
+	renewed, resent := false, false
+	for {
 		cs, err := u.current(ctx)
 		if err != nil {
 			return zero, err
@@ -68,11 +72,18 @@ func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.
 		if err == nil {
 			return out, nil
 		}
-		if try == 0 && ctx.Err() == nil && (errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed)) {
+		var broken *url.Error
+		switch {
+		case ctx.Err() != nil:
+		case !renewed && (errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed)):
+			renewed = true
 			u.forget(cs)
 			if u.cfg.URL == "" {
 				go cs.Close()
 			}
+			continue
+		case !resent && errors.As(err, &broken):
+			resent = true
 			continue
 		}
 		return zero, fmt.Errorf("%s on the upstream %s: %w", what, u.Describe(), err)
