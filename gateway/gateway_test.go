@@ -42,7 +42,7 @@ type upstream struct {
 	key atomic.Value
 }
 
-func newUpstream(t *testing.T) *upstream {
+func newUpstream(t testing.TB) *upstream {
 	t.Helper()
 	u := &upstream{release: make(chan struct{}), slowStarted: make(chan struct{}, 10), slowEnded: make(chan struct{}, 10)}
 	// Two tools a page: the gateway must read every page of tools/list.
@@ -95,7 +95,7 @@ func newUpstream(t *testing.T) *upstream {
 	return u
 }
 
-func (u *upstream) serve(t *testing.T, ln net.Listener) {
+func (u *upstream) serve(t testing.TB, ln net.Listener) {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, nil)
 	u.http = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.header.Store(r.Header.Get("X-Upstream-Token"))
@@ -119,7 +119,7 @@ type gw struct {
 	changed chan struct{}
 }
 
-func newGateway(t *testing.T, u *upstream, overlay proxy.Overlay) *gw {
+func newGateway(t testing.TB, u *upstream, overlay proxy.Overlay) *gw {
 	t.Helper()
 	ctx := t.Context()
 	g := &gw{changed: make(chan struct{}, 10)}

@@ -1,0 +1,65 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// BenchmarkGatewayRead measures a fresh_read tool call (the upstream's
+// total, readOnlyHint) in one process, over loopback HTTP: direct is a
+// go-sdk client calling the go-sdk upstream, gateway the same client
+// calling it through the gateway (server.New on SQLite, Upstream, the
+// tool's raw operation). Every figure is the whole process's (client,
+// gateway and upstream): the gateway's cost per read is the difference of
+// the two rows. cpu-µs/op is the process's CPU time (user and system,
+// the garbage collector included) per call. docs/PERFORMANCE.md, issue 34.
+func BenchmarkGatewayRead(b *testing.B) {
+	u := newUpstream(b)
+	b.Run("direct", func(b *testing.B) {
+		client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		cs, err := client.Connect(b.Context(), &mcp.StreamableClientTransport{Endpoint: u.url,
+			HTTPClient: &http.Client{Transport: http.DefaultTransport}, DisableStandaloneSSE: true}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cs.Close()
+		benchCalls(b, cs)
+	})
+	b.Run("gateway", func(b *testing.B) {
+		g := newGateway(b, u, overlay)
+		benchCalls(b, g.client)
+	})
+}
+
+// benchCalls calls total b.N times on cs, each call with other arguments.
+func benchCalls(b *testing.B, cs *mcp.ClientSession) {
+	b.ReportAllocs()
+	call := func(i int) {
+		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: "total", Arguments: map[string]any{"i": strconv.Itoa(i)}})
+		if err != nil || res.IsError {
+			b.Fatalf("total: %v %+v", err, res)
+		}
+	}
+	for i := range 20 {
+		call(i) // warm: the connections, the tool's compiled schema
+	}
+	i := 0
+	cpu := cpuTime()
+	for b.Loop() {
+		i++
+		call(i)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
