@@ -177,6 +177,18 @@ func liftKeys(body []byte) []byte {
 }
 
 func liftKey(msg []byte) []byte {
+	// The body holds "idempotencyKey" (liftParamsKey), most often in
+	// _meta or the arguments, where it stays: one decode that keeps
+	// nothing else says whether the params hold one.
+	var probe struct {
+		Method string `json:"method"`
+		Params struct {
+			Key json.RawMessage `json:"idempotencyKey"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &probe) != nil || probe.Method != "tools/call" || probe.Params.Key == nil {
+		return msg
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(msg, &m) != nil || string(m["method"]) != `"tools/call"` {
 		return msg
