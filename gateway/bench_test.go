@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"net"
 	"net/http"
 	"strconv"
 	"syscall"
@@ -14,12 +15,34 @@ import (
 // total, readOnlyHint) in one process, over loopback HTTP: direct is a
 // go-sdk client calling the go-sdk upstream, gateway the same client
 // calling it through the gateway (server.New on SQLite, Upstream, the
-// tool's raw operation). Every figure is the whole process's (client,
-// gateway and upstream): the gateway's cost per read is the difference of
-// the two rows. cpu-µs/op is the process's CPU time (user and system,
-// the garbage collector included) per call. docs/PERFORMANCE.md, issue 34.
+// tool's raw operation); the json rows are the same with an upstream
+// that answers application/json rather than an SSE stream
+// (StreamableHTTPOptions.JSONResponse). Every figure is the whole
+// process's (client, gateway and upstream): the gateway's cost per read is
+// the difference of the two rows. cpu-µs/op is the process's CPU time
+// (user and system, the garbage collector included) per call; idem
+// gateway runs with GOGC=400 (cmd/idem), a test binary with Go's 100
+// unless GOGC says otherwise. docs/PERFORMANCE.md, issue 34.
 func BenchmarkGatewayRead(b *testing.B) {
 	u := newUpstream(b)
+	benchRead(b, u)
+	b.Run("json", func(b *testing.B) {
+		// An upstream of its own, the same tools answering in JSON.
+		j := newUpstream(b)
+		j.http.Close()
+		j.opts = &mcp.StreamableHTTPOptions{JSONResponse: true}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		j.url = "http://" + ln.Addr().String() + "/mcp"
+		j.serve(b, ln)
+		benchRead(b, j)
+	})
+}
+
+// benchRead runs the direct and gateway rows against u.
+func benchRead(b *testing.B, u *upstream) {
 	b.Run("direct", func(b *testing.B) {
 		client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 		cs, err := client.Connect(b.Context(), &mcp.StreamableClientTransport{Endpoint: u.url,

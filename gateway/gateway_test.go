@@ -40,6 +40,8 @@ type upstream struct {
 	header atomic.Value
 	// key is the _meta.idempotencyKey of add's last call.
 	key atomic.Value
+	// opts are the streamable HTTP handler's (nil: the SDK's defaults).
+	opts *mcp.StreamableHTTPOptions
 }
 
 func newUpstream(t testing.TB) *upstream {
@@ -96,7 +98,7 @@ func newUpstream(t testing.TB) *upstream {
 }
 
 func (u *upstream) serve(t testing.TB, ln net.Listener) {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, u.opts)
 	u.http = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.header.Store(r.Header.Get("X-Upstream-Token"))
 		h.ServeHTTP(w, r)
