@@ -51,16 +51,17 @@ func benchRead(b *testing.B, u *upstream) {
 			b.Fatal(err)
 		}
 		defer cs.Close()
-		benchCalls(b, cs)
+		benchCalls(b, u, cs)
 	})
 	b.Run("gateway", func(b *testing.B) {
 		g := newGateway(b, u, overlay)
-		benchCalls(b, g.client)
+		benchCalls(b, u, g.client)
 	})
 }
 
-// benchCalls calls total b.N times on cs, each call with other arguments.
-func benchCalls(b *testing.B, cs *mcp.ClientSession) {
+// benchCalls calls total b.N times on cs, each call with other arguments,
+// and reports the HTTP requests u got per call.
+func benchCalls(b *testing.B, u *upstream, cs *mcp.ClientSession) {
 	b.ReportAllocs()
 	call := func(i int) {
 		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: "total", Arguments: map[string]any{"i": strconv.Itoa(i)}})
@@ -72,12 +73,13 @@ func benchCalls(b *testing.B, cs *mcp.ClientSession) {
 		call(i) // warm: the connections, the tool's compiled schema
 	}
 	i := 0
-	cpu := cpuTime()
+	cpu, requests := cpuTime(), u.requests.Load()
 	for b.Loop() {
 		i++
 		call(i)
 	}
 	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(u.requests.Load()-requests)/float64(b.N), "upstream-req/op")
 }
 
 // cpuTime is the CPU time the process has used, user and system.

@@ -42,6 +42,8 @@ type upstream struct {
 	key atomic.Value
 	// opts are the streamable HTTP handler's (nil: the SDK's defaults).
 	opts *mcp.StreamableHTTPOptions
+	// requests counts the HTTP requests the upstream got.
+	requests atomic.Int64
 }
 
 func newUpstream(t testing.TB) *upstream {
@@ -100,6 +102,7 @@ func newUpstream(t testing.TB) *upstream {
 func (u *upstream) serve(t testing.TB, ln net.Listener) {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, u.opts)
 	u.http = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.requests.Add(1)
 		u.header.Store(r.Header.Get("X-Upstream-Token"))
 		h.ServeHTTP(w, r)
 	})}
