@@ -97,11 +97,11 @@ func (m Main) gatewayCommand() *cobra.Command {
 }
 
 // gatewayGCPercent is the garbage collector's target of idem gateway
-// (GOGC) unless the environment sets GOGC: the MCP SDK allocates about 32
-// KiB for each JSON value it decodes (go-sdk v1.8.0), a dozen per tool
-// call on the gateway's two ends, almost all of it garbage at once, so at
-// Go's default of 100 the collector runs every few dozen calls over a
-// small live heap. 400 lets the heap grow to five times what is live
+// (GOGC) unless the environment sets GOGC: the MCP SDK allocates 32 KiB
+// for each JSON value it decodes (go-sdk v1.8.0), about ten per forwarded
+// tool call on the gateway's two ends, garbage at once, so at Go's default
+// of 100 the collector runs often over a small live heap (a quarter of the
+// gateway's CPU). 400 lets the heap grow to five times what is live
 // between two collections. docs/PERFORMANCE.md, issue 34.
 const gatewayGCPercent = 400
 
