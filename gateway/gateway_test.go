@@ -40,9 +40,13 @@ type upstream struct {
 	header atomic.Value
 	// key is the _meta.idempotencyKey of add's last call.
 	key atomic.Value
+	// opts are the streamable HTTP handler's (nil: the SDK's defaults).
+	opts *mcp.StreamableHTTPOptions
+	// requests counts the HTTP requests the upstream got.
+	requests atomic.Int64
 }
 
-func newUpstream(t *testing.T) *upstream {
+func newUpstream(t testing.TB) *upstream {
 	t.Helper()
 	u := &upstream{release: make(chan struct{}), slowStarted: make(chan struct{}, 10), slowEnded: make(chan struct{}, 10)}
 	// Two tools a page: the gateway must read every page of tools/list.
@@ -95,9 +99,10 @@ func newUpstream(t *testing.T) *upstream {
 	return u
 }
 
-func (u *upstream) serve(t *testing.T, ln net.Listener) {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, nil)
+func (u *upstream) serve(t testing.TB, ln net.Listener) {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, u.opts)
 	u.http = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.requests.Add(1)
 		u.header.Store(r.Header.Get("X-Upstream-Token"))
 		h.ServeHTTP(w, r)
 	})}
@@ -119,7 +124,7 @@ type gw struct {
 	changed chan struct{}
 }
 
-func newGateway(t *testing.T, u *upstream, overlay proxy.Overlay) *gw {
+func newGateway(t testing.TB, u *upstream, overlay proxy.Overlay) *gw {
 	t.Helper()
 	ctx := t.Context()
 	g := &gw{changed: make(chan struct{}, 10)}

@@ -64,7 +64,10 @@ type resumingStream struct {
 	d      *dispatch
 	limit  int64
 
-	body     io.ReadCloser
+	body io.ReadCloser
+	// br reads body: bufio's default 4 KiB, since an event longer than
+	// that is read on (readEvent) and most are a few hundred bytes; one
+	// is made per call.
 	br       *bufio.Reader
 	event    bytes.Buffer // the event being read
 	data     bytes.Buffer // its data
@@ -90,7 +93,7 @@ func newResumingStream(ctx context.Context, r *http.Request, resp *http.Response
 	h.Set("Accept", "text/event-stream")
 	d.streamed.Store(true)
 	return &resumingStream{ctx: ctx, unlink: unlink, cut: cut, next: next, url: r.URL.String(), header: h, callID: callID, d: d, limit: limit,
-		body: resp.Body, br: bufio.NewReaderSize(resp.Body, 32<<10)}
+		body: resp.Body, br: bufio.NewReader(resp.Body)}
 }
 
 func (s *resumingStream) Read(p []byte) (int, error) {

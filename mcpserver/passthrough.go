@@ -35,7 +35,12 @@ const MetaIdempotencyKey = "idempotencyKey"
 const liftedKey = "io.idem/params.idempotencyKey"
 
 // toolResultOf reads an answer of media type ToolResultMediaType as the
-// tool result it holds. structuredContent keeps its bytes.
+// tool result it holds. Each content and structuredContent keep their
+// bytes (rawContent): the result is served as it was stored, and read
+// with encoding/json rather than the SDK's decoder, which allocates a 32
+// KiB buffer per value it decodes (go-sdk v1.8.0; issue 34). A result with
+// members only the SDK's decoding keeps (resultType, inputRequests,
+// requestState) is read by the SDK.
 func toolResultOf(res idem.Result) (*mcp.CallToolResult, bool) {
 	if res.Header == nil {
 		return nil, false
@@ -44,6 +49,37 @@ func toolResultOf(res idem.Result) (*mcp.CallToolResult, bool) {
 		return nil, false
 	}
 	body := res.Body()
+	var wire struct {
+		Meta              mcp.Meta          `json:"_meta"`
+		Content           []json.RawMessage `json:"content"`
+		StructuredContent json.RawMessage   `json:"structuredContent"`
+		IsError           bool              `json:"isError"`
+		ResultType        json.RawMessage   `json:"resultType"`
+		InputRequests     json.RawMessage   `json:"inputRequests"`
+		RequestState      json.RawMessage   `json:"requestState"`
+	}
+	if err := json.Unmarshal(body, &wire); err != nil {
+		return nil, false
+	}
+	if wire.ResultType != nil || wire.InputRequests != nil || wire.RequestState != nil {
+		return sdkToolResult(body)
+	}
+	out := &mcp.CallToolResult{Meta: wire.Meta, IsError: wire.IsError, Content: make([]mcp.Content, 0, len(wire.Content))}
+	for _, c := range wire.Content {
+		if len(c) == 0 || c[0] != '{' {
+			return sdkToolResult(body) // not a content: the SDK says why
+		}
+		out.Content = append(out.Content, rawContent{TextContent: &mcp.TextContent{}, raw: c})
+	}
+	if len(wire.StructuredContent) > 0 && string(wire.StructuredContent) != "null" {
+		out.StructuredContent = wire.StructuredContent
+	}
+	return out, true
+}
+
+// sdkToolResult reads body with the SDK's decoding. structuredContent
+// keeps its bytes.
+func sdkToolResult(body []byte) (*mcp.CallToolResult, bool) {
 	var out mcp.CallToolResult
 	if err := json.Unmarshal(body, &out); err != nil {
 		return nil, false
@@ -59,6 +95,16 @@ func toolResultOf(res idem.Result) (*mcp.CallToolResult, bool) {
 	}
 	return &out, true
 }
+
+// rawContent is a content of a stored tool result, served as the bytes
+// stored. It embeds a TextContent only to be an mcp.Content, an interface
+// with an unexported method; its MarshalJSON is its own.
+type rawContent struct {
+	*mcp.TextContent
+	raw json.RawMessage
+}
+
+func (c rawContent) MarshalJSON() ([]byte, error) { return c.raw, nil }
 
 // keyOutsideArguments returns the key a tools/call request carries in its
 // _meta (idempotencyKey, or the params' own idempotencyKey that
@@ -131,6 +177,18 @@ func liftKeys(body []byte) []byte {
 }
 
 func liftKey(msg []byte) []byte {
+	// The body holds "idempotencyKey" (liftParamsKey), most often in
+	// _meta or the arguments, where it stays: one decode that keeps
+	// nothing else says whether the params hold one.
+	var probe struct {
+		Method string `json:"method"`
+		Params struct {
+			Key json.RawMessage `json:"idempotencyKey"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &probe) != nil || probe.Method != "tools/call" || probe.Params.Key == nil {
+		return msg
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(msg, &m) != nil || string(m["method"]) != `"tools/call"` {
 		return msg

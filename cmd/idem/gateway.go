@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -75,6 +76,7 @@ func (m Main) gatewayCommand() *cobra.Command {
 				return err
 			}
 			o.cfg, o.getenv = cfg, m.Getenv
+			gatewayGC(m.Getenv)
 			return m.serve(cmd.Context(), o.serveOptions, o.application)
 		},
 	}
@@ -92,6 +94,22 @@ func (m Main) gatewayCommand() *cobra.Command {
 	f.DurationVar(&o.reconnectMax, "reconnect-max-wait", gateway.DefaultBackoffCap, "longest wait between two attempts to reach an upstream that is down (the first after 1s, then twice as long each time)")
 	f.DurationVar(&o.watchEvery, "config-check-interval", 2*time.Second, "how often --config's file is checked for a change, which reloads it (0: only on SIGHUP)")
 	return cmd
+}
+
+// gatewayGCPercent is the garbage collector's target of idem gateway
+// (GOGC) unless the environment sets GOGC: the MCP SDK allocates 32 KiB
+// for each JSON value it decodes (go-sdk v1.8.0), about ten per forwarded
+// tool call on the gateway's two ends, garbage at once, so at Go's default
+// of 100 the collector runs often over a small live heap (a quarter of the
+// gateway's CPU). 400 lets the heap grow to five times what is live
+// between two collections. docs/PERFORMANCE.md, issue 34.
+const gatewayGCPercent = 400
+
+// gatewayGC sets gatewayGCPercent when GOGC is not set.
+func gatewayGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(gatewayGCPercent)
+	}
 }
 
 // gatewayConfig is the config of --config, or the one-upstream config the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -48,5 +49,20 @@ func TestGatewayUsage(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
 			}
 		})
+	}
+}
+
+// idem gateway raises the collector's target unless GOGC is set (issue
+// 34: the MCP SDK's garbage).
+func TestGatewayGC(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	gatewayGC(func(string) string { return "150" })
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC set, the target became %d", got)
+	}
+	gatewayGC(func(string) string { return "" })
+	if got := debug.SetGCPercent(100); got != gatewayGCPercent {
+		t.Errorf("without GOGC, the target is %d, want %d", got, gatewayGCPercent)
 	}
 }

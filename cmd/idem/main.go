@@ -22,6 +22,7 @@ func main() {
 	endProfile := startProfile(os.Getenv("IDEM_CPUPROFILE"))
 	code := Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Run(ctx, os.Args[1:])
 	endProfile()
+	writeAllocProfile(os.Getenv("IDEM_ALLOCPROFILE"))
 	stop()
 	os.Exit(code)
 }
@@ -45,6 +46,26 @@ func startProfile(path string) func() {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}
+}
+
+// writeAllocProfile writes the allocations of the whole run (pprof's
+// "allocs" profile: go tool pprof -sample_index=alloc_space) to path, "%p"
+// replaced by the process id, when path is set: IDEM_ALLOCPROFILE, for
+// docs/PERFORMANCE.md.
+func writeAllocProfile(path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "idem: IDEM_ALLOCPROFILE: %v\n", err)
 	}
 }
 
