@@ -44,7 +44,10 @@ say "fetches on first use, outside the repository: Go modules and gotestsum (go.
 	"@redocly/cli into ${IDEM_REDOCLY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem} (full runs, scripts/openapi-lint.sh);" \
 	"the gateway tests' npm MCP servers into ${XDG_CACHE_HOME:-$HOME/.cache}/idem-e2e (e2e/gateway_test.go)"
 scripts/fmt-check.sh
-go vet "${pkgs[@]:-./...}"
+# -v: with a cold build cache vet first compiles every package it checks
+# (minutes), naming each as it goes; it prints nothing when they are cached.
+say "go vet -v ${pkgs[*]:-./...} (names each package it compiles, quiet when cached)"
+go vet -v "${pkgs[@]:-./...}"
 
 # Catalog drift (docs/catalog-drift.md), on a full run only: the catalog that
 # `idem serve --demo` serves from this code, against the committed snapshot
@@ -178,6 +181,7 @@ as_user() {
 }
 
 tmp=""
+gotestsum=""
 started=""
 run_user=""
 pg_ctl=""
@@ -215,6 +219,9 @@ cleanup() {
 	fi
 	if [[ -n $tmp ]]; then
 		rm -rf "$tmp"
+	fi
+	if [[ -n $gotestsum ]]; then
+		rm -rf "$(dirname "$gotestsum")"
 	fi
 	exit "$rc"
 }
@@ -303,7 +310,7 @@ export IDEM_TEST_REQUIRE_PG=1
 # traps only after go test ends -- and reaches all of go test's processes
 # (Ctrl-C does so through the INT trap). wait keeps go test's exit status.
 #
-# It runs under gotestsum (a tool dependency in go.mod, built by `go tool`
+# It runs under gotestsum (a tool dependency in go.mod, built below
 # from the module cache) in its testname format: a line per test and subtest
 # as it finishes ("PASS pkg.TestX (1.20s)"), a failed test's output as it
 # fails, and a line per package as the package finishes ("EMPTY pkg" for one
@@ -331,10 +338,17 @@ if ((${#default_pkgs[@]})) || [[ " ${pkgs[*]} " == *e2e* ]]; then
 	go build -v -o /dev/null ./cmd/idem
 fi
 
+# gotestsum (go.mod's tool) is built here, naming each package it
+# compiles, rather than by `go tool gotestsum`, which compiles it silently
+# on first use (128 s with an empty build cache on a loaded 2-core machine).
+gotestsum=$(mktemp -d "${TMPDIR:-/tmp}/idem-gotestsum.XXXXXX")/gotestsum
+say "go build -v gotest.tools/gotestsum (go.mod's tool, into a temporary directory; names each package it compiles)"
+go build -v -o "$gotestsum" gotest.tools/gotestsum
+
 log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
 say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: a line per test as it finishes, then every skip with its reason)"
 set -m
-go tool gotestsum --format "${GOTESTSUM_FORMAT:-testname}" --format-icons text --jsonfile "$log" -- \
+"$gotestsum" --format "${GOTESTSUM_FORMAT:-testname}" --format-icons text --jsonfile "$log" -- \
 	-race -count=1 "${default_pkgs[@]}" "$@" &
 test_pid=$!
 set +m
