@@ -223,8 +223,9 @@ func cloneAndReplace(t *testing.T, root string, block []string, proxy string) (s
 			t.Fatal(err)
 		}
 	}
-	// -mod=readonly: the build takes go.mod as the steps left it.
-	env := append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
+	// -mod=readonly: the build takes go.mod as the steps left it;
+	// -buildvcs=false: the temporary directory may sit in a repository.
+	env := append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off")
 	if proxy == "off" {
 		// The cache's modules were checked against go.sum and the checksum
 		// database when they were downloaded; offline, it is not reachable.
