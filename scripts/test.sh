@@ -370,17 +370,20 @@ running() {
 }
 
 # quiet_watch runs beside gotestsum: whenever no test, subtest or package
-# has finished for 20 s (gotestsum prints a line for each), it says what go
+# has finished for 20 s (gotestsum prints a line for each; packages only for
+# another GOTESTSUM_FORMAT), it says what go
 # test is doing: the tests still running, or, when none is, compiling and
 # linking test binaries. So a long test, or the linking of many test
 # binaries with the race detector, is never more than about 20 s of silence.
 quiet_watch() {
-	local seen=0 size quiet=0 said=0 now
+	local seen=0 size quiet=0 said=0 now finished='"Action":"\(pass\|fail\|skip\)"'
+	# Another format may print a line per package only: count packages.
+	[[ ${GOTESTSUM_FORMAT:-testname} == testname ]] || finished+=',"Package":"[^"]*","Elapsed"'
 	while sleep 2; do
 		size=$(wc -c <"$log")
 		if ((size > seen)); then
 			# grep reads it all (-q would end the pipe early: pipefail).
-			if tail -c +"$((seen + 1))" "$log" | grep '"Action":"\(pass\|fail\|skip\)"' >/dev/null; then
+			if tail -c +"$((seen + 1))" "$log" | grep "$finished" >/dev/null; then
 				quiet=0 said=0
 			fi
 			seen=$size
