@@ -370,11 +370,11 @@ running() {
 }
 
 # quiet_watch runs beside gotestsum: whenever no test, subtest or package
-# has finished for 20 s (gotestsum prints a line for each; packages only for
-# another GOTESTSUM_FORMAT), it says what go
-# test is doing: the tests still running, or, when none is, compiling and
-# linking test binaries. So a long test, or the linking of many test
-# binaries with the race detector, is never more than about 20 s of silence.
+# has finished for 20 s (gotestsum prints a line for each; packages only
+# for another GOTESTSUM_FORMAT), it says what go test is doing: the tests
+# still running, or, when none is, compiling and linking test binaries. So
+# a long test, or the linking of many test binaries with the race
+# detector, is never more than about 20 s of silence.
 quiet_watch() {
 	local seen=0 size quiet=0 said=0 now finished='"Action":"\(pass\|fail\|skip\)"'
 	# Another format may print a line per package only: count packages.
