@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -168,4 +169,123 @@ func TestServeExportsTraces(t *testing.T) {
 	if n, found := otlp.saw(id); !found {
 		t.Fatalf("%d OTLP exports reached the collector; none carried the caller's trace %s", n, traceID)
 	}
+}
+
+// TestUseTheUnpublishedModule runs the steps README.md ("As a library")
+// and docs/embedding.md ("Getting it") give for using the module before
+// it is published, as the pages show them: in a new module (go mod init)
+// holding examples/embed's program, the page's ```sh block line by line,
+// its `git clone` made a link to this repository (so that the working tree
+// is what is tested), then go build with go.mod as the steps left it
+// (-mod=readonly). Modules come from the module cache (GOPROXY=off);
+// where it lacks one, the run is repeated through the default proxy,
+// saying so. A wrong replace path, or a missing go mod tidy, fails here.
+func TestUseTheUnpublishedModule(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range []struct{ path, heading string }{
+		{"README.md", "## As a library"},
+		{"docs/embedding.md", "## Getting it"},
+	} {
+		t.Run(strings.ReplaceAll(page.path, "/", "_"), func(t *testing.T) {
+			block := sectionBlock(t, filepath.Join(root, page.path), page.heading, "sh")
+			out, err := cloneAndReplace(t, root, block, "off")
+			if err != nil && strings.Contains(out, "GOPROXY=off") {
+				t.Logf("the module cache lacks a module the steps need; again through the default proxy:\n%s", out)
+				out, err = cloneAndReplace(t, root, block, "")
+			}
+			if err != nil {
+				t.Fatalf("%s, %q: %v\n%s", page.path, page.heading, err, out)
+			}
+		})
+	}
+}
+
+// cloneAndReplace runs block's commands in a new module beside a link to
+// the repository at root, then builds it; it returns the output of the
+// command that failed. proxy "off" takes modules from the module cache
+// only; "" leaves GOPROXY as it is.
+func cloneAndReplace(t *testing.T, root string, block []string, proxy string) (string, error) {
+	dir := t.TempDir()
+	svc := filepath.Join(dir, "svc")
+	if err := os.Mkdir(svc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"main.go", "tracing.go"} {
+		b, err := os.ReadFile(filepath.Join(root, "examples", "embed", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(svc, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// -mod=readonly: the build takes go.mod as the steps left it;
+	// -buildvcs=false: the temporary directory may sit in a repository.
+	env := append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off")
+	if proxy == "off" {
+		// The cache's modules were checked against go.sum and the checksum
+		// database when they were downloaded; offline, it is not reachable.
+		env = append(env, "GOPROXY=off", "GOSUMDB=off")
+	}
+	run := func(line string) (string, error) {
+		cmd := exec.Command("bash", "-c", line)
+		cmd.Dir, cmd.Env = svc, env
+		out, err := cmd.CombinedOutput()
+		return "$ " + line + "\n" + string(out), err
+	}
+	if out, err := run("go mod init example.com/svc"); err != nil {
+		return out, err
+	}
+	clone := regexp.MustCompile(`^git clone https://github\.com/idem-run/idem (\S+)`)
+	cloned := false
+	for _, line := range block {
+		if m := clone.FindStringSubmatch(line); m != nil {
+			// The clone, made a link to this working tree.
+			if err := os.Symlink(root, filepath.Join(svc, m[1])); err != nil {
+				return line, err
+			}
+			cloned = true
+			continue
+		}
+		if out, err := run(line); err != nil {
+			return out, err
+		}
+	}
+	if !cloned {
+		t.Fatalf("the block has no `git clone https://github.com/idem-run/idem DIR` line:\n%s", strings.Join(block, "\n"))
+	}
+	return run("go build -o svc .")
+}
+
+// sectionBlock returns the non-blank lines of the first ```lang block
+// under heading (a whole line) of the Markdown file at path.
+func sectionBlock(t *testing.T, path, heading, lang string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("%s has no heading %q", path, heading)
+	}
+	if next := strings.Index(section, "\n## "); next >= 0 {
+		section = section[:next]
+	}
+	_, block, ok := strings.Cut(section, "\n```"+lang+"\n")
+	if !ok {
+		t.Fatalf("%s: no ```%s block under %q", path, lang, heading)
+	}
+	block, _, _ = strings.Cut(block, "\n```")
+	var lines []string
+	for l := range strings.Lines(block) {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }

@@ -31,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM HUP
 
-go build -o "$tmp/idem" ./cmd/idem
+go build -v -o "$tmp/idem" ./cmd/idem # names each package it compiles, quiet when cached
 "$tmp/idem" serve --demo --addr 127.0.0.1:0 --store "sqlite:$tmp/idem.db" \
 	--secret-key-file "$tmp/idem.key" >/dev/null 2>"$tmp/serve.log" &
 pid=$!

@@ -44,7 +44,10 @@ say "fetches on first use, outside the repository: Go modules and gotestsum (go.
 	"@redocly/cli into ${IDEM_REDOCLY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idem} (full runs, scripts/openapi-lint.sh);" \
 	"the gateway tests' npm MCP servers, TypeScript SDK and MCP Inspector into ${XDG_CACHE_HOME:-$HOME/.cache}/idem-e2e (e2e/gateway_test.go, e2e/gateway_inspector_test.go)"
 scripts/fmt-check.sh
-go vet "${pkgs[@]:-./...}"
+# -v: with a cold build cache vet first compiles every package it checks
+# (minutes), naming each as it goes; it prints nothing when they are cached.
+say "go vet -v ${pkgs[*]:-./...} (names each package it compiles, quiet when cached)"
+go vet -v "${pkgs[@]:-./...}"
 
 # Catalog drift (docs/catalog-drift.md), on a full run only: the catalog that
 # `idem serve --demo` serves from this code, against the committed snapshot
@@ -178,6 +181,8 @@ as_user() {
 }
 
 tmp=""
+gotestsum=""
+watch_pid=""
 started=""
 run_user=""
 pg_ctl=""
@@ -206,6 +211,9 @@ cleanup() {
 	trap - EXIT INT TERM HUP
 	set +e
 	stop_tests TERM
+	if [[ -n $watch_pid ]]; then
+		kill "$watch_pid" 2>/dev/null
+	fi
 	if [[ -n $started ]]; then
 		as_user "$pg_ctl" -D "$tmp/data" -m immediate -w -t 30 stop >/dev/null 2>&1
 		# Should pg_ctl fail, do not leave a postmaster behind.
@@ -215,6 +223,9 @@ cleanup() {
 	fi
 	if [[ -n $tmp ]]; then
 		rm -rf "$tmp"
+	fi
+	if [[ -n $gotestsum ]]; then
+		rm -rf "$(dirname "$gotestsum")"
 	fi
 	exit "$rc"
 }
@@ -303,7 +314,7 @@ export IDEM_TEST_REQUIRE_PG=1
 # traps only after go test ends -- and reaches all of go test's processes
 # (Ctrl-C does so through the INT trap). wait keeps go test's exit status.
 #
-# It runs under gotestsum (a tool dependency in go.mod, built by `go tool`
+# It runs under gotestsum (a tool dependency in go.mod, built below
 # from the module cache) in its testname format: a line per test and subtest
 # as it finishes ("PASS pkg.TestX (1.20s)"), a failed test's output as it
 # fails, and a line per package as the package finishes ("EMPTY pkg" for one
@@ -331,16 +342,76 @@ if ((${#default_pkgs[@]})) || [[ " ${pkgs[*]} " == *e2e* ]]; then
 	go build -v -o /dev/null ./cmd/idem
 fi
 
+# gotestsum (go.mod's tool) is built here, naming each package it
+# compiles, rather than by `go tool gotestsum`, which compiles it silently
+# on first use (128 s with an empty build cache on a loaded 2-core machine).
+gotestsum=$(mktemp -d "${TMPDIR:-/tmp}/idem-gotestsum.XXXXXX")/gotestsum
+say "go build -v gotest.tools/gotestsum (go.mod's tool, into a temporary directory; names each package it compiles)"
+go build -v -o "$gotestsum" gotest.tools/gotestsum
+
+# running prints the top-level tests that started and have not finished,
+# from go test -json's events in $log, as pkg.TestX, at most 6 of them.
+running() {
+	awk -v mod=github.com/idem-run/idem '
+		{ a = p = t = "" }
+		match($0, /"Action":"[a-z-]*"/) { a = substr($0, RSTART + 10, RLENGTH - 11) }
+		match($0, /"Package":"[^"]*"/) { p = substr($0, RSTART + 11, RLENGTH - 12) }
+		match($0, /"Test":"[^"\/]*"/) { t = substr($0, RSTART + 8, RLENGTH - 9) }
+		t == "" { next }
+		{ if (p == mod) p = ""; else { sub("^" mod "/", "", p); p = p "." } }
+		a == "run" { r[p t] = 1 }
+		a == "pass" || a == "fail" || a == "skip" { delete r[p t] }
+		END {
+			k = 0
+			for (x in r) if (++k <= 6) out = out (k > 1 ? ", " : "") x
+			if (k > 6) out = out " and " k - 6 " more"
+			print out
+		}' "$log"
+}
+
+# quiet_watch runs beside gotestsum: whenever no test, subtest or package
+# has finished for 20 s (gotestsum prints a line for each; packages only
+# for another GOTESTSUM_FORMAT), it says what go test is doing: the tests
+# still running, or, when none is, compiling and linking test binaries. So
+# a long test, or the linking of many test binaries with the race
+# detector, is never more than about 20 s of silence.
+quiet_watch() {
+	local seen=0 size quiet=0 said=0 now finished='"Action":"\(pass\|fail\|skip\)"'
+	# Another format may print a line per package only: count packages.
+	[[ ${GOTESTSUM_FORMAT:-testname} == testname ]] || finished+=',"Package":"[^"]*","Elapsed"'
+	while sleep 2; do
+		size=$(wc -c <"$log")
+		if ((size > seen)); then
+			# grep reads it all (-q would end the pipe early: pipefail).
+			if tail -c +"$((seen + 1))" "$log" | grep "$finished" >/dev/null; then
+				quiet=0 said=0
+			fi
+			seen=$size
+		fi
+		((quiet += 2))
+		if ((quiet - said >= 20)); then
+			now=$(running)
+			say "nothing finished in $quiet s; ${now:+still running: }${now:-compiling and linking test binaries}"
+			said=$quiet
+		fi
+	done
+}
+
 log=$(mktemp "${TMPDIR:-/tmp}/idem-test.XXXXXX")
 say "go test -race -count=1 ${default_pkgs[*]} $* (through gotestsum: a line per test as it finishes, then every skip with its reason)"
 set -m
-go tool gotestsum --format "${GOTESTSUM_FORMAT:-testname}" --format-icons text --jsonfile "$log" -- \
+"$gotestsum" --format "${GOTESTSUM_FORMAT:-testname}" --format-icons text --jsonfile "$log" -- \
 	-race -count=1 "${default_pkgs[@]}" "$@" &
 test_pid=$!
 set +m
+quiet_watch &
+watch_pid=$!
 rc=0
 wait "$test_pid" || rc=$?
 test_pid=""
+kill "$watch_pid" 2>/dev/null || :
+wait "$watch_pid" 2>/dev/null || :
+watch_pid=""
 # Each figures line, from the Output field of go test -json's events.
 figures=$(sed -n 's/.*"Output":" *\([a-z_]*_test\.go:[0-9]*: figures: .*\)\\n"}$/\1/p' "$log" | sed 's/\\"/"/g; s/\\t/\t/g')
 if [[ -n $figures ]]; then

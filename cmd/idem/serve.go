@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -177,6 +180,11 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if err := secretbox.CheckKeyFile(o.secretKeyFile); err != nil {
 		return fmt.Errorf("--secret-key-file: %w", err)
 	}
+	ln, err := listen(o.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	opened, err := openStore(ctx, o.store, idem.StoreConfig{ConnectTimeout: o.storeTimeout}, logger)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redact(o.store), err)
@@ -273,11 +281,26 @@ func (m Main) serve(ctx context.Context, o serveOptions, build func(context.Cont
 	if app.reload != nil {
 		go reloadLoop(ctx, srv, app, pol, logger)
 	}
-	return srv.ListenAndServe(ctx, o.addr, func(addr string) {
-		writeHeapProfile(m.Getenv("IDEM_HEAPPROFILE"), m.Stderr)
-		fmt.Fprintf(m.Stderr, "listening on http://%s\n", addr)
-		logger.Info("serving", "addr", addr, "store", redact(o.store), "operations", len(registry.Names()), "secretKeyId", box.KeyID())
-	})
+	addr := ln.Addr().String()
+	writeHeapProfile(m.Getenv("IDEM_HEAPPROFILE"), m.Stderr)
+	fmt.Fprintf(m.Stderr, "listening on http://%s\n", addr)
+	logger.Info("serving", "addr", addr, "store", redact(o.store), "operations", len(registry.Names()), "secretKeyId", box.KeyID())
+	return srv.Serve(ctx, ln)
+}
+
+// listen binds addr before the store or the key file is opened, so that
+// a busy address refuses the start-up with nothing created, saying what to
+// do.
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("listen on %s: the address is already in use (an idem serve still running?): stop what listens there, "+
+			"or give another --addr (or IDEM_ADDR), e.g. --addr 127.0.0.1:0 for any free port", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w (check --addr or IDEM_ADDR)", addr, err)
+	}
+	return ln, nil
 }
 
 // logger is the server's JSON logger on w at --log-level.

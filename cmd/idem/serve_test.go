@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,5 +113,34 @@ func TestServeSaysWhereOperationsComeFrom(t *testing.T) {
 	}
 	if out := serveUntilListening(t, "--demo"); strings.Contains(out, "serving no operations") {
 		t.Errorf("idem serve --demo says it serves no operations:\n%s", out)
+	}
+}
+
+// An address another process listens on is refused before anything is
+// created, naming the address and what to do.
+func TestServeAddressInUseLeavesNothing(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	dir := t.TempDir()
+	code, _, stderr := run(t, nil, "serve", "--demo", "--addr", addr, "--store", "sqlite:"+filepath.Join(dir, "idem.db"),
+		"--secret-key-file", filepath.Join(dir, "idem.key"))
+	if code == 0 {
+		t.Fatalf("idem serve on a busy address exited 0")
+	}
+	for _, want := range []string{addr, "already in use", "--addr", "IDEM_ADDR"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("idem serve on a busy address: stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 0 {
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		t.Errorf("refused start-up left %v in %s", names, dir)
 	}
 }
