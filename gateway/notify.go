@@ -12,12 +12,14 @@ import (
 
 // relay passes the upstream's notifications on to idem's MCP server: the
 // progress of the tool calls that asked for it, and resources/updated of
-// the resources its clients subscribed to.
+// the resources its clients subscribed to; and (peers.go) what the
+// upstream sends a tool call's client.
 type relay struct {
 	mu       sync.Mutex
 	next     uint64
 	progress map[string]mcpserver.Progress
 	updated  func(context.Context, *mcp.ResourceUpdatedNotificationParams) error
+	calls    map[string]*inflight // the tool calls in flight, by tag (peers.go)
 }
 
 // relayTo sets the client's handlers of the notifications u relays.

@@ -161,6 +161,15 @@ func (s *resumingStream) endOfLine() bool {
 				s.answered = true
 				s.unlink()
 				s.tail = time.AfterFunc(streamTailWait, s.cut)
+			} else if data, method := s.tagged(); data != nil {
+				// A request or notification for the call's client.
+				if method == "notifications/message" {
+					s.d.call.note()
+				}
+				s.pending = withData(buf, data)
+				s.event.Reset()
+				s.data.Reset()
+				return true
 			}
 		}
 		s.pending = bytes.Clone(buf)
@@ -256,7 +265,9 @@ func (s *resumingStream) finish(drain bool) {
 		}
 		s.cut()
 		if s.d.tail != nil {
-			close(s.d.tail)
+			// Once: a multi round-trip call (MCP 2026-07-28) is several
+			// POSTs, each a stream of its own.
+			s.d.tailOnce.Do(func() { close(s.d.tail) })
 		}
 	})
 }
@@ -264,6 +275,35 @@ func (s *resumingStream) finish(drain bool) {
 func (s *resumingStream) Close() error {
 	s.finish(false)
 	return nil
+}
+
+// tagged is the event's data tagged with the call (peers.go) when it is
+// a message for the call's client.
+func (s *resumingStream) tagged() ([]byte, string) {
+	if s.d.call == nil || !bytes.Contains(s.data.Bytes(), []byte(`"method"`)) {
+		return nil, ""
+	}
+	return tagged(s.data.Bytes(), s.d.call.tag)
+}
+
+// withData is the SSE event with its data replaced by data: the lines
+// of another field kept, one data line, the blank line.
+func withData(event, data []byte) []byte {
+	var out bytes.Buffer
+	for _, line := range bytes.SplitAfter(event, []byte("\n")) {
+		l := bytes.TrimRight(line, "\r\n")
+		if len(l) == 0 {
+			continue
+		}
+		field, _, _ := bytes.Cut(l, []byte(":"))
+		if string(field) != "data" {
+			out.Write(line)
+		}
+	}
+	out.WriteString("data: ")
+	out.Write(data)
+	out.WriteString("\n\n")
+	return out.Bytes()
 }
 
 // compactEqual says whether two JSON values are the same once compacted.

@@ -323,7 +323,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			out = served(idem.ErrorResult(err, meta))
 			return out, nil
 		}
-		ctx = withProgress(ctx, req)
+		ctx = withPeer(withProgress(ctx, req), req)
 		if c, ok := callerOf(req); ok {
 			// The stream is the call's connection (idem.Invocation.Connection):
 			// its end cancels the call unless it is keyed and reserved.
