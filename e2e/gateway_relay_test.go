@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestGatewaySamplingAndElicitation runs idem gateway in front of
+// server-everything (stdio), whose trigger-sampling-request and
+// trigger-elicitation-request tools ask the client of the call: an SDK
+// client that declared sampling and elicitation gets both requests
+// through the gateway and its answers reach the tool; one that declared
+// neither gets the tool's error saying so (issue 34 item 4).
+func TestGatewaySamplingAndElicitation(t *testing.T) {
+	dir := gatewayDir(t)
+	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", "node "+everythingServer(t)+" stdio")
+	asked := make(chan string, 10)
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			if text, ok := req.Params.Messages[0].Content.(*mcp.TextContent); ok {
+				asked <- text.Text
+			}
+			return &mcp.CreateMessageResult{Role: "assistant", Model: "e2e-model", Content: &mcp.TextContent{Text: "the e2e client's answer"}}, nil
+		},
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada Lovelace"}}, nil
+		},
+	})
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: g.url + "/mcp",
+		HTTPClient: &http.Client{Transport: bearerTransport{gatewayToken}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	res := mcpCall(t, cs, &mcp.CallToolParams{Name: "trigger-sampling-request", Arguments: map[string]any{"prompt": "hello", "maxTokens": 5}})
+	if res.IsError || !strings.Contains(resultJSON(res), "the e2e client's answer") {
+		t.Fatalf("trigger-sampling-request: %s\n%s", resultJSON(res), g.logs())
+	}
+	if q := <-asked; !strings.Contains(q, "hello") {
+		t.Fatalf("the client was asked %q", q)
+	}
+	res = mcpCall(t, cs, &mcp.CallToolParams{Name: "trigger-elicitation-request", Arguments: map[string]any{}})
+	if res.IsError || !strings.Contains(resultJSON(res), "Ada Lovelace") {
+		t.Fatalf("trigger-elicitation-request: %s\n%s", resultJSON(res), g.logs())
+	}
+	<-asked
+
+	// A client that declared neither: the tool fails, saying why.
+	plain := mcpHTTP(t, g, gatewayToken)
+	res = mcpCall(t, plain, &mcp.CallToolParams{Name: "trigger-sampling-request", Arguments: map[string]any{"prompt": "hello", "maxTokens": 5}})
+	if !res.IsError || !strings.Contains(resultJSON(res), "the client calling through idem gateway did not declare sampling") {
+		t.Fatalf("trigger-sampling-request without sampling: %s", resultJSON(res))
+	}
+	select {
+	case q := <-asked:
+		t.Fatalf("the first client was asked %q for the second's call", q)
+	default:
+	}
+}
