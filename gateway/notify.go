@@ -20,6 +20,7 @@ type relay struct {
 	progress map[string]mcpserver.Progress
 	updated  func(context.Context, *mcp.ResourceUpdatedNotificationParams) error
 	calls    map[string]*inflight // the tool calls in flight, by tag (peers.go)
+	listed   func(method string)  // resources/prompts list_changed (Forwarder)
 }
 
 // relayTo sets the client's handlers of the notifications u relays.
@@ -35,6 +36,23 @@ func (u *Upstream) relayTo(opts *mcp.ClientOptions) {
 		if p != nil {
 			p(ctx, req.Params.Progress, req.Params.Total, req.Params.Message)
 		}
+	}
+	listed := func(method string) {
+		u.relay.mu.Lock()
+		f := u.relay.listed
+		u.relay.mu.Unlock()
+		if f != nil {
+			f(method)
+		}
+		if u.cfg.OnListChanged != nil {
+			u.cfg.OnListChanged(method)
+		}
+	}
+	opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) {
+		listed("notifications/resources/list_changed")
+	}
+	opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) {
+		listed("notifications/prompts/list_changed")
 	}
 	opts.ResourceUpdatedHandler = func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 		u.relay.mu.Lock()
@@ -69,6 +87,13 @@ func (u *Upstream) watchProgress(p mcpserver.Progress) (token string, stop func(
 func (f *forwarder) RelayUpdates(notify func(context.Context, *mcp.ResourceUpdatedNotificationParams) error) {
 	f.u.relay.mu.Lock()
 	f.u.relay.updated = notify
+	f.u.relay.mu.Unlock()
+}
+
+// RelayListChanged implements mcpserver.ListRelay.
+func (f *forwarder) RelayListChanged(notify func(method string)) {
+	f.u.relay.mu.Lock()
+	f.u.relay.listed = notify
 	f.u.relay.mu.Unlock()
 }
 

@@ -357,3 +357,71 @@ func TestGatewayReplayDoesNotSample(t *testing.T) {
 		t.Fatalf("A was asked %d times", n)
 	}
 }
+
+// Issue 34 item 4: the upstream's resources/list_changed and
+// prompts/list_changed reach the gateway's clients, which then list the
+// change (and nothing of how the gateway sent it), with one upstream and
+// in a config.
+func TestGatewayRelaysListChanged(t *testing.T) {
+	for _, mode := range []string{"one", "config"} {
+		t.Run(mode, func(t *testing.T) {
+			l := newLibrary(t)
+			var url string
+			if mode == "one" {
+				url = startMerging(t, []*library{l}, []string{""})
+			} else {
+				url = relaySet(t, gatewayconfig.Upstream{Name: "lib", Kind: gatewayconfig.KindMCP, URL: l.url, Prefix: true})
+			}
+			changed := make(chan string, 10)
+			cs := connect(t, url, &mcp.ClientOptions{
+				ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed <- "resources" },
+				PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { changed <- "prompts" },
+			})
+			caps := cs.InitializeResult().Capabilities
+			if !caps.Resources.ListChanged || !caps.Prompts.ListChanged {
+				t.Fatalf("capabilities: resources %+v, prompts %+v", caps.Resources, caps.Prompts)
+			}
+			await := func(want string) {
+				t.Helper()
+				select {
+				case got := <-changed:
+					if got != want {
+						t.Fatalf("%s list_changed, want %s", got, want)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("no %s list_changed reached the client", want)
+				}
+			}
+			l.srv.AddResource(&mcp.Resource{URI: "file:///books/c.txt", Name: "c"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "book c"}}}, nil
+			})
+			await("resources")
+			var uris []string
+			for r, err := range cs.Resources(t.Context(), nil) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				uris = append(uris, r.URI)
+			}
+			if strings.Join(uris, " ") != "file:///books/a.txt file:///books/b.txt file:///books/c.txt" {
+				t.Fatalf("resources after the change: %v", uris)
+			}
+			l.srv.RemovePrompts("summarize")
+			await("prompts")
+			var prompts []string
+			for p, err := range cs.Prompts(t.Context(), nil) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				prompts = append(prompts, p.Name)
+			}
+			want := "greet"
+			if mode == "config" {
+				want = "lib.greet"
+			}
+			if strings.Join(prompts, " ") != want {
+				t.Fatalf("prompts after the change: %v", prompts)
+			}
+		})
+	}
+}

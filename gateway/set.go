@@ -60,7 +60,18 @@ type Set struct {
 	changed chan struct{}
 
 	mu      sync.Mutex
-	members map[string]*member // by upstream name, the committed ones
+	members map[string]*member  // by upstream name, the committed ones
+	listed  func(method string) // the served list_changed (Forwarder)
+}
+
+// listChanged passes an upstream's resources or prompts list_changed on.
+func (s *Set) listChanged(method string) {
+	s.mu.Lock()
+	f := s.listed
+	s.mu.Unlock()
+	if f != nil {
+		f(method)
+	}
 }
 
 // NewSet makes an empty Set; Declare fills it.
@@ -473,7 +484,7 @@ func (m *member) connect(ctx context.Context) error {
 	m.mu.Unlock()
 	if up == nil {
 		cfg := UpstreamConfig{ConnectTimeout: m.connectTimeout(), Logger: m.log, Version: m.set.opts.Version,
-			OnToolsChanged: m.set.signal, MaxResultBytes: m.set.opts.MaxResultBytes}
+			OnToolsChanged: m.set.signal, OnListChanged: m.set.listChanged, MaxResultBytes: m.set.opts.MaxResultBytes}
 		if !m.cfg.Anonymous {
 			cfg.Name = m.cfg.Name // its records are its own (SPEC §6.2)
 		}

@@ -44,6 +44,9 @@ type UpstreamConfig struct {
 	// OnToolsChanged is called (on its own goroutine) when the upstream
 	// sends notifications/tools/list_changed.
 	OnToolsChanged func()
+	// OnListChanged is called with the method when the upstream sends
+	// notifications/resources/list_changed or prompts/list_changed.
+	OnListChanged func(method string)
 	// Logger receives the connection's events; none when nil.
 	Logger *slog.Logger
 	// Version names the gateway in the MCP handshake.

@@ -122,6 +122,9 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 		if r, ok := opts.Forward.(UpdateRelay); ok {
 			r.RelayUpdates(srv.ResourceUpdated)
 		}
+		if r, ok := opts.Forward.(ListRelay); ok {
+			r.RelayListChanged(func(method string) { listChanged(srv, method) })
+		}
 	}
 	for _, t := range tools {
 		srv.AddTool(t.tool, t.handler)
