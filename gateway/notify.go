@@ -36,6 +36,9 @@ func (u *Upstream) relayTo(opts *mcp.ClientOptions) {
 		if p != nil {
 			p(ctx, req.Params.Progress, req.Params.Total, req.Params.Message)
 		}
+		if call := u.callByProgress(token); call != nil {
+			call.noted()
+		}
 	}
 	listed := func(method string) {
 		u.relay.mu.Lock()

@@ -36,9 +36,9 @@ import (
 //   - in MCP 2026-07-28's multi round-trip, the SDK asks the client's
 //     handlers on the call's own context, which names the call.
 //
-// A log message ends its call's relay before the call's result goes
-// back (inflight.settle), so that the client gets it on the call's
-// stream, before the result.
+// A log or progress message read before the call's result is relayed
+// before that result goes back (inflight.settle), so that the client gets
+// it on the call's stream, before the result.
 
 // metaCall is the _meta member that tags a message with its call.
 const metaCall = "io.idem/call"
@@ -56,12 +56,13 @@ var relayed = map[string]bool{"sampling/createMessage": true, "elicitation/creat
 
 // inflight is a tool call the upstream holds.
 type inflight struct {
-	tag  string
-	peer *mcpserver.Peer // the call's MCP client; nil for a call over HTTP
-	ctx  context.Context // the call's (its timeout, its cancellation)
+	tag      string
+	peer     *mcpserver.Peer // the call's MCP client; nil for a call over HTTP
+	ctx      context.Context // the call's (its timeout, its cancellation)
+	progress string          // the call's progressToken (the gateway's), if any
 
 	mu      sync.Mutex
-	pending int           // log messages read, not yet relayed
+	pending int           // log and progress messages read, not yet relayed
 	idle    chan struct{} // closed when pending is back to 0 (settle)
 	refused error         // a request of a multi round-trip not relayed
 }
@@ -85,15 +86,18 @@ func (c *inflight) note() {
 func (c *inflight) noted() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.pending == 0 {
+		return
+	}
 	c.pending--
-	if c.pending <= 0 && c.idle != nil {
+	if c.pending == 0 && c.idle != nil {
 		close(c.idle)
 		c.idle = nil
 	}
 }
 
-// settle waits, at most settleWait, until the log messages read for the
-// call have been relayed.
+// settle waits, at most settleWait, until the log and progress messages
+// read for the call have been relayed.
 func (c *inflight) settle(ctx context.Context) {
 	c.mu.Lock()
 	if c.pending <= 0 {
@@ -112,11 +116,12 @@ func (c *inflight) settle(ctx context.Context) {
 	}
 }
 
-// enter counts a call in flight; leave ends it.
-func (u *Upstream) enter(ctx context.Context) (call *inflight, leave func()) {
+// enter counts a call in flight, of the progressToken progress (""
+// for none); leave ends it.
+func (u *Upstream) enter(ctx context.Context, progress string) (call *inflight, leave func()) {
 	var b [16]byte
 	rand.Read(b[:])
-	call = &inflight{tag: hex.EncodeToString(b[:]), ctx: ctx}
+	call = &inflight{tag: hex.EncodeToString(b[:]), ctx: ctx, progress: progress}
 	call.peer, _ = mcpserver.PeerFrom(ctx)
 	u.relay.mu.Lock()
 	defer u.relay.mu.Unlock()
@@ -137,6 +142,12 @@ func (u *Upstream) attribute(line []byte) []byte {
 	if !bytes.Contains(line, []byte(`"method"`)) {
 		return nil
 	}
+	if token := progressOf(line); token != "" {
+		if call := u.callByProgress(token); call != nil {
+			call.note()
+		}
+		return nil
+	}
 	u.relay.mu.Lock()
 	n := len(u.relay.calls)
 	var only *inflight
@@ -155,6 +166,37 @@ func (u *Upstream) attribute(line []byte) []byte {
 		only.note()
 	}
 	return out
+}
+
+// callByProgress is the call in flight of the progressToken token.
+func (u *Upstream) callByProgress(token string) *inflight {
+	u.relay.mu.Lock()
+	defer u.relay.mu.Unlock()
+	for _, call := range u.relay.calls {
+		if call.progress == token {
+			return call
+		}
+	}
+	return nil
+}
+
+// progressOf is the progressToken of a notifications/progress message
+// whose token is a string; "" for any other message.
+func progressOf(data []byte) string {
+	if !bytes.Contains(data, []byte(`"notifications/progress"`)) {
+		return ""
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			Token any `json:"progressToken"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(data, &msg) != nil || msg.Method != "notifications/progress" {
+		return ""
+	}
+	token, _ := msg.Params.Token.(string)
+	return token
 }
 
 // callOf is the call a message belongs to (its tag, or the context of a

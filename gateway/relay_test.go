@@ -425,3 +425,34 @@ func TestGatewayRelaysListChanged(t *testing.T) {
 		})
 	}
 }
+
+// A progress notification the upstream sends just before its result
+// reaches the client: the result waits for it to be relayed (go-sdk's
+// client hands notifications to their handler on a goroutine of their
+// own, which ran after the call had returned and its token was gone).
+func TestGatewayRelaysProgressSentJustBeforeTheResult(t *testing.T) {
+	for _, mode := range relayModes(t) {
+		t.Run(mode.name, func(t *testing.T) {
+			url := mode.start(t)
+			progress := make(chan string, 100)
+			cs := connect(t, url, &mcp.ClientOptions{
+				ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { progress <- req.Params.Message },
+			})
+			for i := range 20 {
+				p := &mcp.CallToolParams{Name: mode.prefix + "tick", Arguments: map[string]any{"q": fmt.Sprint(i)}}
+				p.SetProgressToken(fmt.Sprint("mine-", i))
+				if got := textOf(cs.CallTool(t.Context(), p)); got != "ticked" {
+					t.Fatalf("tick: %q", got)
+				}
+				select {
+				case m := <-progress:
+					if m != fmt.Sprint(i) {
+						t.Fatalf("call %d: progress %q", i, m)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("call %d: its progress never came", i)
+				}
+			}
+		})
+	}
+}

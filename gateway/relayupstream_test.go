@@ -16,7 +16,8 @@ const RelayUpstreamEnv = "GATEWAY_TEST_RELAY_UPSTREAM"
 
 // RelayUpstreamForTest is an upstream whose tools ask the client of the
 // call: ask samples (the question is the argument q), confirm elicits,
-// chat logs q at info and at debug; each first waits until wait calls
+// chat logs q at info and at debug; tick sends progress (q its
+// message) just before its result; each first waits until wait calls
 // (the argument) have arrived, and answers when wait calls are done, so
 // that calls overlap. ask_keyed is ask
 // under another name (a same_key_replay contract in the tests). On MCP
@@ -123,6 +124,10 @@ func RelayUpstreamForTest(legacy bool) *mcp.Server {
 		}
 		content, _ := json.Marshal(res.Content)
 		return "elicited: " + res.Action + " " + string(content), nil
+	})
+	tool("tick", func(ctx context.Context, req *mcp.CallToolRequest, a in) (string, mcp.InputRequest) {
+		req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1, Total: 1, Message: a.Q})
+		return "ticked", nil
 	})
 	tool("chat", func(ctx context.Context, req *mcp.CallToolRequest, a in) (string, mcp.InputRequest) {
 		req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "relay", Data: a.Q,

@@ -161,6 +161,8 @@ func (s *resumingStream) endOfLine() bool {
 				s.answered = true
 				s.unlink()
 				s.tail = time.AfterFunc(streamTailWait, s.cut)
+			} else if token := progressOf(s.data.Bytes()); token != "" && s.d.call != nil && token == s.d.call.progress {
+				s.d.call.note() // relayed before the call's result goes back
 			} else if data, method := s.tagged(); data != nil {
 				// A request or notification for the call's client.
 				if method == "notifications/message" {

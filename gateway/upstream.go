@@ -315,7 +315,8 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 		}
 		d := &dispatch{limit: u.cfg.MaxResultBytes}
 		var leave func()
-		d.call, leave = u.enter(ctx)
+		token, _ := params.GetProgressToken().(string)
+		d.call, leave = u.enter(ctx, token)
 		if u.cfg.URL != "" {
 			d.tail = make(chan struct{})
 		}
