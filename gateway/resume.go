@@ -282,7 +282,7 @@ func (s *resumingStream) Close() error {
 // tagged is the event's data tagged with the call (peers.go) when it is
 // a message for the call's client.
 func (s *resumingStream) tagged() ([]byte, string) {
-	if s.d.call == nil || !bytes.Contains(s.data.Bytes(), []byte(`"method"`)) {
+	if s.d.call == nil || !mayRelay(s.data.Bytes()) {
 		return nil, ""
 	}
 	return tagged(s.data.Bytes(), s.d.call.tag)
