@@ -2,23 +2,40 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestGatewaySamplingAndElicitation runs idem gateway in front of
-// server-everything (stdio), whose trigger-sampling-request and
-// trigger-elicitation-request tools ask the client of the call: an SDK
-// client that declared sampling and elicitation gets both requests
+// server-everything (over stdio, and over streamable HTTP, where the
+// requests come on the call's SSE stream), whose trigger-sampling-request
+// and trigger-elicitation-request tools ask the client of the call: an
+// SDK client that declared sampling and elicitation gets both requests
 // through the gateway and its answers reach the tool; one that declared
-// neither gets the tool's error saying so (issue 34 item 4).
+// neither gets the tool's error saying so. Over HTTP, the upstream's
+// simulated logging, which belongs to no call, reaches no client (issue
+// 34 item 4).
 func TestGatewaySamplingAndElicitation(t *testing.T) {
-	dir := gatewayDir(t)
-	g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", "node "+everythingServer(t)+" stdio")
+	t.Run("stdio", func(t *testing.T) {
+		dir := gatewayDir(t)
+		g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", "node "+everythingServer(t)+" stdio")
+		samplingAndElicitation(t, g, false)
+	})
+	t.Run("http", func(t *testing.T) {
+		dir := gatewayDir(t)
+		g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream", startEverythingHTTP(t), "--log-level", "debug")
+		samplingAndElicitation(t, g, true)
+	})
+}
+
+func samplingAndElicitation(t *testing.T, g *server, background bool) {
+	logs := make(chan string, 100)
 	asked := make(chan string, 10)
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
 		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
@@ -31,6 +48,7 @@ func TestGatewaySamplingAndElicitation(t *testing.T) {
 			asked <- req.Params.Message
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada Lovelace"}}, nil
 		},
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) { logs <- fmt.Sprint(req.Params.Data) },
 	})
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: g.url + "/mcp",
 		HTTPClient: &http.Client{Transport: bearerTransport{gatewayToken}}}, nil)
@@ -61,6 +79,28 @@ func TestGatewaySamplingAndElicitation(t *testing.T) {
 	select {
 	case q := <-asked:
 		t.Fatalf("the first client was asked %q for the second's call", q)
+	default:
+	}
+	if !background {
+		return
+	}
+
+	// The upstream's simulated logging is its session's, sent on its
+	// standalone stream every 5 s: no client of the gateway gets it, not
+	// even the one whose call turned it on.
+	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	res = mcpCall(t, cs, &mcp.CallToolParams{Name: "toggle-simulated-logging", Arguments: map[string]any{}})
+	if res.IsError || !strings.Contains(resultJSON(res), "Started simulated") {
+		t.Fatalf("toggle-simulated-logging: %s", resultJSON(res))
+	}
+	waitFor(t, 30*time.Second, "the gateway's debug line of a log message it did not relay", func() bool {
+		return strings.Contains(g.logs(), "the upstream's log message is not relayed")
+	})
+	select {
+	case m := <-logs:
+		t.Fatalf("a log message of no call reached a client: %q", m)
 	default:
 	}
 }
