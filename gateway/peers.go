@@ -54,16 +54,11 @@ const settleWait = time.Second
 // relayed are the methods the gateway relays to a call's client.
 var relayed = map[string]bool{"sampling/createMessage": true, "elicitation/create": true, "notifications/message": true}
 
-// mayRelay says whether data may be a message of a relayed method: it
-// names one. Only those are decoded as they are read (a tool result is
-// not).
-func mayRelay(data []byte) bool {
-	for method := range relayed {
-		if bytes.Contains(data, []byte(`"`+method+`"`)) {
-			return true
-		}
-	}
-	return false
+// isRequest says whether data may be a request or a notification: it has
+// a member "method" (inside a JSON string the quotes would be escaped).
+// Only those are decoded as they are read; a tool result seldom is one.
+func isRequest(data []byte) bool {
+	return bytes.Contains(data, []byte(`"method"`))
 }
 
 // inflight is a tool call the upstream holds.
@@ -151,13 +146,13 @@ func (u *Upstream) enter(ctx context.Context, progress string) (call *inflight, 
 // attribute is a stdio line tagged with the only call in flight, or
 // with noCall; nil when it is no message the gateway relays.
 func (u *Upstream) attribute(line []byte) []byte {
+	if !isRequest(line) {
+		return nil
+	}
 	if token := progressOf(line); token != "" {
 		if call := u.callByProgress(token); call != nil {
 			call.note()
 		}
-		return nil
-	}
-	if !mayRelay(line) {
 		return nil
 	}
 	u.relay.mu.Lock()

@@ -46,3 +46,26 @@ func TestTaggedMessages(t *testing.T) {
 		t.Fatalf("withData: %q", got)
 	}
 }
+
+// BenchmarkRelayPerCall is what relaying adds to each call: its entry
+// among the calls in flight (a random tag), and the scan of its answer
+// (a 4 KiB tool result event, which names no relayed method) as it is
+// read.
+func BenchmarkRelayPerCall(b *testing.B) {
+	u := &Upstream{}
+	result := []byte(`{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"` + string(make([]byte, 4096)) + `"}]}}`)
+	for i := range result {
+		if result[i] == 0 {
+			result[i] = 'x'
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		call, leave := u.enter(b.Context(), "")
+		if isRequest(result) {
+			b.Fatal("a result taken for a message to relay")
+		}
+		call.settle(b.Context())
+		leave()
+	}
+}

@@ -149,6 +149,7 @@ func (s *resumingStream) endOfLine() bool {
 	start := bytes.LastIndexByte(buf[:len(buf)-1], '\n') + 1
 	line := strings.TrimRight(string(buf[start:]), "\r\n")
 	if line == "" {
+		var event []byte // the event as the SDK reads it
 		if s.data.Len() > 0 {
 			var m struct {
 				ID     json.RawMessage `json:"id"`
@@ -161,20 +162,14 @@ func (s *resumingStream) endOfLine() bool {
 				s.answered = true
 				s.unlink()
 				s.tail = time.AfterFunc(streamTailWait, s.cut)
-			} else if token := progressOf(s.data.Bytes()); token != "" && s.d.call != nil && token == s.d.call.progress {
-				s.d.call.note() // relayed before the call's result goes back
-			} else if data, method := s.tagged(); data != nil {
-				// A request or notification for the call's client.
-				if method == "notifications/message" {
-					s.d.call.note()
-				}
-				s.pending = withData(buf, data)
-				s.event.Reset()
-				s.data.Reset()
-				return true
+			} else if s.d.call != nil && isRequest(s.data.Bytes()) {
+				event = s.fromUpstream(buf)
 			}
 		}
-		s.pending = bytes.Clone(buf)
+		if event == nil {
+			event = bytes.Clone(buf)
+		}
+		s.pending = event
 		s.event.Reset()
 		s.data.Reset()
 		return true
@@ -279,13 +274,27 @@ func (s *resumingStream) Close() error {
 	return nil
 }
 
-// tagged is the event's data tagged with the call (peers.go) when it is
-// a message for the call's client.
-func (s *resumingStream) tagged() ([]byte, string) {
-	if s.d.call == nil || !mayRelay(s.data.Bytes()) {
-		return nil, ""
+// fromUpstream handles a request or notification the upstream sent on
+// the call's stream, whose event is buf (peers.go): one for the call's
+// client is tagged with the call (the event rewritten, returned; nil when
+// it is passed as it is); a log or progress message of the call is
+// counted, so that the call's result waits for it.
+func (s *resumingStream) fromUpstream(buf []byte) []byte {
+	call := s.d.call
+	if token := progressOf(s.data.Bytes()); token != "" {
+		if token == call.progress {
+			call.note()
+		}
+		return nil
 	}
-	return tagged(s.data.Bytes(), s.d.call.tag)
+	data, method := tagged(s.data.Bytes(), call.tag)
+	if data == nil {
+		return nil
+	}
+	if method == "notifications/message" {
+		call.note()
+	}
+	return withData(buf, data)
 }
 
 // withData is the SSE event with its data replaced by data: the lines
