@@ -259,6 +259,10 @@ func (u *Upstream) peerFor(ctx context.Context, method, capability string, meta 
 	return call.peer, ctx, func() { stop(); cancel(nil) }, nil
 }
 
+// refuse is the JSON-RPC error the upstream gets for a request not
+// relayed, -32600 with the reason. Not -32601 (method not found), which
+// a client without the capability would answer: go-sdk's server reads
+// that code as its own "method not found" and drops the reason.
 func refuse(format string, args ...any) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
 }
