@@ -261,8 +261,9 @@ func (u *Upstream) peerFor(ctx context.Context, method, capability string, meta 
 
 // refuse is the JSON-RPC error the upstream gets for a request not
 // relayed, -32600 with the reason. Not -32601 (method not found), which
-// a client without the capability would answer: go-sdk's server reads
-// that code as its own "method not found" and drops the reason.
+// a client without the capability would answer: go-sdk v1.8.0 puts its
+// own "method not found" in place of the reason (seen by the upstream's
+// tool in the tests).
 func refuse(format string, args ...any) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
 }
