@@ -47,8 +47,8 @@ const metaCall = "io.idem/call"
 // then the number of calls that were in flight.
 const noCall = "none:"
 
-// settleWait bounds how long a call's result waits for the log messages
-// that came before it to be relayed.
+// settleWait bounds how long a call's result waits for the log and
+// progress messages that came before it to be relayed.
 const settleWait = time.Second
 
 // relayed are the methods the gateway relays to a call's client.
@@ -82,7 +82,7 @@ func (c *inflight) refusal() error {
 	return c.refused
 }
 
-// note counts a log message read for the call.
+// note counts a log or progress message read for the call.
 func (c *inflight) note() {
 	c.mu.Lock()
 	c.pending++
@@ -219,12 +219,12 @@ func (u *Upstream) callOf(ctx context.Context, meta mcp.Meta) (*inflight, error)
 	switch {
 	case ok && tag != "":
 		return call, nil
+	case u.cfg.URL != "":
+		return nil, errors.New("it came outside the stream of any tool call in flight, so it belongs to no caller")
 	case strings.HasPrefix(tag, noCall) && tag != noCall+"0":
 		return nil, fmt.Errorf("%s tool calls were in flight on this stdio upstream, which has no stream per call, so which caller it belongs to cannot be told", strings.TrimPrefix(tag, noCall))
 	case strings.HasPrefix(tag, noCall):
 		return nil, errors.New("no tool call was in flight on this upstream, so it belongs to no caller")
-	case u.cfg.URL != "":
-		return nil, errors.New("it came outside the stream of any tool call in flight, so it belongs to no caller")
 	}
 	return nil, errors.New("its tool call is no longer in flight")
 }
