@@ -52,9 +52,6 @@ func (p *Peer) capabilities() *mcp.ClientCapabilities {
 	return nil
 }
 
-// Done is closed when the call ends.
-func (p *Peer) Done() <-chan struct{} { return p.call.Done() }
-
 // CreateMessage sends sampling/createMessage to the client; it ends with
 // ctx or with the call.
 func (p *Peer) CreateMessage(ctx context.Context, params *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
