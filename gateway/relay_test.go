@@ -456,3 +456,51 @@ func TestGatewayRelaysProgressSentJustBeforeTheResult(t *testing.T) {
 		})
 	}
 }
+
+// A reload that adds or removes an MCP upstream changes the resources and
+// prompts served: the clients get both list_changed.
+func TestSetReloadSendsListChanged(t *testing.T) {
+	a, b := newLibrary(t), newLibrary(t)
+	set := gateway.NewSet(gateway.SetOptions{})
+	t.Cleanup(func() { set.Close() })
+	declare := func(ups ...gatewayconfig.Upstream) []idem.Operation {
+		d, err := set.Declare(t.Context(), config(t, ups...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Commit()
+		return d.Operations
+	}
+	first := gatewayconfig.Upstream{Name: "a", Kind: gatewayconfig.KindMCP, URL: a.url, Prefix: true}
+	url := serveGateway(t, declare(first), set.Forwarder())
+	changed := make(chan string, 10)
+	cs := connect(t, url, &mcp.ClientOptions{
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed <- "resources" },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { changed <- "prompts" },
+	})
+	for _, ups := range [][]gatewayconfig.Upstream{
+		{first, {Name: "b", Kind: gatewayconfig.KindMCP, URL: b.url, Prefix: true}}, // b added
+		{first}, // b removed
+	} {
+		declare(ups...)
+		got := map[string]bool{}
+		for len(got) < 2 {
+			select {
+			case kind := <-changed:
+				got[kind] = true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("after a reload to %d upstreams the client got list_changed of %v only", len(ups), got)
+			}
+		}
+		var prompts []string
+		for p, err := range cs.Prompts(t.Context(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompts = append(prompts, p.Name)
+		}
+		if len(prompts) != 2*len(ups) {
+			t.Fatalf("prompts with %d upstreams: %v", len(ups), prompts)
+		}
+	}
+}

@@ -133,10 +133,21 @@ func (d *Declaration) Commit() {
 		}
 		m.mu.Unlock()
 	}
+	changed := false
 	for name, m := range old {
 		if d.next[name] != m {
 			m.retire()
+			changed = changed || m.cfg.Kind == gatewayconfig.KindMCP
 		}
+	}
+	for name, m := range d.next {
+		changed = changed || (old[name] != m && m.cfg.Kind == gatewayconfig.KindMCP)
+	}
+	if changed {
+		// The resources and prompts served are those of other upstreams
+		// now: the clients hear of it as of an upstream's own change.
+		s.listChanged("notifications/resources/list_changed")
+		s.listChanged("notifications/prompts/list_changed")
 	}
 }
 
