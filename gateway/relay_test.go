@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -502,5 +503,56 @@ func TestSetReloadSendsListChanged(t *testing.T) {
 		if len(prompts) != 2*len(ups) {
 			t.Fatalf("prompts with %d upstreams: %v", len(ups), prompts)
 		}
+	}
+}
+
+// A relayed request ends with the call: when the client cancels its call
+// while it is being asked, the upstream's request ends at once, with an
+// error, though the upstream goes on waiting for its answer (it ignores
+// the call's cancellation) and the client never answers. (The client's
+// own handler is not told: go-sdk v1.8.0 sends notifications/cancelled on
+// the call's stream, which ended with the call.)
+func TestGatewayRelayEndsWithTheCall(t *testing.T) {
+	for _, mode := range relayModes(t)[:2] { // the upstream in process, to watch its request
+		t.Run(mode.name, func(t *testing.T) {
+			sampled := make(chan error, 1)
+			gateway.RelaySampledForTest = func(err error) { sampled <- err }
+			t.Cleanup(func() { gateway.RelaySampledForTest = nil })
+			url := mode.start(t)
+			asked := make(chan struct{}, 1)
+			over := make(chan struct{})
+			defer close(over)
+			cs := connect(t, url, &mcp.ClientOptions{
+				CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+					asked <- struct{}{}
+					select { // never answers
+					case <-ctx.Done():
+					case <-over:
+					}
+					return nil, errors.New("no answer")
+				},
+			})
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mode.prefix + "ask", Arguments: map[string]any{"q": "wait", "stubborn": true}})
+				done <- err
+			}()
+			select {
+			case <-asked:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the client was never asked")
+			}
+			cancel()
+			select {
+			case err := <-sampled:
+				if err == nil {
+					t.Fatal("the upstream's request was answered")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upstream's request outlived the call")
+			}
+			<-done
+		})
 	}
 }

@@ -14,6 +14,10 @@ import (
 // MCP 2025-11-25 at most, "latest" every version of the SDK.
 const RelayUpstreamEnv = "GATEWAY_TEST_RELAY_UPSTREAM"
 
+// RelaySampledForTest, when set, is told how each sampling request of
+// an in-process RelayUpstreamForTest ended.
+var RelaySampledForTest func(error)
+
 // RelayUpstreamForTest is an upstream whose tools ask the client of the
 // call: ask samples (the question is the argument q), confirm elicits,
 // chat logs q at info and at debug; tick sends progress (q its
@@ -55,6 +59,8 @@ func RelayUpstreamForTest(legacy bool) *mcp.Server {
 	type in struct {
 		Q    string `json:"q"`
 		Wait int    `json:"wait"`
+		// Stubborn: ask goes on asking when its call is cancelled.
+		Stubborn bool `json:"stubborn"`
 	}
 	tool := func(name string, do func(context.Context, *mcp.CallToolRequest, in) (string, mcp.InputRequest)) {
 		s.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
@@ -87,7 +93,14 @@ func RelayUpstreamForTest(legacy bool) *mcp.Server {
 				return "", params
 			}
 		} else {
-			res, err = req.Session.CreateMessage(ctx, params)
+			sctx := ctx
+			if a.Stubborn {
+				sctx = context.WithoutCancel(ctx)
+			}
+			res, err = req.Session.CreateMessage(sctx, params)
+			if RelaySampledForTest != nil {
+				RelaySampledForTest(err)
+			}
 		}
 		if err != nil {
 			return "refused: " + err.Error(), nil
