@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,6 +34,48 @@ func TestGatewaySamplingAndElicitation(t *testing.T) {
 		dir := gatewayDir(t)
 		g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream", startEverythingHTTP(t), "--log-level", "debug")
 		samplingAndElicitation(t, g, true)
+	})
+	t.Run("typescript", func(t *testing.T) {
+		dir := gatewayDir(t)
+		g := startGateway(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), nil, "--upstream-command", "node "+everythingServer(t)+" stdio")
+		// The script beside a node_modules holding the SDK.
+		work := t.TempDir()
+		if err := os.Symlink(filepath.Join(mcpServers(t), "node_modules"), filepath.Join(work, "node_modules")); err != nil {
+			t.Fatal(err)
+		}
+		script, err := os.ReadFile(filepath.Join("testdata", "tssampling.mjs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, "tssampling.mjs"), script, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", filepath.Join(work, "tssampling.mjs"))
+		cmd.Env = append(os.Environ(), "IDEM_URL="+g.url, "IDEM_TOKEN="+gatewayToken)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("tssampling.mjs: %v\n%s\n%s", err, out, stderr.String())
+		}
+		var got struct {
+			ProtocolVersion string
+			Asked           []string
+			Result          struct {
+				IsError bool
+				Content []struct{ Text string }
+			}
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("tssampling.mjs: %s", out)
+		}
+		t.Logf("the TypeScript SDK negotiated MCP %s", got.ProtocolVersion)
+		if len(got.Asked) != 1 || !strings.Contains(got.Asked[0], "from TypeScript") ||
+			got.Result.IsError || len(got.Result.Content) == 0 || !strings.Contains(got.Result.Content[0].Text, "the TypeScript client's answer") {
+			t.Fatalf("tssampling.mjs: %s", out)
+		}
 	})
 }
 
