@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptrace"
+	"sync"
 	"sync/atomic"
 )
 
@@ -48,6 +49,10 @@ type dispatch struct {
 	// that stream to its end or given up.
 	streamed atomic.Bool
 	tail     chan struct{}
+	tailOnce sync.Once
+	// call is the tool call in flight (Upstream.enter): what the upstream
+	// sends on the call's stream for its client is tagged with it.
+	call *inflight
 }
 
 type dispatchKey struct{}

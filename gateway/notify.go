@@ -12,12 +12,15 @@ import (
 
 // relay passes the upstream's notifications on to idem's MCP server: the
 // progress of the tool calls that asked for it, and resources/updated of
-// the resources its clients subscribed to.
+// the resources its clients subscribed to; and (peers.go) what the
+// upstream sends a tool call's client.
 type relay struct {
 	mu       sync.Mutex
 	next     uint64
 	progress map[string]mcpserver.Progress
 	updated  func(context.Context, *mcp.ResourceUpdatedNotificationParams) error
+	calls    map[string]*inflight // the tool calls in flight, by tag (peers.go)
+	listed   func(method string)  // resources/prompts list_changed (Forwarder)
 }
 
 // relayTo sets the client's handlers of the notifications u relays.
@@ -33,6 +36,26 @@ func (u *Upstream) relayTo(opts *mcp.ClientOptions) {
 		if p != nil {
 			p(ctx, req.Params.Progress, req.Params.Total, req.Params.Message)
 		}
+		if call := u.callByProgress(token); call != nil {
+			call.noted()
+		}
+	}
+	listed := func(method string) {
+		u.relay.mu.Lock()
+		f := u.relay.listed
+		u.relay.mu.Unlock()
+		if f != nil {
+			f(method)
+		}
+		if u.cfg.OnListChanged != nil {
+			u.cfg.OnListChanged(method)
+		}
+	}
+	opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) {
+		listed("notifications/resources/list_changed")
+	}
+	opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) {
+		listed("notifications/prompts/list_changed")
 	}
 	opts.ResourceUpdatedHandler = func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 		u.relay.mu.Lock()
@@ -67,6 +90,13 @@ func (u *Upstream) watchProgress(p mcpserver.Progress) (token string, stop func(
 func (f *forwarder) RelayUpdates(notify func(context.Context, *mcp.ResourceUpdatedNotificationParams) error) {
 	f.u.relay.mu.Lock()
 	f.u.relay.updated = notify
+	f.u.relay.mu.Unlock()
+}
+
+// RelayListChanged implements mcpserver.ListRelay.
+func (f *forwarder) RelayListChanged(notify func(method string)) {
+	f.u.relay.mu.Lock()
+	f.u.relay.listed = notify
 	f.u.relay.mu.Unlock()
 }
 

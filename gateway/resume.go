@@ -152,6 +152,7 @@ func (s *resumingStream) endOfLine() bool {
 	start := bytes.LastIndexByte(buf[:len(buf)-1], '\n') + 1
 	line := strings.TrimRight(string(buf[start:]), "\r\n")
 	if line == "" {
+		var event []byte // the event as the SDK reads it
 		if s.data.Len() > 0 {
 			var m struct {
 				ID     json.RawMessage `json:"id"`
@@ -164,9 +165,14 @@ func (s *resumingStream) endOfLine() bool {
 				s.answered = true
 				s.unlink()
 				s.tail = time.AfterFunc(streamTailWait, s.cut)
+			} else if s.d.call != nil && isRequest(s.data.Bytes()) {
+				event = s.fromUpstream(buf)
 			}
 		}
-		s.pending = bytes.Clone(buf)
+		if event == nil {
+			event = bytes.Clone(buf)
+		}
+		s.pending = event
 		s.event.Reset()
 		s.data.Reset()
 		return true
@@ -259,7 +265,9 @@ func (s *resumingStream) finish(drain bool) {
 		}
 		s.cut()
 		if s.d.tail != nil {
-			close(s.d.tail)
+			// Once: a multi round-trip call (MCP 2026-07-28) is several
+			// POSTs, each a stream of its own.
+			s.d.tailOnce.Do(func() { close(s.d.tail) })
 		}
 	})
 }
@@ -267,6 +275,49 @@ func (s *resumingStream) finish(drain bool) {
 func (s *resumingStream) Close() error {
 	s.finish(false)
 	return nil
+}
+
+// fromUpstream handles a request or notification the upstream sent on
+// the call's stream, whose event is buf (peers.go): one for the call's
+// client is tagged with the call (the event rewritten, returned; nil when
+// it is passed as it is); a log or progress message of the call is
+// counted, so that the call's result waits for it.
+func (s *resumingStream) fromUpstream(buf []byte) []byte {
+	call := s.d.call
+	if token := progressOf(s.data.Bytes()); token != "" {
+		if token == call.progress {
+			call.note()
+		}
+		return nil
+	}
+	data, method := tagged(s.data.Bytes(), call.tag)
+	if data == nil {
+		return nil
+	}
+	if method == "notifications/message" {
+		call.note()
+	}
+	return withData(buf, data)
+}
+
+// withData is the SSE event with its data replaced by data: the lines
+// of another field kept, one data line, the blank line.
+func withData(event, data []byte) []byte {
+	var out bytes.Buffer
+	for _, line := range bytes.SplitAfter(event, []byte("\n")) {
+		l := bytes.TrimRight(line, "\r\n")
+		if len(l) == 0 {
+			continue
+		}
+		field, _, _ := bytes.Cut(l, []byte(":"))
+		if string(field) != "data" {
+			out.Write(line)
+		}
+	}
+	out.WriteString("data: ")
+	out.Write(data)
+	out.WriteString("\n\n")
+	return out.Bytes()
 }
 
 // compactEqual says whether two JSON values are the same once compacted.

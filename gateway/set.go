@@ -60,7 +60,18 @@ type Set struct {
 	changed chan struct{}
 
 	mu      sync.Mutex
-	members map[string]*member // by upstream name, the committed ones
+	members map[string]*member  // by upstream name, the committed ones
+	listed  func(method string) // the served list_changed (Forwarder)
+}
+
+// listChanged passes an upstream's resources or prompts list_changed on.
+func (s *Set) listChanged(method string) {
+	s.mu.Lock()
+	f := s.listed
+	s.mu.Unlock()
+	if f != nil {
+		f(method)
+	}
 }
 
 // NewSet makes an empty Set; Declare fills it.
@@ -122,10 +133,21 @@ func (d *Declaration) Commit() {
 		}
 		m.mu.Unlock()
 	}
+	changed := false
 	for name, m := range old {
 		if d.next[name] != m {
 			m.retire()
+			changed = changed || m.cfg.Kind == gatewayconfig.KindMCP
 		}
+	}
+	for name, m := range d.next {
+		changed = changed || (old[name] != m && m.cfg.Kind == gatewayconfig.KindMCP)
+	}
+	if changed {
+		// The resources and prompts served are those of other upstreams
+		// now: the clients hear of it as of an upstream's own change.
+		s.listChanged("notifications/resources/list_changed")
+		s.listChanged("notifications/prompts/list_changed")
 	}
 }
 
@@ -448,7 +470,7 @@ func (m *member) configName() string {
 // upstreamConfig is how an MCP member reaches its upstream.
 func (m *member) upstreamConfig() UpstreamConfig {
 	cfg := UpstreamConfig{ConnectTimeout: m.connectTimeout(), Logger: m.log, Version: m.set.opts.Version,
-		OnToolsChanged: m.set.signal, MaxResultBytes: m.set.opts.MaxResultBytes}
+		OnToolsChanged: m.set.signal, OnListChanged: m.set.listChanged, MaxResultBytes: m.set.opts.MaxResultBytes}
 	if !m.cfg.Anonymous {
 		cfg.Name = m.cfg.Name // its records are its own (SPEC §6.2)
 	}

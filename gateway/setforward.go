@@ -111,6 +111,14 @@ func (none) Complete(context.Context, *mcp.CompleteParams) (*mcp.CompleteResult,
 func (none) Subscribe(context.Context, *mcp.SubscribeParams) error     { return errNoUpstream }
 func (none) Unsubscribe(context.Context, *mcp.UnsubscribeParams) error { return nil }
 
+// RelayListChanged implements mcpserver.ListRelay: every MCP upstream's
+// resources and prompts list_changed goes to notify.
+func (f *setForwarder) RelayListChanged(notify func(method string)) {
+	f.s.mu.Lock()
+	f.s.listed = notify
+	f.s.mu.Unlock()
+}
+
 // RelayUpdates implements mcpserver.UpdateRelay: every upstream's
 // resources/updated goes to notify.
 func (f *setForwarder) RelayUpdates(notify func(context.Context, *mcp.ResourceUpdatedNotificationParams) error) {

@@ -34,6 +34,9 @@ type stdioTransport struct {
 	cmd       *exec.Cmd
 	terminate time.Duration // how long Close waits after closing stdin before SIGTERM, then before SIGKILL
 	maxLine   int64         // the longest line read that answers no tools/list (one message)
+	// attribute, when set, tags a message the upstream sends for a tool
+	// call's client with its call (Upstream.attribute); nil for others.
+	attribute func(line []byte) []byte
 	// over is set once the process wrote a line longer than its bound:
 	// the session ends (the framing is lost), and a call it held ran.
 	over atomic.Bool
@@ -290,6 +293,11 @@ func (l *lineReader) next() error {
 	if int64(len(line)) > l.t.maxLine {
 		l.t.over.Store(true)
 		return fmt.Errorf("%w (%d bytes)", errLineTooLong, l.t.maxLine)
+	}
+	if l.t.attribute != nil {
+		if out := l.t.attribute(bytes.TrimRight(line, "\r\n")); out != nil {
+			line = append(out, '\n')
+		}
 	}
 	l.pending = line
 	return nil

@@ -24,6 +24,12 @@ import (
 // server (tool add) that writes its pid to that file: the spawned
 // upstream of TestUpstreamStdioDiedBetweenCalls.
 func TestMain(m *testing.M) {
+	if v := os.Getenv(RelayUpstreamEnv); v != "" {
+		if err := RelayUpstreamForTest(v == "legacy").Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if effects := os.Getenv("IDEM_GATEWAY_TEST_STDIO_DROP"); effects != "" {
 		dropAfterReadingACall(effects)
 		return

@@ -44,6 +44,9 @@ type UpstreamConfig struct {
 	// OnToolsChanged is called (on its own goroutine) when the upstream
 	// sends notifications/tools/list_changed.
 	OnToolsChanged func()
+	// OnListChanged is called with the method when the upstream sends
+	// notifications/resources/list_changed or prompts/list_changed.
+	OnListChanged func(method string)
 	// Logger receives the connection's events; none when nil.
 	Logger *slog.Logger
 	// Version names the gateway in the MCP handshake.
@@ -98,6 +101,7 @@ func Dial(ctx context.Context, cfg UpstreamConfig) (*Upstream, error) {
 	}
 	opts := &mcp.ClientOptions{}
 	u.relayTo(opts)
+	u.relayPeers(opts)
 	if cfg.OnToolsChanged != nil {
 		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { go cfg.OnToolsChanged() }
 	}
@@ -158,6 +162,14 @@ func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("connect to the upstream MCP server %s: %w", u.Describe(), err))
 	}
+	if caps := cs.InitializeResult().Capabilities; caps != nil && caps.Logging != nil {
+		// Every level, once: each call's client gets what its own
+		// logging/setLevel asks for (mcpserver.Peer.Log), and no client's
+		// level changes what another receives.
+		if err := cs.SetLoggingLevel(cctx, &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+			u.log.Debug("logging/setLevel on the upstream failed: its log messages may not come", "upstream", u.Describe(), "error", err)
+		}
+	}
 	u.session = cs
 	u.stdio, _ = t.(*stdioTransport)
 	u.stdioOf = cs
@@ -195,7 +207,7 @@ func (u *Upstream) transport() mcp.Transport {
 	cmd := exec.Command(u.cfg.Command[0], u.cfg.Command[1:]...)
 	cmd.Env = u.cfg.Env
 	cmd.Stderr = os.Stderr // the upstream's own logs, beside the gateway's
-	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second, maxLine: u.cfg.MaxResultBytes}
+	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second, maxLine: u.cfg.MaxResultBytes, attribute: u.attribute}
 }
 
 // httpTransport is the upstream's own connection pool (not
@@ -306,12 +318,17 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 			return nil, err
 		}
 		d := &dispatch{limit: u.cfg.MaxResultBytes}
+		var leave func()
+		token, _ := params.GetProgressToken().(string)
+		d.call, leave = u.enter(ctx, token)
 		if u.cfg.URL != "" {
 			d.tail = make(chan struct{})
 		}
 		cctx, abort := context.WithCancelCause(ctx)
 		d.abort = abort
-		res, err := cs.CallTool(context.WithValue(cctx, dispatchKey{}, d), params)
+		res, err := cs.CallTool(context.WithValue(cctx, dispatchKey{}, d), withLogLevel(cs, d.call, params))
+		d.call.settle(ctx)
+		leave()
 		if err == nil && d.streamed.Load() {
 			awaitTail(ctx, d.tail)
 		}
@@ -323,6 +340,9 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 		}
 		if err == nil {
 			return res, nil
+		}
+		if refused := d.call.refusal(); refused != nil {
+			return nil, idem.Errorf(idem.CodeExecutionFailed, "the upstream asked the caller of tools/call %q for input (MCP multi round-trip), and %v; the call was sent: it may have taken effect", params.Name, refused)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -26,15 +26,16 @@ type Forwarder interface {
 
 // forwarding sets opts up to serve f: the capabilities (resources with
 // subscribe, prompts, completions, and logging as the SDK's default has
-// it; no listChanged for resources and prompts, which are not relayed),
+// it; listChanged for resources and prompts when f relays them),
 // the subscribe and completion handlers, and a receiving middleware that
 // answers the list, read and get methods.
 func forwarding(f Forwarder, opts *mcp.ServerOptions, log *slog.Logger) mcp.Middleware {
 	_, relays := f.(UpdateRelay)
+	_, lists := f.(ListRelay)
 	opts.Capabilities = &mcp.ServerCapabilities{
 		Logging:     &mcp.LoggingCapabilities{},
-		Resources:   &mcp.ResourceCapabilities{Subscribe: relays},
-		Prompts:     &mcp.PromptCapabilities{},
+		Resources:   &mcp.ResourceCapabilities{Subscribe: relays, ListChanged: lists},
+		Prompts:     &mcp.PromptCapabilities{ListChanged: lists},
 		Completions: &mcp.CompletionCapabilities{},
 	}
 	opts.SubscribeHandler = func(ctx context.Context, req *mcp.SubscribeRequest) error {

@@ -155,6 +155,15 @@ func (m merged) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error
 	return err
 }
 
+// RelayListChanged implements ListRelay for the forwarders that relay.
+func (m merged) RelayListChanged(notify func(method string)) {
+	for _, f := range m {
+		if r, ok := f.(ListRelay); ok {
+			r.RelayListChanged(notify)
+		}
+	}
+}
+
 // RelayUpdates implements UpdateRelay for the forwarders that relay.
 func (m merged) RelayUpdates(notify func(context.Context, *mcp.ResourceUpdatedNotificationParams) error) {
 	for _, f := range m {

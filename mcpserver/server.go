@@ -122,6 +122,9 @@ func New(ctx context.Context, b Backend, opts Options) (*mcp.Server, error) {
 		if r, ok := opts.Forward.(UpdateRelay); ok {
 			r.RelayUpdates(srv.ResourceUpdated)
 		}
+		if r, ok := opts.Forward.(ListRelay); ok {
+			r.RelayListChanged(func(method string) { listChanged(srv, method) })
+		}
 	}
 	for _, t := range tools {
 		srv.AddTool(t.tool, t.handler)
@@ -323,7 +326,7 @@ func handler(b Backend, t Tool) mcp.ToolHandler {
 			out = served(idem.ErrorResult(err, meta))
 			return out, nil
 		}
-		ctx = withProgress(ctx, req)
+		ctx = withPeer(withProgress(ctx, req), req)
 		if c, ok := callerOf(req); ok {
 			// The stream is the call's connection (idem.Invocation.Connection):
 			// its end cancels the call unless it is keyed and reserved.
