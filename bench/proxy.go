@@ -94,6 +94,13 @@ type ProxyRow struct {
 	// runtimes allocated over the phase, per request (their /metrics).
 	FrontAllocBytesPerReq float64 `json:"frontAllocBytesPerRequest,omitempty"`
 	FrontAllocsPerReq     float64 `json:"frontAllocsPerRequest,omitempty"`
+	// StoreCallsPerReq, WriteTxPerReq and WriteCallsPerReq are the fronts'
+	// store calls (every method), the write transactions their stores ran
+	// (group commit: each carries one or more write calls) and the write
+	// calls, per request (their /metrics).
+	StoreCallsPerReq float64 `json:"storeCallsPerRequest,omitempty"`
+	WriteTxPerReq    float64 `json:"writeTransactionsPerRequest,omitempty"`
+	WriteCallsPerReq float64 `json:"writeCallsPerRequest,omitempty"`
 	// AddedP50Ms is the row's p50 minus the p50 of the direct row of the
 	// same method (get, or post for first and replay).
 	AddedP50Ms float64 `json:"addedP50Ms,omitempty"`

@@ -20,8 +20,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	endProfile := startProfile(os.Getenv("IDEM_CPUPROFILE"))
+	endBlock := startContentionProfile("block", os.Getenv("IDEM_BLOCKPROFILE"))
+	endMutex := startContentionProfile("mutex", os.Getenv("IDEM_MUTEXPROFILE"))
 	code := Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Run(ctx, os.Args[1:])
 	endProfile()
+	endBlock()
+	endMutex()
 	stop()
 	os.Exit(code)
 }
@@ -45,6 +49,36 @@ func startProfile(path string) func() {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}
+}
+
+// startContentionProfile records the process's blocking events (kind
+// "block": channel, select, mutex and sync.Cond waits of 10 µs or more,
+// sampled by duration) or its contended mutexes (kind "mutex": one event
+// in 10), when path is set: IDEM_BLOCKPROFILE and IDEM_MUTEXPROFILE, for
+// docs/PERFORMANCE.md's tail analysis. The returned function writes the
+// profile to path ("%p" replaced by the process id) at the end of the run.
+func startContentionProfile(kind, path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	env := "IDEM_" + strings.ToUpper(kind) + "PROFILE"
+	if kind == "block" {
+		runtime.SetBlockProfileRate(10_000)
+	} else {
+		runtime.SetMutexProfileFraction(10)
+	}
+	return func() {
+		f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
+		if err == nil {
+			err = pprof.Lookup(kind).WriteTo(f, 0)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "idem: %s: %v\n", env, err)
+		}
 	}
 }
 
