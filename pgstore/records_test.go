@@ -164,7 +164,7 @@ func TestHotLookupsUseOneIndex(t *testing.T) {
 		"complete": {`UPDATE idem_records SET state = 'completed' WHERE org = $1 AND principal = $2 AND key = $3 AND held
 			AND fencing_token = 7 AND state = 'in_flight'`, "idem_records_key"},
 		"get execution": {`SELECT * FROM idem_records WHERE org = $1 AND id = $2 AND principal <> $3`, "idem_records_pkey"},
-		"reinvocation of": {`SELECT id FROM idem_records WHERE org = $1 AND principal = $2 AND operation = 'op' AND fingerprint = $3 AND seq <> 0
+		"reinvocation of": {`SELECT id FROM idem_records WHERE org = $1 AND principal = $2 AND operation = 'op' AND fingerprint = $3
 			ORDER BY started_at DESC, seq DESC LIMIT 1`, "idem_records_intent"},
 	} {
 		conn, err := pool.Acquire(t.Context())

@@ -15,18 +15,24 @@
 -- first executions 1,500 -> 450/s within seconds of a fresh start, in
 -- `bench --quick`).
 --
--- Each of these indexes becomes partial on an always-true predicate of
--- seq (an identity from 1) that only its own statements state: "seq > 0"
--- for the lists (list_executions, list_approvals), "seq <> 0" for the
--- intents (reinvocation_of, get_live_approval). The planner takes a
--- partial index only for a statement whose WHERE implies its predicate,
--- and "seq <> 0" does not imply "seq > 0": a lookup by (org, id) can take
--- only the primary key, a lookup of an intent only the intent's index,
--- whatever the statistics say.
+-- Each of these indexes becomes partial: the planner takes a partial
+-- index only for a statement whose WHERE implies its predicate.
+--   - The lists' indexes, on "seq > 0", always true (seq is an identity
+--     from 1), which only list_executions and list_approvals state.
+--   - The intents' indexes, on "fingerprint IS NOT NULL", always true
+--     (the column is NOT NULL), which every lookup of an intent implies
+--     by its "fingerprint = ..." (an equality is never true of a NULL),
+--     this release's statements and the previous release's alike, so that
+--     an instance of the previous release keeps its plans during a rolling
+--     upgrade; a lookup by (org, id) names no fingerprint.
+-- So a lookup by (org, id) can take only the primary key, a lookup of an
+-- intent only the intent's index, whatever the statistics say. (The
+-- previous release's lists name no "seq > 0": until it is replaced, its
+-- list_executions and list_approvals sort the org's rows.)
 DROP INDEX idem_records_recent, idem_records_intent, idem_approvals_list, idem_approvals_intent;
 CREATE INDEX idem_records_intent ON idem_records (org, principal, operation, fingerprint, started_at DESC, seq DESC)
-    WHERE seq <> 0;
+    WHERE fingerprint IS NOT NULL;
 CREATE INDEX idem_records_recent ON idem_records (org, started_at DESC, seq DESC) WHERE seq > 0;
 CREATE INDEX idem_approvals_intent ON idem_approvals (org, requested_by, operation, fingerprint, created_at DESC, seq DESC)
-    WHERE seq <> 0;
+    WHERE fingerprint IS NOT NULL;
 CREATE INDEX idem_approvals_list ON idem_approvals (org, created_at DESC, seq DESC) WHERE seq > 0;

@@ -4,7 +4,7 @@
 SELECT org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
     decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id, rule, approver_role
 FROM idem_approvals
-WHERE org = $1 AND requested_by = $2 AND operation = $3 AND fingerprint = $4 AND seq <> 0
+WHERE org = $1 AND requested_by = $2 AND operation = $3 AND fingerprint = $4
     AND status IN ('pending', 'approved', 'rejected') AND expires_at > $5
 ORDER BY created_at DESC, seq DESC
 LIMIT 1

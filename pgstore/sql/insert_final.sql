@@ -25,7 +25,7 @@ SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, true, $10::te
     $7::timestamptz, $11::int, $12::jsonb, $13::bytea, $14::text, $15::timestamptz, $9::timestamptz, $16::timestamptz,
     $17::int, $18::text, $19::text,
     (SELECT id FROM idem_records
-        WHERE org = $1 AND principal = $2 AND operation = $4 AND fingerprint = $5 AND seq <> 0
+        WHERE org = $1 AND principal = $2 AND operation = $4 AND fingerprint = $5
         ORDER BY started_at DESC, seq DESC LIMIT 1),
     $8::timestamptz, $15::timestamptz, $20::jsonb, NULLIF($21::int2, 0)
 WHERE (SELECT count(*) FROM gone) >= 0

@@ -11,7 +11,7 @@ INSERT INTO idem_records (org, id, principal, operation, fingerprint, attempts, 
     started_at, finished_at, events)
 SELECT x.org, x.id, x.principal, x.operation, x.fingerprint, x.attempts, x.outcome, x.code,
     COALESCE(x.previous, (SELECT r.id FROM idem_records r
-        WHERE r.org = x.org AND r.principal = x.principal AND r.operation = x.operation AND r.fingerprint = x.fingerprint AND r.seq <> 0
+        WHERE r.org = x.org AND r.principal = x.principal AND r.operation = x.operation AND r.fingerprint = x.fingerprint
         ORDER BY r.started_at DESC, r.seq DESC LIMIT 1)),
     x.started_at, x.finished_at, x.events::jsonb
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[],

@@ -33,7 +33,7 @@ made AS (
     SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, true, 'in_flight', nextval('idem_fencing_tokens'),
         $7::timestamptz, $9::timestamptz, 1, 'running',
         (SELECT id FROM idem_records
-            WHERE org = $1 AND principal = $2 AND operation = $4 AND fingerprint = $5 AND seq <> 0
+            WHERE org = $1 AND principal = $2 AND operation = $4 AND fingerprint = $5
             ORDER BY started_at DESC, seq DESC LIMIT 1),
         $8::timestamptz, $12::jsonb, NULLIF($13::int2, 0)
     WHERE NOT EXISTS (SELECT FROM live) AND (SELECT got FROM locked) AND (SELECT count(*) FROM gone) >= 0
@@ -41,7 +41,7 @@ made AS (
         lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version),
 consumed AS (
     UPDATE idem_approvals SET status = 'consumed', consumed_at = $8, execution_id = $6
-    WHERE org = $1 AND id = $14 AND requested_by = $2 AND operation = $4 AND fingerprint = $5 AND seq <> 0
+    WHERE org = $1 AND id = $14 AND requested_by = $2 AND operation = $4 AND fingerprint = $5
         AND status = 'approved' AND expires_at > $8 AND EXISTS (SELECT FROM made)
     RETURNING 1)
 SELECT true, EXISTS (SELECT FROM consumed), reinvocation_of,

@@ -11,7 +11,7 @@ INSERT INTO idem_records (org, id, principal, operation, fingerprint, attempts, 
     started_at, events)
 SELECT $1::text, $5::text, $2::text, $3::text, $4::text, 1, 'running',
     (SELECT id FROM idem_records
-        WHERE org = $1 AND principal = $2 AND operation = $3 AND fingerprint = $4 AND seq <> 0
+        WHERE org = $1 AND principal = $2 AND operation = $3 AND fingerprint = $4
         ORDER BY started_at DESC, seq DESC LIMIT 1),
     $6::timestamptz, $7::jsonb
 RETURNING true, reinvocation_of

@@ -19,7 +19,7 @@ exe AS (
         started_at, events)
     SELECT $1::text, $5::text, $2::text, $3::text, $4::text, 1, 'running',
         (SELECT id FROM idem_records
-            WHERE org = $1 AND principal = $2 AND operation = $3 AND fingerprint = $4 AND seq <> 0
+            WHERE org = $1 AND principal = $2 AND operation = $3 AND fingerprint = $4
             ORDER BY started_at DESC, seq DESC LIMIT 1),
         $6::timestamptz, $7::jsonb
     WHERE EXISTS (SELECT FROM consumed)
