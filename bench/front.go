@@ -69,6 +69,8 @@ type frontStore struct {
 	instances int // 2 for pg2: two fronts share the database
 	stat      func() dbSample
 	close     func()
+	conn      *pgx.Conn // PostgreSQL: the harness's own connection to the database
+	connURL   string    // and its URL (without --pg-params)
 }
 
 // openFrontStore prepares the store name in tmp/mode-name (a fresh
@@ -98,6 +100,8 @@ func openFrontStore(ctx context.Context, o options, mode, name, tmp, pgAdmin str
 	}
 	fs.close = func() { conn.Close(context.Background()) }
 	fs.stat = func() dbSample { return sampleDB(ctx, conn, o.dbPID) }
+	fs.conn, fs.connURL = conn, fs.url
+	enableStatements(ctx, conn)
 	if o.pgParams != "" {
 		sep := "?"
 		if strings.Contains(fs.url, "?") {
@@ -130,6 +134,20 @@ func (fs *frontStore) start(ctx context.Context, o options, args ...string) ([]*
 		fronts = append(fronts, f)
 	}
 	return fronts, nil
+}
+
+// explain runs measure and, on PostgreSQL, adds to its row what explains
+// the phase (pgwhy.go), printed as a progress line under label.
+func (fs *frontStore) explain(ctx context.Context, label string, measure func() ProxyRow) ProxyRow {
+	if fs.conn == nil {
+		return measure()
+	}
+	before, waits := samplePGWhy(ctx, fs.conn), sampleWaits(ctx, fs.connURL)
+	r := measure()
+	w := waits.result()
+	addWhy(&r.Row, before, samplePGWhy(ctx, fs.conn), w)
+	progressf("%s %s", label, whyLine(r.Row))
+	return r
 }
 
 // stopAll stops every server of servers.
