@@ -50,9 +50,8 @@ type Store struct {
 	busy   busyKeys // keys of transactional executions in the writer
 	// Prepared statements of each pool.
 	wstmts, rstmts *stmtCache
-	ckpt           *checkpointer // checkpoint.go
-	migrated       []string      // by Open
-	path           string        // the database file, absolute where it can be, for errors
+	migrated       []string // by Open
+	path           string   // the database file, absolute where it can be, for errors
 }
 
 // maxBatch caps the writes that share one transaction.
@@ -81,9 +80,7 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		return nil, err
 	}
 
-	// The writer's commits never checkpoint: the checkpointer does, after
-	// the batch (checkpoint.go).
-	w, err := openPool(ctx, path, 1, "_txlock=immediate&_pragma=wal_autocheckpoint(0)")
+	w, err := openPool(ctx, path, 1, "_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
@@ -97,8 +94,7 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		w.Close()
 		return nil, err
 	}
-	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r), migrated: migrated, path: path,
-		ckpt: startCheckpointer(w)}
+	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r), migrated: migrated, path: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		s.path = abs
 	}
@@ -174,7 +170,6 @@ func (s *Store) Close() error {
 	s.writes.Close()
 	s.wstmts.close()
 	s.rstmts.close()
-	s.ckpt.close()
 	return errors.Join(s.w.Close(), s.r.Close())
 }
 
@@ -217,11 +212,7 @@ func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[txn]) error {
 	if err := fn(ctx, txn{tx, s.wstmts}); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	s.ckpt.committed()
-	return nil
+	return tx.Commit()
 }
 
 // read runs fn in one read transaction (a consistent snapshot) on the read
