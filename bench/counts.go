@@ -20,6 +20,9 @@ import (
 // every server. ok is false when a server has no /metrics (the floor).
 type serverCounts struct {
 	storeCalls, mallocs float64
+	// writeTx and writeCalls are the group-commit counters: the store's
+	// write transactions and the write calls they carried.
+	writeTx, writeCalls float64
 	ok                  bool
 }
 
@@ -51,6 +54,10 @@ func scrapeCounts(ctx context.Context, c *http.Client, urls []string) serverCoun
 				out.storeCalls += value
 			case name == "go_memstats_mallocs_total":
 				out.mallocs += value
+			case name == "idem_store_write_transactions_total":
+				out.writeTx += value
+			case name == "idem_store_write_calls_total":
+				out.writeCalls += value
 			}
 		}
 		resp.Body.Close()

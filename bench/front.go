@@ -69,6 +69,8 @@ type frontStore struct {
 	instances int // 2 for pg2: two fronts share the database
 	stat      func() dbSample
 	close     func()
+	conn      *pgx.Conn // PostgreSQL: the harness's own connection to the database
+	connURL   string    // and its URL (without --pg-params)
 }
 
 // openFrontStore prepares the store name in tmp/mode-name (a fresh
@@ -98,6 +100,8 @@ func openFrontStore(ctx context.Context, o options, mode, name, tmp, pgAdmin str
 	}
 	fs.close = func() { conn.Close(context.Background()) }
 	fs.stat = func() dbSample { return sampleDB(ctx, conn, o.dbPID) }
+	fs.conn, fs.connURL = conn, fs.url
+	enableStatements(ctx, conn)
 	if o.pgParams != "" {
 		sep := "?"
 		if strings.Contains(fs.url, "?") {
@@ -132,6 +136,20 @@ func (fs *frontStore) start(ctx context.Context, o options, args ...string) ([]*
 	return fronts, nil
 }
 
+// explain runs measure and, on PostgreSQL, adds to its row what explains
+// the phase (pgwhy.go), printed as a progress line under label.
+func (fs *frontStore) explain(ctx context.Context, label string, measure func() ProxyRow) ProxyRow {
+	if fs.conn == nil {
+		return measure()
+	}
+	before, waits := samplePGWhy(ctx, fs.conn), sampleWaits(ctx, fs.connURL)
+	r := measure()
+	w := waits.result()
+	addWhy(&r.Row, before, samplePGWhy(ctx, fs.conn), w)
+	progressf("%s %s", label, whyLine(r.Row))
+	return r
+}
+
 // stopAll stops every server of servers.
 func stopAll(servers []*server) {
 	for _, s := range servers {
@@ -152,10 +170,21 @@ type meter struct {
 // fronts (none for a direct row) and returns its row.
 func (m meter) measure(ctx context.Context, via, phaseName string, rate float64, fronts []*server, stat func() dbSample,
 	do func(ctx context.Context, w, i int) error) ProxyRow {
+	var bases []string
+	for _, f := range fronts {
+		bases = append(bases, f.url)
+	}
+	scBefore := scrapeCounts(ctx, m.hc, bases)
 	before, upBefore, dbBefore, allocBefore := procTotal(fronts), readProc(m.upPID), stat(), m.allocated(ctx, fronts)
 	p := drivePaced(ctx, via+" "+phaseName, m.clients, m.duration, rate, do)
 	after, upAfter, dbAfter, allocAfter := procTotal(fronts), readProc(m.upPID), stat(), m.allocated(ctx, fronts)
+	scAfter := scrapeCounts(ctx, m.hc, bases)
 	r := ProxyRow{Via: via, Row: newRow(phaseName, p)}
+	if n := float64(p.requests); n > 0 && scBefore.ok && scAfter.ok {
+		r.StoreCallsPerReq = (scAfter.storeCalls - scBefore.storeCalls) / n
+		r.WriteTxPerReq = (scAfter.writeTx - scBefore.writeTx) / n
+		r.WriteCallsPerReq = (scAfter.writeCalls - scBefore.writeCalls) / n
+	}
 	r.PacedAt = rate
 	addDB(&r.Row, dbBefore, dbAfter)
 	if p.requests > 0 && allocBefore.ok && allocAfter.ok {
@@ -257,8 +286,8 @@ func (t frontTable) markdown(b *strings.Builder, rows []ProxyRow) {
 		return
 	}
 	fmt.Fprintf(b, "### %s\n\n%s\n\n", t.heading, t.intro)
-	fmt.Fprintf(b, "| via | phase | req/s | ×direct | p50 ms | p99 ms | p99.9 ms | p50 over direct ms | p99 over direct ms | %s CPU µs/req | %s KiB alloc/req | %s allocs/req | upstream CPU µs/req | upstream conns/req | DB CPU µs/req | load CPU µs/req | %s RSS MB | errors |\n", t.short, t.short, t.short, t.short)
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| via | phase | req/s | ×direct | p50 ms | p99 ms | p99.9 ms | p50 over direct ms | p99 over direct ms | %s CPU µs/req | %s KiB alloc/req | %s allocs/req | %s store calls · write calls · write transactions /req | upstream CPU µs/req | upstream conns/req | DB CPU µs/req | load CPU µs/req | %s RSS MB | errors |\n", t.short, t.short, t.short, t.short, t.short)
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		via := "direct"
 		if r.Via != "direct" {
@@ -277,10 +306,14 @@ func (t frontTable) markdown(b *strings.Builder, rows []ProxyRow) {
 		if r.PacedAt > 0 {
 			title += fmt.Sprintf(", paced at %.0f/s", r.PacedAt)
 		}
-		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n",
+		counts := ""
+		if r.Via != "direct" {
+			counts = fmt.Sprintf("%.2f · %.2f · %.2f", r.StoreCallsPerReq, r.WriteCallsPerReq, r.WriteTxPerReq)
+		}
+		fmt.Fprintf(b, "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n",
 			via, title, r.PerSecond, blank(r.VsDirect, "%.2f"), r.P50Ms, r.P99Ms, r.P999Ms,
 			added(r.AddedP50Ms), added(r.AddedP99Ms), blank(r.CPUPerReqUs, "%.0f"),
-			blank(r.FrontAllocBytesPerReq/1024, "%.0f"), blank(r.FrontAllocsPerReq, "%.0f"), r.UpstreamCPUPerReqUs, blank(r.UpstreamConnsPerReq, "%.3f"),
+			blank(r.FrontAllocBytesPerReq/1024, "%.0f"), blank(r.FrontAllocsPerReq, "%.0f"), counts, r.UpstreamCPUPerReqUs, blank(r.UpstreamConnsPerReq, "%.3f"),
 			blank(r.DBCPUPerReqUs, "%.0f"), blank(r.LoadCPUPerReqUs, "%.0f"), blank(r.RSSMB, "%.0f"), r.Errors)
 	}
 	for _, r := range rows {

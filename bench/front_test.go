@@ -47,7 +47,7 @@ func TestFrontTableRendersEveryRowAndTheFirstErrors(t *testing.T) {
 		"### idem gateway against calling the MCP upstream directly",
 		"| gateway CPU µs/req | gateway KiB alloc/req | gateway allocs/req |",
 		"| direct | get_item (fresh_read) | 1000 |  | 1.00 | 4.00 |",
-		"| idem gateway, SQLite | get_item (fresh_read), paced at 500/s | 500 | 0.50 | 1.25 | 7.00 | 0.00 | +0.25 | +3.00 | 812 | 200 | 1500 | 0 | 0.250 |  |  | 40 | 2 |",
+		"| idem gateway, SQLite | get_item (fresh_read), paced at 500/s | 500 | 0.50 | 1.25 | 7.00 | 0.00 | +0.25 | +3.00 | 812 | 200 | 1500 | 0.00 · 0.00 · 0.00 | 0 | 0.250 |  |  | 40 | 2 |",
 		"gateway sqlite read@half, first error: `boom`",
 	} {
 		if !strings.Contains(out, want) {

@@ -94,6 +94,13 @@ type ProxyRow struct {
 	// runtimes allocated over the phase, per request (their /metrics).
 	FrontAllocBytesPerReq float64 `json:"frontAllocBytesPerRequest,omitempty"`
 	FrontAllocsPerReq     float64 `json:"frontAllocsPerRequest,omitempty"`
+	// StoreCallsPerReq, WriteTxPerReq and WriteCallsPerReq are the fronts'
+	// store calls (every method), the write transactions their stores ran
+	// (group commit: each carries one or more write calls) and the write
+	// calls, per request (their /metrics).
+	StoreCallsPerReq float64 `json:"storeCallsPerRequest,omitempty"`
+	WriteTxPerReq    float64 `json:"writeTransactionsPerRequest,omitempty"`
+	WriteCallsPerReq float64 `json:"writeCallsPerRequest,omitempty"`
 	// AddedP50Ms is the row's p50 minus the p50 of the direct row of the
 	// same method (get, or post for first and replay).
 	AddedP50Ms float64 `json:"addedP50Ms,omitempty"`
@@ -169,19 +176,23 @@ func proxyStore(ctx context.Context, o options, name, tmp, pgAdmin string, run *
 		_, err := get(ctx, client, fmt.Sprintf("%s/items/warm-%d-%d", base(w, i), w, i))
 		return err
 	})
-	read := m.measure(ctx, name, "get", 0, proxies, fs.stat, func(ctx context.Context, w, i int) error {
-		r, err := get(ctx, client, fmt.Sprintf("%s/items/it-%d-%d", base(w, i), w, i))
-		return expect(r, err, 200, false)
+	read := fs.explain(ctx, "proxy "+name, func() ProxyRow {
+		return m.measure(ctx, name, "get", 0, proxies, fs.stat, func(ctx context.Context, w, i int) error {
+			r, err := get(ctx, client, fmt.Sprintf("%s/items/it-%d-%d", base(w, i), w, i))
+			return expect(r, err, 200, false)
+		})
 	})
 	keys := make([][]string, o.clients)
-	first := m.measure(ctx, name, "first", 0, proxies, fs.stat, func(ctx context.Context, w, i int) error {
-		k := fmt.Sprintf("p-%d-%d", w, i)
-		r, err := post(ctx, client, base(w, i)+"/items", "bench-"+k, "", itemBody(k), false)
-		if err := expect(r, err, 201, false); err != nil {
-			return err
-		}
-		keys[w] = append(keys[w], k)
-		return nil
+	first := fs.explain(ctx, "proxy "+name, func() ProxyRow {
+		return m.measure(ctx, name, "first", 0, proxies, fs.stat, func(ctx context.Context, w, i int) error {
+			k := fmt.Sprintf("p-%d-%d", w, i)
+			r, err := post(ctx, client, base(w, i)+"/items", "bench-"+k, "", itemBody(k), false)
+			if err := expect(r, err, 201, false); err != nil {
+				return err
+			}
+			keys[w] = append(keys[w], k)
+			return nil
+		})
 	})
 	var all []string
 	for _, k := range keys {
@@ -190,14 +201,16 @@ func proxyStore(ctx context.Context, o options, name, tmp, pgAdmin string, run *
 	if len(all) == 0 {
 		return nil, fmt.Errorf("no first keyed call succeeded: %s", first.FirstError)
 	}
-	replay := m.measure(ctx, name, "replay", 0, proxies, fs.stat, func(ctx context.Context, w, i int) error {
-		own := keys[w]
-		if len(own) == 0 {
-			own = all
-		}
-		k := own[i%len(own)]
-		r, err := post(ctx, client, base(w, i)+"/items", "bench-"+k, "", itemBody(k), false)
-		return expect(r, err, 201, true)
+	replay := fs.explain(ctx, "proxy "+name, func() ProxyRow {
+		return m.measure(ctx, name, "replay", 0, proxies, fs.stat, func(ctx context.Context, w, i int) error {
+			own := keys[w]
+			if len(own) == 0 {
+				own = all
+			}
+			k := own[i%len(own)]
+			r, err := post(ctx, client, base(w, i)+"/items", "bench-"+k, "", itemBody(k), false)
+			return expect(r, err, 201, true)
+		})
 	})
 	return []ProxyRow{read, first, replay}, nil
 }

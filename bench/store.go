@@ -69,6 +69,16 @@ type Row struct {
 	SeqScansPerReq   *float64 `json:"seqScansPerRequest,omitempty"`
 	SeqRowsPerReq    *float64 `json:"seqScanRowsPerRequest,omitempty"`
 	StatementsPerReq *float64 `json:"statementsPerRequest,omitempty"`
+	// What explains a PostgreSQL phase's cost (pgwhy.go): checkpoints,
+	// full-page images and autovacuum/autoanalyze runs of idem's tables
+	// during it, shared buffers its statements touched per request, its
+	// costliest statements and its backends' sampled wait events.
+	Checkpoints   int64           `json:"checkpoints,omitempty"`
+	FPIPerReq     float64         `json:"fullPageImagesPerRequest,omitempty"`
+	Autovacuums   int64           `json:"autovacuumRuns,omitempty"`
+	BlocksPerReq  float64         `json:"sharedBlocksPerRequest,omitempty"`
+	TopStatements []StatementCost `json:"topStatements,omitempty"`
+	WaitEvents    map[string]int  `json:"waitEventSamples,omitempty"`
 }
 
 func newRow(name string, p phase) Row {
@@ -190,10 +200,22 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	}
 	measurePaced = func(phaseName, label string, rate float64, do func(ctx context.Context, w, i int) error) Row {
 		scBefore, pgBefore := counts()
+		var whyBefore pgWhy
+		var waits *waitSampler
+		if statConn != nil {
+			whyBefore = samplePGWhy(ctx, statConn)
+			waits = sampleWaits(ctx, storeURL)
+		}
 		before, dbBefore := procTotal(servers), stat()
 		p := drivePaced(ctx, name+" "+label, o.clients, o.duration, rate, do)
 		after, dbAfter := procTotal(servers), stat()
 		scAfter, pgAfter := counts()
+		var whyRow Row
+		if statConn != nil {
+			w := waits.result()
+			whyRow.Requests = p.requests
+			addWhy(&whyRow, whyBefore, samplePGWhy(ctx, statConn), w)
+		}
 		r := newRow(phaseName, p)
 		addDB(&r, dbBefore, dbAfter)
 		addCounts(&r, scBefore, scAfter, pgBefore, pgAfter)
@@ -202,6 +224,11 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		}
 		r.RSSMB = float64(after.rss) / (1 << 20)
 		r.PacedAt = rate
+		r.Checkpoints, r.FPIPerReq, r.Autovacuums = whyRow.Checkpoints, whyRow.FPIPerReq, whyRow.Autovacuums
+		r.BlocksPerReq, r.TopStatements, r.WaitEvents = whyRow.BlocksPerReq, whyRow.TopStatements, whyRow.WaitEvents
+		if statConn != nil {
+			progressf("%s %s", name, whyLine(r))
+		}
 		return r
 	}
 

@@ -57,7 +57,7 @@ func main() {
 	flag.Float64Var(&o.body, "body", 0, "stored answer (headers and body) bytes per key (default: as measured)")
 	flag.Float64Var(&o.replays, "replays", 0, "share of requests that are replays of completed keys, 0 to 1")
 	flag.Float64Var(&o.batch, "batch", 0, "group-commit batching factor of idem's write transactions (default: as measured)")
-	flag.Float64Var(&o.handlerTx, "handler-tx", 1, "write transactions per first execution that are the handler's own (the demo's business.create: 1)")
+	flag.Float64Var(&o.handlerTx, "handler-tx", 0, "write transactions per first execution that are the handler's own, outside idem's (0: the demo's business.create writes in idem's transaction, one commit in all)")
 	flag.Float64Var(&o.commitRate, "commit-rate", 0, "write transactions/s one primary commits (default: the raw limit's, × db-cores / measured cores)")
 	flag.Float64Var(&o.dbCores, "db-cores", 0, "cores of each primary (default: the measured machine's)")
 	flag.Float64Var(&o.instanceCores, "instance-cores", 0, "cores of each idem instance (default: the measured machine's)")

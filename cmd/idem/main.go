@@ -20,9 +20,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	endProfile := startProfile(os.Getenv("IDEM_CPUPROFILE"))
+	endBlock := startContentionProfile("block", os.Getenv("IDEM_BLOCKPROFILE"))
+	endMutex := startContentionProfile("mutex", os.Getenv("IDEM_MUTEXPROFILE"))
 	code := Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Run(ctx, os.Args[1:])
 	endProfile()
-	writeAllocProfile(os.Getenv("IDEM_ALLOCPROFILE"))
+	endBlock()
+	endMutex()
+	writeProfile("allocs", "IDEM_ALLOCPROFILE", os.Getenv("IDEM_ALLOCPROFILE"))
 	stop()
 	os.Exit(code)
 }
@@ -49,23 +53,41 @@ func startProfile(path string) func() {
 	}
 }
 
-// writeAllocProfile writes the allocations of the whole run (pprof's
-// "allocs" profile: go tool pprof -sample_index=alloc_space) to path, "%p"
-// replaced by the process id, when path is set: IDEM_ALLOCPROFILE, for
-// docs/PERFORMANCE.md.
-func writeAllocProfile(path string) {
+// startContentionProfile records the process's blocking events (kind
+// "block": channel, select, mutex and sync.Cond waits of 10 µs or more,
+// sampled by duration) or its contended mutexes (kind "mutex": one event
+// in 10), when path is set: IDEM_BLOCKPROFILE and IDEM_MUTEXPROFILE, for
+// docs/PERFORMANCE.md's tail analysis. The returned function writes the
+// profile at the end of the run.
+func startContentionProfile(kind, path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	if kind == "block" {
+		runtime.SetBlockProfileRate(10_000)
+	} else {
+		runtime.SetMutexProfileFraction(10)
+	}
+	return func() { writeProfile(kind, "IDEM_"+strings.ToUpper(kind)+"PROFILE", path) }
+}
+
+// writeProfile writes pprof's profile kind to path ("%p" replaced by the
+// process id) when path is set; env names the variable that set it. The
+// "allocs" profile is the allocations of the whole run (go tool pprof
+// -sample_index=alloc_space): IDEM_ALLOCPROFILE, for docs/PERFORMANCE.md.
+func writeProfile(kind, env, path string) {
 	if path == "" {
 		return
 	}
 	f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
 	if err == nil {
-		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		err = pprof.Lookup(kind).WriteTo(f, 0)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "idem: IDEM_ALLOCPROFILE: %v\n", err)
+		fmt.Fprintf(os.Stderr, "idem: %s: %v\n", env, err)
 	}
 }
 

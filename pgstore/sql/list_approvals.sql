@@ -9,7 +9,7 @@
 SELECT org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
     decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id, rule, approver_role
 FROM idem_approvals
-WHERE org = $1 AND ($2 = '' OR requested_by = $2)
+WHERE org = $1 AND seq > 0 AND ($2 = '' OR requested_by = $2)
 ORDER BY created_at DESC, seq DESC
 LIMIT $3
 
@@ -18,7 +18,7 @@ LIMIT $3
 SELECT org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
     decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id, rule, approver_role
 FROM idem_approvals
-WHERE org = $1 AND ($2 = '' OR requested_by = $2) AND status = $3 AND expires_at > $4
+WHERE org = $1 AND seq > 0 AND ($2 = '' OR requested_by = $2) AND status = $3 AND expires_at > $4
 ORDER BY created_at DESC, seq DESC
 LIMIT $5
 
@@ -27,7 +27,7 @@ LIMIT $5
 SELECT org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
     decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id, rule, approver_role
 FROM idem_approvals
-WHERE org = $1 AND ($2 = '' OR requested_by = $2)
+WHERE org = $1 AND seq > 0 AND ($2 = '' OR requested_by = $2)
     AND (status = 'expired' OR status IN ('pending', 'approved') AND expires_at <= $3)
 ORDER BY created_at DESC, seq DESC
 LIMIT $4
@@ -37,6 +37,6 @@ LIMIT $4
 SELECT org, id, requested_by, operation, fingerprint, input, reason, status, decided_by,
     decision_reason, created_at, expires_at, decided_at, consumed_at, execution_id, rule, approver_role
 FROM idem_approvals
-WHERE org = $1 AND ($2 = '' OR requested_by = $2) AND status = $3
+WHERE org = $1 AND seq > 0 AND ($2 = '' OR requested_by = $2) AND status = $3
 ORDER BY created_at DESC, seq DESC
 LIMIT $4
