@@ -185,3 +185,45 @@ func TestKeptConnWritesUntilTheUpstreamsEnd(t *testing.T) {
 		t.Fatalf("counted %d bytes written, want 4", k)
 	}
 }
+
+// BenchmarkKeptConnWrite is the cost of the peek before each write: a
+// 512-byte write to a loopback connection whose reader discards, through
+// a keptConn and straight.
+func BenchmarkKeptConnWrite(b *testing.B) {
+	for _, kept := range []bool{false, true} {
+		name := "plain"
+		if kept {
+			name = "kept"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err == nil {
+					io.Copy(io.Discard, c)
+					c.Close()
+				}
+			}()
+			dial := (&net.Dialer{}).DialContext
+			if kept {
+				dial = keepConns(nil)
+			}
+			c, err := dial(b.Context(), "tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			msg := make([]byte, 512)
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				if _, err := c.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
