@@ -142,7 +142,9 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 		cut()
 		if conn != nil && conn.written.Load() == start {
 			// WroteHeaders tells of headers put in the connection's
-			// buffer; not a byte of them reached the socket.
+			// buffer; not a byte of them reached the socket. (net/http
+			// returns a round trip's error once its write has ended;
+			// the pool sets no ResponseHeaderTimeout, whose does not.)
 			d.wrote.Store(false)
 			d.stale.Store(reused)
 		}
