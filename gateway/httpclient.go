@@ -25,8 +25,12 @@ const DefaultMaxResultBytes = 4 * MaxStoredResult
 // upstream's stdin; Call and Tools read it once the SDK returns.
 type dispatch struct {
 	// wrote: a byte of the request may have gone (its HTTP headers were
-	// written, or a byte went to stdin).
+	// written, or a byte went to stdin). stale: the POST was not sent,
+	// on a kept-alive connection (most likely one the upstream had
+	// closed: it restarted, or its idle timeout passed); a new one may
+	// take it.
 	wrote atomic.Bool
+	stale atomic.Bool
 	// status is the HTTP status of the answer to the POST; session
 	// whether that POST named an Mcp-Session-Id; answered whether its
 	// (non-2xx) body was a JSON-RPC response naming a request id.
@@ -115,9 +119,20 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 	d := dispatchOf(r.Context())
 	parent := r.Context()
 	unlink, cut := func() {}, func() {}
+	var conn *keptConn // the POST's connection, and its count of bytes written when the POST got it
+	var start int64
+	var reused bool
 	if d != nil && r.Method == http.MethodPost {
 		d.session.Store(r.Header.Get("Mcp-Session-Id") != "")
-		trace := &httptrace.ClientTrace{WroteHeaders: func() { d.wrote.Store(true) }}
+		trace := &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) {
+				conn, _ = info.Conn.(*keptConn)
+				if conn != nil {
+					reused, start = info.Reused, conn.written.Load()
+				}
+			},
+			WroteHeaders: func() { d.wrote.Store(true) },
+		}
 		ctx := parent
 		if d.list == nil {
 			// A call's exchange outlives the call's context until its
@@ -130,6 +145,14 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
 		cut()
+		if conn != nil && conn.written.Load() == start {
+			// WroteHeaders tells of headers put in the connection's
+			// buffer; not a byte of them reached the socket. (net/http
+			// returns a round trip's error once its write has ended;
+			// the pool sets no ResponseHeaderTimeout, whose does not.)
+			d.wrote.Store(false)
+			d.stale.Store(reused)
+		}
 		return nil, err
 	}
 	limit := t.limit

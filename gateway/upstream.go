@@ -222,6 +222,9 @@ func (u *Upstream) httpTransport() http.RoundTripper {
 		// connections per call at 16 clients). As idem proxy's forwarder
 		// (proxy.NewClient) does, keep 64.
 		u.pool.MaxIdleConnsPerHost = 64
+		// A request is refused, not written, on a connection the upstream
+		// has closed, and proven unsent when none of it went (keptConn).
+		u.pool.DialContext = keepConns(u.pool.DialContext)
 	})
 	return u.pool
 }
@@ -310,9 +313,13 @@ func (u *Upstream) list(ctx context.Context, cs *mcp.ClientSession) (tools []*mc
 // exited); any other error may have followed an effect. A spawned
 // upstream found dead so is spawned anew for the next call. The call is
 // written once: the only second sending is to a new session after the
-// upstream refused the first for its session (it ran nothing).
+// upstream refused the first for its session (it ran nothing). A call
+// that was not sent because its kept-alive connection was closed (the
+// upstream restarted, or its idle timeout passed) goes once more, on a
+// new connection.
 func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	for try := 0; ; try++ {
+	renewed, redialed := false, false
+	for {
 		cs, err := u.current(ctx)
 		if err != nil {
 			return nil, err
@@ -352,10 +359,18 @@ func (u *Upstream) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.C
 			// and forgot it) before running anything: open a session and
 			// send the call there, once.
 			u.drop(cs)
-			if try == 0 {
+			if !renewed {
+				renewed = true
 				continue
 			}
 			return nil, unavailable(err)
+		}
+		if !d.wrote.Load() && d.stale.Load() && !redialed {
+			// The connection had been closed under it; the upstream's
+			// other idle ones most likely were too.
+			redialed = true
+			u.pool.CloseIdleConnections()
+			continue
 		}
 		if !d.wrote.Load() {
 			// Not a byte of it went out: over HTTP, no request was

@@ -1,0 +1,30 @@
+//go:build unix
+
+package gateway
+
+import (
+	"net"
+	"syscall"
+)
+
+// peerClosed says whether the peer's end of c (a socket) has arrived: a
+// read would give EOF or a reset now. It peeks without reading or
+// waiting, beside net/http's reader, which may be blocked reading c.
+func peerClosed(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	raw.Control(func(fd uintptr) {
+		var b [1]byte
+		// Go's sockets are non-blocking: EAGAIN when nothing is there.
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK)
+		closed = (n == 0 && err == nil) || err == syscall.ECONNRESET
+	})
+	return closed
+}
