@@ -34,8 +34,11 @@ func (c *Held) Read(b []byte) (int, error) {
 }
 
 func (c *Held) Write(b []byte) (int, error) {
+	// Whether the answer was read before this write began: one read
+	// while the first request is being written must not free the reader.
+	next := c.answered()
 	n, err := c.Conn.Write(b)
-	if c.answered() {
+	if next {
 		c.Release() // the next request went: let the reader see what became of it
 	}
 	return n, err
