@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http/httptrace"
 	"testing"
 	"time"
 
@@ -90,5 +91,39 @@ func BenchmarkKeptConnWrite(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestWatch: a request on a Conn is unwritten until a byte goes, and
+// stale only on a reused connection; on another connection, or none, it
+// is never known unsent.
+func TestWatch(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	go io.Copy(io.Discard, server)
+	c := &keptconn.Conn{Conn: client}
+	defer c.Close()
+
+	var none keptconn.Watch
+	if none.Unwritten() || none.Stale() {
+		t.Fatal("a request that got no connection is known unsent")
+	}
+	var other keptconn.Watch
+	other.GotConn(httptrace.GotConnInfo{Conn: client, Reused: true})
+	if other.Unwritten() || other.Stale() {
+		t.Fatal("a request on a connection that is not a Conn is known unsent")
+	}
+	for _, reused := range []bool{false, true} {
+		var w keptconn.Watch
+		w.GotConn(httptrace.GotConnInfo{Conn: c, Reused: reused})
+		if !w.Unwritten() || w.Stale() != reused {
+			t.Fatalf("reused %v, nothing written: unwritten %v, stale %v", reused, w.Unwritten(), w.Stale())
+		}
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if w.Unwritten() || w.Stale() {
+			t.Fatalf("reused %v, a byte written: still unwritten", reused)
+		}
 	}
 }
