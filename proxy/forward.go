@@ -186,7 +186,7 @@ func (f *Forwarder) send(ctx context.Context, client *http.Client, out *http.Req
 			},
 		}))
 		if len(body) > 0 {
-			try.Body = io.NopCloser(bytes.NewReader(body)) // out's own may have been read
+			try.Body = io.NopCloser(bytes.NewReader(body)) // each try reads the body anew
 		}
 		resp, err := client.Do(try)
 		switch {
