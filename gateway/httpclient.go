@@ -12,6 +12,8 @@ import (
 	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
+
+	"github.com/idem-run/idem/internal/keptconn"
 )
 
 // DefaultMaxResultBytes bounds what the gateway reads of one upstream
@@ -119,18 +121,11 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 	d := dispatchOf(r.Context())
 	parent := r.Context()
 	unlink, cut := func() {}, func() {}
-	var conn *keptConn // the POST's connection, and its count of bytes written when the POST got it
-	var start int64
-	var reused bool
+	var watch keptconn.Watch // the POST's connection, and its count of bytes written when the POST got it
 	if d != nil && r.Method == http.MethodPost {
 		d.session.Store(r.Header.Get("Mcp-Session-Id") != "")
 		trace := &httptrace.ClientTrace{
-			GotConn: func(info httptrace.GotConnInfo) {
-				conn, _ = info.Conn.(*keptConn)
-				if conn != nil {
-					reused, start = info.Reused, conn.written.Load()
-				}
-			},
+			GotConn:      watch.GotConn,
 			WroteHeaders: func() { d.wrote.Store(true) },
 		}
 		ctx := parent
@@ -145,13 +140,13 @@ func (t *tracked) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
 		cut()
-		if conn != nil && conn.written.Load() == start {
+		if watch.Unwritten() {
 			// WroteHeaders tells of headers put in the connection's
 			// buffer; not a byte of them reached the socket. (net/http
 			// returns a round trip's error once its write has ended;
 			// the pool sets no ResponseHeaderTimeout, whose does not.)
 			d.wrote.Store(false)
-			d.stale.Store(reused)
+			d.stale.Store(watch.Stale())
 		}
 		return nil, err
 	}

@@ -8,48 +8,15 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-run/idem/internal/keptconn"
+	"github.com/idem-run/idem/internal/keptconn/keptconntest"
 )
 
 const okAnswer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
-
-// heldConn holds net/http's reader once it has read the first answer
-// whole, until the next request is written: the reader of a kept-alive
-// connection late to see that the upstream closed it, as on a loaded
-// machine (issue 34: the gateway's tests that stop their upstream).
-type heldConn struct {
-	net.Conn
-	read    atomic.Int64
-	hold    chan struct{}
-	release sync.Once
-}
-
-func (c *heldConn) answered() bool { return c.read.Load() >= int64(len(okAnswer)) }
-
-func (c *heldConn) Read(b []byte) (int, error) {
-	if c.answered() {
-		<-c.hold
-	}
-	n, err := c.Conn.Read(b)
-	c.read.Add(int64(n))
-	return n, err
-}
-
-func (c *heldConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if c.answered() {
-		c.release.Do(func() { close(c.hold) }) // the next request went: let the reader see what became of it
-	}
-	return n, err
-}
-
-func (c *heldConn) SyscallConn() (syscall.RawConn, error) {
-	return c.Conn.(syscall.Conn).SyscallConn()
-}
 
 // TestTrackedRequestOnAConnectionTheUpstreamClosedIsNotSent: the
 // upstream answers one POST and closes the kept-alive connection; the
@@ -91,20 +58,9 @@ func TestTrackedRequestOnAConnectionTheUpstreamClosedIsNotSent(t *testing.T) {
 		}
 	}()
 
-	var conns []*heldConn
-	var mu sync.Mutex
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		h := &heldConn{Conn: c, hold: make(chan struct{})}
-		mu.Lock()
-		conns = append(conns, h)
-		mu.Unlock()
-		return h, nil
-	}
-	pool := &http.Transport{DialContext: keepConns(dial)}
+	dialer := &keptconntest.Dialer{Answered: int64(len(okAnswer))}
+	defer dialer.Close()
+	pool := &http.Transport{DialContext: keptconn.Dial(dialer.DialContext)}
 	defer pool.CloseIdleConnections()
 	tr := &tracked{next: pool, limit: 1 << 10}
 	post := func() (*dispatch, error) {
@@ -122,11 +78,8 @@ func TestTrackedRequestOnAConnectionTheUpstreamClosedIsNotSent(t *testing.T) {
 		t.Fatalf("the first POST: %v (wrote %v)", err, d.wrote.Load())
 	}
 	close(closeIt)
-	mu.Lock()
-	first := conns[0]
-	mu.Unlock()
-	defer first.release.Do(func() { close(first.hold) })
-	for !peerClosed(first.Conn) { // the upstream's FIN has arrived; net/http's reader is held
+	first := dialer.Conns()[0]
+	for !keptconn.PeerClosed(first.Conn) { // the upstream's FIN has arrived; net/http's reader is held
 		time.Sleep(time.Millisecond)
 	}
 
@@ -134,7 +87,7 @@ func TestTrackedRequestOnAConnectionTheUpstreamClosedIsNotSent(t *testing.T) {
 	if err == nil {
 		t.Fatal("a POST on a connection the upstream had closed was answered")
 	}
-	if !errors.Is(err, errPeerClosed) || d.wrote.Load() || !d.stale.Load() {
+	if !errors.Is(err, keptconn.ErrPeerClosed) || d.wrote.Load() || !d.stale.Load() {
 		t.Fatalf("a POST on a connection the upstream had closed: %v (wrote %v, stale %v); want it refused, not written, stale",
 			err, d.wrote.Load(), d.stale.Load())
 	}
@@ -142,88 +95,5 @@ func TestTrackedRequestOnAConnectionTheUpstreamClosedIsNotSent(t *testing.T) {
 	<-served
 	if n := requests.Load(); n != 1 {
 		t.Fatalf("the upstream read %d requests, want 1", n)
-	}
-}
-
-// TestKeptConnWritesUntilTheUpstreamsEnd: a write goes while the
-// upstream's end has not arrived; once its reset has, none does.
-func TestKeptConnWritesUntilTheUpstreamsEnd(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	c, err := keepConns(nil)(t.Context(), "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	server := <-accepted
-	if n, err := c.Write([]byte("ping")); n != 4 || err != nil {
-		t.Fatalf("a write to a live connection: %d, %v", n, err)
-	}
-	b := make([]byte, 4)
-	if _, err := io.ReadFull(server, b); err != nil || string(b) != "ping" {
-		t.Fatalf("the upstream read %q, %v", b, err)
-	}
-	server.(*net.TCPConn).SetLinger(0)
-	server.Close() // a reset
-	for !peerClosed(c.(*keptConn).Conn) {
-		time.Sleep(time.Millisecond)
-	}
-	if n, err := c.Write([]byte("pong")); n != 0 || !errors.Is(err, errPeerClosed) {
-		t.Fatalf("a write after the upstream's reset: %d, %v; want 0, refused", n, err)
-	}
-	if k := c.(*keptConn).written.Load(); k != 4 {
-		t.Fatalf("counted %d bytes written, want 4", k)
-	}
-}
-
-// BenchmarkKeptConnWrite is the cost of the peek before each write: a
-// 512-byte write to a loopback connection whose reader discards, through
-// a keptConn and straight.
-func BenchmarkKeptConnWrite(b *testing.B) {
-	for _, kept := range []bool{false, true} {
-		name := "plain"
-		if kept {
-			name = "kept"
-		}
-		b.Run(name, func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ln.Close()
-			go func() {
-				c, err := ln.Accept()
-				if err == nil {
-					io.Copy(io.Discard, c)
-					c.Close()
-				}
-			}()
-			dial := (&net.Dialer{}).DialContext
-			if kept {
-				dial = keepConns(nil)
-			}
-			c, err := dial(b.Context(), "tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			msg := make([]byte, 512)
-			b.SetBytes(int64(len(msg)))
-			for b.Loop() {
-				if _, err := c.Write(msg); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/keptconn"
 )
 
 // UpstreamConfig says how to reach the upstream MCP server: over
@@ -223,8 +224,8 @@ func (u *Upstream) httpTransport() http.RoundTripper {
 		// (proxy.NewClient) does, keep 64.
 		u.pool.MaxIdleConnsPerHost = 64
 		// A request is refused, not written, on a connection the upstream
-		// has closed, and proven unsent when none of it went (keptConn).
-		u.pool.DialContext = keepConns(u.pool.DialContext)
+		// has closed, and proven unsent when none of it went (internal/keptconn).
+		u.pool.DialContext = keptconn.Dial(u.pool.DialContext)
 	})
 	return u.pool
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/keptconn"
 	"github.com/idem-run/idem/internal/sendonce"
 )
 
@@ -56,6 +57,9 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-A
 func NewClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 64
+	// A request is refused, not written, on a connection the upstream has
+	// closed, and proven unsent when none of it went (Forwarder.send).
+	t.DialContext = keptconn.Dial(t.DialContext)
 	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
@@ -125,22 +129,9 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 		client = f.tracedClient()
 		ctx = f.withRoute(ctx, op, target)
 	}
-	var connected atomic.Bool
-	out = out.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
-	}))
-	resp, err := client.Do(out)
+	resp, err := f.send(ctx, client, out, req.Body)
 	if err != nil {
-		if !connected.Load() && ctx.Err() == nil {
-			// No connection was ever made: not a byte reached the
-			// upstream.
-			return idem.RawResponse{}, idem.NotDispatched(idem.Errorf(idem.CodeUpstreamUnavailable,
-				"the upstream could not be reached (%s); nothing was sent, so the key is not consumed: send the same request again later", dialCause(err)))
-		}
-		if ctx.Err() != nil {
-			return idem.RawResponse{}, ctx.Err()
-		}
-		return idem.RawResponse{}, fmt.Errorf("the connection to the upstream broke after the request was sent: %w", err)
+		return idem.RawResponse{}, err
 	}
 	defer resp.Body.Close()
 	limit := f.MaxResponse
@@ -176,6 +167,47 @@ func (f *Forwarder) forward(ctx context.Context, op Operation, call *idem.Call, 
 	header := resp.Header.Clone()
 	removeHopByHop(header)
 	return idem.RawResponse{Status: resp.StatusCode, Header: header, Body: data}, nil
+}
+
+// send sends out through client. A request of which not a byte was
+// written to a reused kept-alive connection (the upstream had closed it:
+// it restarted, or its idle timeout passed; internal/keptconn) goes once
+// more on a new connection, the pool's idle ones dropped first: they were
+// most likely closed too. A request proven unsent is idem.NotDispatched;
+// one of which any byte went may have run.
+func (f *Forwarder) send(ctx context.Context, client *http.Client, out *http.Request, body []byte) (*http.Response, error) {
+	for redialed := false; ; redialed = true {
+		var watch keptconn.Watch
+		var connected atomic.Bool
+		try := out.Clone(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) {
+				connected.Store(true)
+				watch.GotConn(info)
+			},
+		}))
+		if len(body) > 0 {
+			try.Body = io.NopCloser(bytes.NewReader(body)) // each try reads the body anew
+		}
+		resp, err := client.Do(try)
+		switch {
+		case err == nil:
+			return resp, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case watch.Stale() && !redialed:
+			f.client().CloseIdleConnections()
+			continue
+		case !connected.Load():
+			// No connection was ever made: not a byte reached the
+			// upstream.
+			return nil, idem.NotDispatched(idem.Errorf(idem.CodeUpstreamUnavailable,
+				"the upstream could not be reached (%s); nothing was sent, so the key is not consumed: send the same request again later", dialCause(err)))
+		case watch.Unwritten():
+			return nil, idem.NotDispatched(idem.Errorf(idem.CodeUpstreamUnavailable,
+				"the upstream closed the connection before the request was written; nothing was sent, so the key is not consumed: send the same request again later"))
+		}
+		return nil, fmt.Errorf("the connection to the upstream broke after the request was sent: %w", err)
+	}
 }
 
 // notRun reports whether the upstream's answer says it did not run the

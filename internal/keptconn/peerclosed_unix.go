@@ -1,16 +1,16 @@
 //go:build unix
 
-package gateway
+package keptconn
 
 import (
 	"net"
 	"syscall"
 )
 
-// peerClosed says whether the peer's end of c (a socket) has arrived: a
+// PeerClosed says whether the peer's end of c (a socket) has arrived: a
 // read would give EOF or a reset now. It peeks without reading or
 // waiting, beside net/http's reader, which may be blocked reading c.
-func peerClosed(c net.Conn) bool {
+func PeerClosed(c net.Conn) bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return false
