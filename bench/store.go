@@ -292,13 +292,20 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	// commit); order.refund keeps two phases (reserve, the gateway and the
 	// refund in the handler's own transaction, complete) because its
 	// effect is at the gateway. One cent per request, each with its own
-	// key, of one of the client's own fixture orders (refundOrder): the
-	// handler locks its order's row, and a real workload's concurrent
-	// refunds are of different orders, not of 100 shared by every client.
+	// key, of an order no other request refunds (refundOrder), prepared
+	// before the phase: the handler locks its order's row and answers the
+	// order with its newest refunds, and a real workload's refunds are of
+	// many orders, each with few refunds, not of 100 refunded by every
+	// client in turn.
+	orders := benchOrders(o.duration)
+	progressf("%s: preparing %d orders for first-2p", name, orders)
+	if err := prepareOrders(ctx, sqlitePath, storeURL, orders); err != nil {
+		return sr, fmt.Errorf("prepare orders: %w", err)
+	}
 	bases := urls("")
 	twoPhase := measure("first-2p", "first executions, two-phase", func(ctx context.Context, w, i int) error {
 		k := fmt.Sprintf("r-%d-%d", w, i)
-		url := fmt.Sprintf("%s/v1/orders/ord_%d/refund", bases[(w+i)%len(bases)], refundOrder(o.clients, w, i))
+		url := fmt.Sprintf("%s/v1/orders/%s/refund", bases[(w+i)%len(bases)], refundOrder(orders, o.clients, w, i))
 		r, err := post(ctx, client, url, "bench-"+k, "", []byte(`{"amount":1}`), false)
 		return expect(r, err, 200, false)
 	})
@@ -419,20 +426,4 @@ func expect(r reply, err error, status int, replayed bool) error {
 		return fmt.Errorf("got %d (replayed %v), want %d (replayed %v): %.300s", r.status, r.replayed, status, replayed, r.body)
 	}
 	return nil
-}
-
-// demoOrders is how many orders the demo seeds per org (demo's
-// fixtureOrders), all of them there before any phase starts.
-const demoOrders = 100
-
-// refundOrder is the fixture order (1..demoOrders) that client w refunds
-// in its request i: client w cycles over orders w+1, w+1+clients, ...,
-// so that no two clients share an order (each has one request in flight)
-// while there are no more clients than orders.
-func refundOrder(clients, w, i int) int {
-	per := demoOrders / clients
-	if per < 1 {
-		per = 1
-	}
-	return 1 + (w+clients*(i%per))%demoOrders
 }
