@@ -73,6 +73,7 @@ func main() {
 	flag.BoolVar(&o.proxy, "proxy", false, "instead of the phases, measure idem proxy on each store of --stores (default sqlite,pg) against calling a Go upstream directly (proxy.go)")
 	flag.BoolVar(&o.gateway, "gateway", false, "instead of the phases, measure idem gateway on each store of --stores (default sqlite) against calling a go-sdk MCP upstream directly (gateway.go)")
 	flag.BoolVar(&o.tracing, "tracing", false, "run the servers with tracing on: OTEL_* set to export every span over OTLP/HTTP to a sink in the harness (tracing.go)")
+	flag.IntVar(&topStatements, "pg-statements", 5, "statements listed per PostgreSQL phase in its explanation, costliest first (pg_stat_statements; 0: all)")
 	flag.BoolVar(&o.quick, "quick", false, "quick mode for development: 2s phases, 16 clients (unless set explicitly)")
 	flag.Parse()
 	o.serve = strings.Fields(*serveArgs)

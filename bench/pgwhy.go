@@ -31,6 +31,10 @@ type stmtStat struct {
 	blocks int64 // shared blocks hit + read
 }
 
+// topStatements is how many statements a phase's explanation lists
+// (--pg-statements; 0: all).
+var topStatements = 5
+
 // StatementCost is one statement's share of a phase (pg_stat_statements).
 type StatementCost struct {
 	Query         string  `json:"query"`
@@ -93,8 +97,8 @@ func addWhy(r *Row, b, a pgWhy, waits map[string]int) {
 	sort.Slice(top, func(i, j int) bool {
 		return top[i].MsPerCall*top[i].CallsPerReq > top[j].MsPerCall*top[j].CallsPerReq
 	})
-	if len(top) > 5 {
-		top = top[:5]
+	if topStatements > 0 && len(top) > topStatements {
+		top = top[:topStatements]
 	}
 	r.TopStatements = top
 	r.WaitEvents = waits

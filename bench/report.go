@@ -10,7 +10,7 @@ var phaseTitles = map[string]string{
 	"ceiling":    "ceiling (same route shape, no idempotency)",
 	"first":      "first keyed executions (fresh keys; business.create, transactional: one commit), on a fresh store",
 	"first-warm": "the same after warm-up (on the store the previous row left)",
-	"first-2p":   "first keyed executions, two-phase (fresh keys; order.refund)",
+	"first-2p":   "first keyed executions, two-phase (fresh keys, an order of its own per request; order.refund)",
 	"replay":     "replays of completed keys",
 	"floor":      "the floor: a minimal durable keyed handler (parse, SHA-256, one transaction: key row + business row)",
 	"raw":        "raw store limit (INSERT + UPDATE pairs)",

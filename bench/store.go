@@ -291,12 +291,21 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	// Two-phase first executions: business.create is transactional (one
 	// commit); order.refund keeps two phases (reserve, the gateway and the
 	// refund in the handler's own transaction, complete) because its
-	// effect is at the gateway. One cent of one of the 100 fixture orders
-	// per request, each with its own key.
+	// effect is at the gateway. One cent per request, each with its own
+	// key, of an order no other request refunds (refundOrder), prepared
+	// before the phase: the handler locks its order's row and answers the
+	// order with its newest refunds, and a real workload's refunds are of
+	// many orders, each with few refunds, not of 100 refunded by every
+	// client in turn.
+	orders := benchOrders(o.duration)
+	progressf("%s: preparing %d orders for first-2p", name, orders)
+	if err := prepareOrders(ctx, sqlitePath, storeURL, orders); err != nil {
+		return sr, fmt.Errorf("prepare orders: %w", err)
+	}
 	bases := urls("")
 	twoPhase := measure("first-2p", "first executions, two-phase", func(ctx context.Context, w, i int) error {
 		k := fmt.Sprintf("r-%d-%d", w, i)
-		url := fmt.Sprintf("%s/v1/orders/ord_%d/refund", bases[(w+i)%len(bases)], 1+(w*7919+i)%100)
+		url := fmt.Sprintf("%s/v1/orders/%s/refund", bases[(w+i)%len(bases)], refundOrder(orders, o.clients, w, i))
 		r, err := post(ctx, client, url, "bench-"+k, "", []byte(`{"amount":1}`), false)
 		return expect(r, err, 200, false)
 	})

@@ -166,6 +166,9 @@ func (d *DB) rebind(q string) string {
 type Tx struct {
 	q querier
 	d *DB
+	// fenced is the fence a check in this transaction passed, which it
+	// holds until it ends (checkFence).
+	fenced idem.Fence
 }
 
 // querier runs a transaction's statements, q already rebound.

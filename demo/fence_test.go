@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -65,6 +66,47 @@ func TestRefundIsFenced(t *testing.T) {
 		}
 		if len(applied) != 1 || applied[0] != "ik_fence1" {
 			t.Fatalf("gateway effects on ord_2 = %v, want only ik_fence1's", applied)
+		}
+	})
+}
+
+// A refund checks its fence once: the check holds the record until the
+// transaction ends, so the gateway's check of the same fence in it is not
+// sent again (issue 36); a check of another fence in it still is.
+func TestRefundChecksItsFenceOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *testEnv) {
+		var checks int
+		check := checkStoreFence
+		checkStoreFence = func(ctx context.Context, tx *Tx, f idem.Fence) error {
+			checks++
+			return check(ctx, tx, f)
+		}
+		t.Cleanup(func() { checkStoreFence = check })
+
+		e.call(t, refund("", "ord_3", `{"amount": 10}`, "once-1")).must(t, 200, "")
+		if checks != 1 {
+			t.Errorf("a keyed refund checked its fence %d times, want 1", checks)
+		}
+
+		agent := Tokens()["demo-agent"]
+		res, err := e.store.Reserve(t.Context(), idem.ReserveParams{
+			StartParams: idem.StartParams{ExecutionID: "exe_once2", Scope: agent.Scope(), Operation: "order.refund", Fingerprint: "fp"},
+			Key:         "once-2", Lease: time.Minute, Retention: time.Hour,
+		})
+		if err != nil || !res.Reserved {
+			t.Fatalf("Reserve = %+v, %v", res, err)
+		}
+		held := idem.Fence{Scope: agent.Scope(), Key: "once-2", FencingToken: res.Attempt.FencingToken}
+		stale := held
+		stale.FencingToken++
+		err = e.app.db.InTx(t.Context(), func(tx *Tx) error {
+			if err := checkFence(t.Context(), tx, held); err != nil {
+				return err
+			}
+			return checkFence(t.Context(), tx, stale)
+		})
+		if !errors.Is(err, idem.ErrFenced) {
+			t.Fatalf("a stale fence checked after a held one in one transaction: err = %v, want ErrFenced", err)
 		}
 	})
 }

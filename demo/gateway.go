@@ -115,8 +115,23 @@ const fenceMargin = time.Second
 // checkFence makes the rest of tx conditional on the lease of fence (SPEC
 // §6.8), with the fence check of the store the demo shares its database
 // with: a paused or late executor's effect cannot commit once a same-key
-// request has been told that the result is indeterminate.
+// request has been told that the result is indeterminate. A check that
+// passed holds the record until tx ends, so a second check of the same
+// fence in tx (the handler's, then the gateway's) could only pass again:
+// it is not sent (two statements on PostgreSQL, issue 36).
 func checkFence(ctx context.Context, tx *Tx, fence idem.Fence) error {
+	if fence.FencingToken != 0 && tx.fenced == fence {
+		return nil
+	}
+	if err := checkStoreFence(ctx, tx, fence); err != nil {
+		return err
+	}
+	tx.fenced = fence
+	return nil
+}
+
+// checkStoreFence is the store's fence check in tx; a variable for tests.
+var checkStoreFence = func(ctx context.Context, tx *Tx, fence idem.Fence) error {
 	switch q := tx.q.(type) {
 	case pgxTx:
 		return pgstore.CheckFencePgx(ctx, q.tx, fence, fenceMargin)

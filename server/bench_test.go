@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,7 +32,8 @@ import (
 // in process (httptest, no network): POST /v1/businesses (business.create,
 // transactional) through server.New's handler on SQLite, with the demo
 // tokens, the metrics and idem serve's JSON log line (to io.Discard). first
-// sends a fresh key and slug each time, replay one completed key. Use
+// sends a fresh key and slug each time, replay one completed key;
+// first-2p refunds a cent (order.refund, two-phase) with a fresh key. Use
 // TMPDIR=/dev/shm, so that fsync is not what it measures, and -cpuprofile.
 // cpu-µs/op is the process's CPU time (user and system, every goroutine:
 // SQLite's engine, the garbage collector) per call, as the harness reads
@@ -85,8 +87,10 @@ func benchServerCall(b *testing.B, tp trace.TracerProvider) {
 		b.Fatal(err)
 	}
 	h := srv.Handler()
-	send := func(key, body string) int {
-		req := httptest.NewRequest("POST", "/v1/businesses", strings.NewReader(body))
+	var sendTo func(path, key, body string) int
+	send := func(key, body string) int { return sendTo("/v1/businesses", key, body) }
+	sendTo = func(path, key, body string) int {
+		req := httptest.NewRequest("POST", path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer demo-agent")
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
@@ -105,6 +109,32 @@ func benchServerCall(b *testing.B, tp trace.TracerProvider) {
 			slug := fmt.Sprintf("b-%s-%d", strings.ToLower(run), i)
 			if c := send("k-"+slug, `{"slug":"`+slug+`","name":"Bench"}`); c != http.StatusCreated {
 				b.Fatalf("first: %d", c)
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	})
+	b.Run("first-2p", func(b *testing.B) {
+		// The harness's first-2p: order.refund, two-phase, one cent of an
+		// order of its own per call (bench/orders.go), prepared here.
+		const orders = 100000
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "idem.db")+"?_pragma=busy_timeout(5000)")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = db.Exec(`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
+			INSERT OR IGNORE INTO idem_demo_orders (org, id, amount, created_at) SELECT 'acme', 'ord_bench_' || i, 10000, 0 FROM s`, orders)
+		db.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		run := rand.Text()[:8]
+		i := 0
+		cpu := cpuTime()
+		for b.Loop() {
+			i++
+			if c := sendTo(fmt.Sprintf("/v1/orders/ord_bench_%d/refund", 1+i%orders), fmt.Sprintf("r-%s-%d", run, i), `{"amount":1}`); c != http.StatusOK {
+				b.Fatalf("first-2p: %d", c)
 			}
 		}
 		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
