@@ -38,6 +38,13 @@ type subscriptions struct {
 	count map[string]int
 }
 
+// held reports whether a client holds a subscription.
+func (s *subscriptions) held() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.count) > 0
+}
+
 // resubscribe subscribes cs, a new session, to every URI the gateway's
 // clients still hold: the upstream that forgot the last session (it
 // restarted, or a spawned one was spawned anew) forgot its subscriptions

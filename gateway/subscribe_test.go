@@ -165,6 +165,46 @@ func TestGatewaySubscriptionSurvivesANewSession(t *testing.T) {
 	}
 }
 
+// TestGatewaySubscriptionComesBackWithoutARequest: a restarted upstream's
+// session is made again as soon as the gateway sees the old one end,
+// while a client holds a subscription, so that its updates come back with
+// no request of any client. Before, they waited for the next request or
+// the periodic re-list.
+func TestGatewaySubscriptionComesBackWithoutARequest(t *testing.T) {
+	f := newFeed(t)
+	url := startMerging(t, []*library{{url: f.url()}}, []string{""})
+	updated := make(chan string, 100)
+	cs := connect(t, url, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	ctx := t.Context()
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: feedURI}); err != nil {
+		t.Fatal(err)
+	}
+	waitUpdate := func(when string, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			f.update(ctx)
+			select {
+			case <-updated:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no resources/updated reached the subscribed client within %s (the upstream got %d subscribes)", when, within, f.subscribes.Load())
+			}
+		}
+	}
+	waitUpdate("before the restart", 10*time.Second)
+	f.restart()
+	t.Log("the upstream restarted; no client sends anything")
+	waitUpdate("after the restart", 20*time.Second)
+	if n := f.subscribes.Load(); n != 2 {
+		t.Fatalf("the upstream got %d subscribes, want 2 (one a session)", n)
+	}
+}
+
 // A read whose connection broke after the upstream read it (a kept
 // connection the restarted upstream closed, or a drop) is sent once more:
 // it is a read. Before, the client got "rejected by transport: EOF", as

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -83,6 +84,8 @@ type Upstream struct {
 
 	relay relay         // notifications passed on (notify.go)
 	subs  subscriptions // resources its clients subscribed to (resources.go)
+
+	rejoining atomic.Bool // a rejoin runs
 }
 
 // Dial connects to the upstream and checks the handshake.
@@ -181,8 +184,36 @@ func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
 		err := cs.Wait()
 		u.forget(cs)
 		u.log.Warn("the upstream MCP session ended; the next call connects again", "upstream", u.Describe(), "error", err)
+		u.rejoin()
 	}()
 	return cs, nil
+}
+
+// rejoin makes a new session at once, and again with backoff (1 s
+// doubling, at most 30 s) until one is made, while the gateway's clients
+// hold subscriptions: their resources/updated come on a session, and
+// without one none would come until a request made it. Without
+// subscriptions the next request makes it, as before. One rejoin runs at
+// a time; Close ends it.
+func (u *Upstream) rejoin() {
+	if !u.rejoining.CompareAndSwap(false, true) {
+		return
+	}
+	defer u.rejoining.Store(false)
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		u.mu.Lock()
+		done := u.closed || u.session != nil
+		u.mu.Unlock()
+		if done || !u.subs.held() {
+			return
+		}
+		_, err := u.current(context.Background())
+		if err == nil {
+			return
+		}
+		u.log.Warn("the upstream could not be reached to carry its clients' subscriptions: trying again", "upstream", u.Describe(), "in", wait.String(), "error", err.Error())
+		time.Sleep(wait)
+	}
 }
 
 // forget drops cs if it is the current session.
