@@ -36,7 +36,10 @@ type library struct {
 	ack chan struct{}
 }
 
-func newLibrary(t *testing.T) *library {
+func newLibrary(t *testing.T) *library { return newLibraryAt(t, "127.0.0.1:0") }
+
+// newLibraryAt is newLibrary listening on addr.
+func newLibraryAt(t *testing.T, addr string) *library {
 	t.Helper()
 	l := &library{ack: make(chan struct{})}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "library", Version: "1"}, &mcp.ServerOptions{
@@ -91,7 +94,7 @@ func newLibrary(t *testing.T) *library {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ResourceLink{URI: "file:///books/b.txt", Name: "b"}}}, nil
 		})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

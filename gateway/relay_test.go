@@ -556,3 +556,55 @@ func TestGatewayRelayEndsWithTheCall(t *testing.T) {
 		})
 	}
 }
+
+// An upstream down at start that comes up later adds its resources and
+// prompts to those served: the clients get list_changed of both, as they
+// do when a reload adds an upstream. Before, the same member's first
+// session changed the lists without a word.
+func TestSetUpstreamThatComesUpSendsListChanged(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens there yet
+	a := newLibrary(t)
+	set := gateway.NewSet(gateway.SetOptions{Backoff: time.Second})
+	t.Cleanup(func() { set.Close() })
+	cfg := config(t,
+		gatewayconfig.Upstream{Name: "a", Kind: gatewayconfig.KindMCP, URL: a.url, Prefix: true},
+		gatewayconfig.Upstream{Name: "late", Kind: gatewayconfig.KindMCP, URL: "http://" + addr + "/mcp", Prefix: true,
+			Timeouts: gatewayconfig.Timeouts{Connect: 2 * time.Second}},
+	)
+	d, err := set.Declare(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	url := serveGateway(t, d.Operations, set.Forwarder())
+	changed := make(chan string, 10)
+	cs := connect(t, url, &mcp.ClientOptions{
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed <- "resources" },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { changed <- "prompts" },
+	})
+	newLibraryAt(t, addr) // it comes up where it was said to be
+	got := map[string]bool{}
+	for len(got) < 2 {
+		select {
+		case kind := <-changed:
+			got[kind] = true
+		case <-time.After(20 * time.Second):
+			t.Fatalf("once the upstream down at start answers, the client got list_changed of %v only", got)
+		}
+	}
+	var prompts []string
+	for p, err := range cs.Prompts(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompts = append(prompts, p.Name)
+	}
+	if len(prompts) != 4 {
+		t.Fatalf("prompts once both upstreams are up: %v", prompts)
+	}
+}

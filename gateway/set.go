@@ -74,6 +74,13 @@ func (s *Set) listChanged(method string) {
 	}
 }
 
+// serves reports whether m is a member of the committed config.
+func (s *Set) serves(m *member) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.members[m.cfg.Name] == m
+}
+
 // NewSet makes an empty Set; Declare fills it.
 func NewSet(opts SetOptions) *Set {
 	if opts.Backoff <= 0 {
@@ -521,6 +528,12 @@ func (m *member) connect(ctx context.Context) error {
 		}
 		m.up = up
 		m.mu.Unlock()
+		if m.set.serves(m) {
+			// Down until now (at start, or since a reload): its resources
+			// and prompts join those served, as when a reload adds it.
+			m.set.listChanged("notifications/resources/list_changed")
+			m.set.listChanged("notifications/prompts/list_changed")
+		}
 	}
 	tools, err := up.Tools(ctx)
 	if err != nil {
