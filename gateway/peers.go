@@ -72,7 +72,13 @@ type inflight struct {
 	pending int           // log and progress messages read, not yet relayed
 	idle    chan struct{} // closed when pending is back to 0 (settle)
 	refused error         // a request of a multi round-trip not relayed
+	asking  int           // requests relayed to the client, not yet answered
 }
+
+// maxAsking bounds the requests of one call relayed to its client at
+// once: an upstream that sends more while they wait is refused, so that
+// it cannot hold an unbounded number of goroutines and client requests.
+const maxAsking = 8
 
 // refusal is why a request of the call's multi round-trip was not
 // relayed; nil when none was refused.
@@ -243,6 +249,14 @@ func (u *Upstream) peerFor(ctx context.Context, method, capability string, meta 
 		err = refuse("idem gateway did not relay %s: the tool call came over idem's HTTP API, not from an MCP client, so no client can answer it", method)
 	case !can(call.peer):
 		err = refuse("the client calling through idem gateway did not declare %s", capability)
+	default:
+		call.mu.Lock()
+		if call.asking >= maxAsking {
+			err = refuse("idem gateway did not relay %s: %d requests of this tool call already wait on its client; send the next when one is answered", method, maxAsking)
+		} else {
+			call.asking++
+		}
+		call.mu.Unlock()
 	}
 	if err != nil {
 		if d := dispatchOf(ctx); d != nil && d.call == call {
@@ -256,7 +270,13 @@ func (u *Upstream) peerFor(ctx context.Context, method, capability string, meta 
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(call.ctx, func() { cancel(fmt.Errorf("the tool call ended")) })
-	return call.peer, ctx, func() { stop(); cancel(nil) }, nil
+	return call.peer, ctx, func() {
+		stop()
+		cancel(nil)
+		call.mu.Lock()
+		call.asking--
+		call.mu.Unlock()
+	}, nil
 }
 
 // refuse is the JSON-RPC error the upstream gets for a request not

@@ -608,3 +608,29 @@ func TestSetUpstreamThatComesUpSendsListChanged(t *testing.T) {
 		t.Fatalf("prompts once both upstreams are up: %v", prompts)
 	}
 }
+
+// A call's upstream cannot hold more than 8 requests on its client at
+// once: of 20 sampling requests sent together while the client answers
+// none, 12 are refused at once, saying why. Before, all 20 waited.
+func TestGatewayRelayBoundsWaitingRequests(t *testing.T) {
+	for _, mode := range relayModes(t)[:3] { // on MCP 2026-07-28 a call asks once
+		t.Run(mode.name, func(t *testing.T) {
+			url := mode.start(t)
+			release := make(chan struct{})
+			defer close(release)
+			cs := connect(t, url, &mcp.ClientOptions{
+				CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+					select { // never answers
+					case <-ctx.Done():
+					case <-release:
+					}
+					return nil, errors.New("no answer")
+				},
+			})
+			got := textOf(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: mode.prefix + "flood", Arguments: map[string]any{}}))
+			if got != "refused 12" {
+				t.Fatalf("flood of 20 sampling requests: %q, want 12 refused", got)
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,6 +121,38 @@ func RelayUpstreamForTest(legacy bool) *mcp.Server {
 		return "sampled: " + text.Text, nil
 	}
 	tool("ask", ask)
+	// flood sends 20 sampling requests at once and counts those the
+	// gateway refused for too many waiting, for at most 5 s.
+	tool("flood", func(ctx context.Context, req *mcp.CallToolRequest, a in) (string, mcp.InputRequest) {
+		if roundTrips(req) {
+			return "a multi round-trip asks once", nil
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		refused := make(chan struct{}, 20)
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				params := &mcp.CreateMessageParams{MaxTokens: 10, Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "flood"}}}}
+				if _, err := req.Session.CreateMessage(fctx, params); err != nil && strings.Contains(err.Error(), "already wait on its client") {
+					refused <- struct{}{}
+				}
+			})
+		}
+		n, timeout := 0, time.After(5*time.Second)
+	count:
+		for n < 12 { // while 8 wait, no more can be relayed
+			select {
+			case <-refused:
+				n++
+			case <-timeout:
+				break count
+			}
+		}
+		cancel()
+		wg.Wait()
+		return fmt.Sprintf("refused %d", n+len(refused)), nil
+	})
 	tool("ask_keyed", ask)
 	tool("confirm", func(ctx context.Context, req *mcp.CallToolRequest, a in) (string, mcp.InputRequest) {
 		params := &mcp.ElicitParams{Message: a.Q,
