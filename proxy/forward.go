@@ -179,7 +179,7 @@ func (f *Forwarder) send(ctx context.Context, client *http.Client, out *http.Req
 	for redialed := false; ; redialed = true {
 		var watch keptconn.Watch
 		var connected atomic.Bool
-		try := out.Clone(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		try := out.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 			GotConn: func(info httptrace.GotConnInfo) {
 				connected.Store(true)
 				watch.GotConn(info)

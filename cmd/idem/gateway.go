@@ -181,27 +181,19 @@ func (o gatewayOptions) gatewayConfig(getenv func(string) string) (*gatewayconfi
 				return nil, usagef("--upstream-env %q: %v", name, err)
 			}
 			if !ok {
-				if value, ok = lookupEnv(getenv, name); !ok {
+				if value = getenv(name); value == "" {
 					return nil, usagef("--upstream-env %s: idem's environment has no %s to pass (give NAME=VALUE)", name, name)
 				}
 				cfg.AddSecret(value) // passed from the environment, as a ${VAR} reference is
-
 			}
 			u.Env[name] = value
 		}
 	}
-	cfg.Upstreams = []gatewayconfig.Upstream{u}
-	cfg.Upstreams[0].Prefix = false
+	cfg.Upstreams = []gatewayconfig.Upstream{u} // Prefix false: names and routes as before
 	if err := cfg.Finish(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// lookupEnv is getenv's value of name, and whether it is set (not empty).
-func lookupEnv(getenv func(string) string, name string) (string, bool) {
-	v := getenv(name)
-	return v, v != ""
 }
 
 // configRules reads the policies: and limits: sections of the config read

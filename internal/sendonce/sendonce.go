@@ -40,10 +40,10 @@ import (
 // (307, 308) are not followed, which idem's clients never do anyway.
 func Hold(r *http.Request) {
 	r.GetBody = nil
-	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
-		if v, ok := r.Header[name]; ok {
-			delete(r.Header, name)
-			r.Header[lower(name)] = v
+	for _, name := range [...][2]string{{"Idempotency-Key", "idempotency-key"}, {"X-Idempotency-Key", "x-idempotency-key"}} {
+		if v, ok := r.Header[name[0]]; ok {
+			delete(r.Header, name[0])
+			r.Header[name[1]] = v
 		}
 	}
 	if r.Body != nil && r.Body != http.NoBody {
@@ -60,16 +60,6 @@ func Hold(r *http.Request) {
 	// chunks, without the probe (a goroutine and a timer) it gives a body
 	// of unknown length.
 	r.Body, r.ContentLength, r.TransferEncoding = empty{}, 0, []string{"identity"}
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 // empty is a body with nothing in it that is not http.NoBody (which the
