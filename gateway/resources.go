@@ -84,10 +84,7 @@ func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.
 		case ctx.Err() != nil:
 		case !renewed && (errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed)):
 			renewed = true
-			u.forget(cs)
-			if u.cfg.URL == "" {
-				go cs.Close()
-			}
+			u.drop(cs)
 			continue
 		case !resent && errors.As(err, &broken):
 			resent = true

@@ -693,7 +693,7 @@ func (m *member) declareMCP(ctx context.Context, overlay proxy.Overlay) ([]idem.
 		}
 		renamed[m.cfg.ServedName(name)] = e
 	}
-	built, err := Build(served, renamed, &memberCaller{m: m, names: upstreamName}, Options{Timeout: m.cfg.Timeouts.Call, ConfigUpstream: m.configName()})
+	built, err := Build(served, renamed, &memberCaller{m: m, names: upstreamName, target: m.upstreamConfig().target()}, Options{Timeout: m.cfg.Timeouts.Call, ConfigUpstream: m.configName()})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -767,15 +767,16 @@ func (m *member) forward(op proxy.Operation) idem.RawHandler {
 // memberCaller sends an MCP member's calls under the upstream's own tool
 // names.
 type memberCaller struct {
-	m     *member
-	names map[string]string // served → upstream's
+	m      *member
+	names  map[string]string // served → upstream's
+	target string            // Target, made once
 }
 
 // Target names the member's upstream in its tools' fingerprints, as
 // Upstream.Target does (SPEC §6.2): "mcp:<name>", or the URL or command
 // line of the one-upstream flags' upstream. Without it a key used on one
 // upstream replayed on another of the same tool name on the same store.
-func (c *memberCaller) Target() string { return c.m.upstreamConfig().target() }
+func (c *memberCaller) Target() string { return c.target }
 
 func (c *memberCaller) Call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	m := c.m

@@ -17,7 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idem-run/idem"
-	"github.com/idem-run/idem/internal/keptconn"
+	"github.com/idem-run/idem/proxy"
 )
 
 // UpstreamConfig says how to reach the upstream MCP server: over
@@ -85,7 +85,10 @@ type Upstream struct {
 	relay relay         // notifications passed on (notify.go)
 	subs  subscriptions // resources its clients subscribed to (resources.go)
 
-	rejoining atomic.Bool // a rejoin runs
+	rejoining  atomic.Bool   // a rejoin runs
+	rejoinedAt time.Time     // when the last rejoin made a session (mu)
+	rejoinWait time.Duration // what it waited first (mu)
+	done       chan struct{} // closed by Close
 }
 
 // Dial connects to the upstream and checks the handshake.
@@ -99,7 +102,7 @@ func Dial(ctx context.Context, cfg UpstreamConfig) (*Upstream, error) {
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = DefaultMaxResultBytes
 	}
-	u := &Upstream{cfg: cfg, log: cfg.Logger}
+	u := &Upstream{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
 	if u.log == nil {
 		u.log = slog.New(slog.DiscardHandler)
 	}
@@ -189,18 +192,34 @@ func (u *Upstream) current(ctx context.Context) (*mcp.ClientSession, error) {
 	return cs, nil
 }
 
-// rejoin makes a new session at once, and again with backoff (1 s
-// doubling, at most 30 s) until one is made, while the gateway's clients
-// hold subscriptions: their resources/updated come on a session, and
-// without one none would come until a request made it. Without
-// subscriptions the next request makes it, as before. One rejoin runs at
-// a time; Close ends it.
+// rejoin makes a new session while the gateway's clients hold
+// subscriptions: their resources/updated come on a session, and without
+// one none would come until a request made it. Without subscriptions the
+// next request makes it, as before. The first try is at once, unless the
+// last rejoin was less than rejoinQuiet ago (an upstream that drops each
+// session it accepts): then, as after each failed try, it waits, 1 s
+// doubling to 30 s. One rejoin runs at a time; Close ends it.
 func (u *Upstream) rejoin() {
 	if !u.rejoining.CompareAndSwap(false, true) {
 		return
 	}
 	defer u.rejoining.Store(false)
-	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+	u.mu.Lock()
+	wait := time.Duration(0)
+	if time.Since(u.rejoinedAt) < rejoinQuiet {
+		wait = min(max(2*u.rejoinWait, time.Second), 30*time.Second)
+	}
+	u.mu.Unlock()
+	for {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-u.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 		u.mu.Lock()
 		done := u.closed || u.session != nil
 		u.mu.Unlock()
@@ -209,12 +228,18 @@ func (u *Upstream) rejoin() {
 		}
 		_, err := u.current(context.Background())
 		if err == nil {
+			u.mu.Lock()
+			u.rejoinedAt, u.rejoinWait = time.Now(), wait
+			u.mu.Unlock()
 			return
 		}
+		wait = min(max(2*wait, time.Second), 30*time.Second)
 		u.log.Warn("the upstream could not be reached to carry its clients' subscriptions: trying again", "upstream", u.Describe(), "in", wait.String(), "error", err.Error())
-		time.Sleep(wait)
 	}
 }
+
+// rejoinQuiet is how long after a rejoin the next one waits first.
+const rejoinQuiet = 30 * time.Second
 
 // forget drops cs if it is the current session.
 func (u *Upstream) forget(cs *mcp.ClientSession) {
@@ -246,17 +271,12 @@ func (u *Upstream) transport() mcp.Transport {
 // http.DefaultTransport, which others may tune), made once.
 func (u *Upstream) httpTransport() http.RoundTripper {
 	u.poolOnce.Do(func() {
-		u.pool = http.DefaultTransport.(*http.Transport).Clone()
-		// Every call is an HTTP exchange with the one upstream host, as
-		// many at once as the gateway's callers: http.DefaultTransport
-		// keeps 2 idle connections per host, so under more callers most
-		// calls would dial anew (issue 34's measurement: 0.6 new
-		// connections per call at 16 clients). As idem proxy's forwarder
-		// (proxy.NewClient) does, keep 64.
-		u.pool.MaxIdleConnsPerHost = 64
-		// A request is refused, not written, on a connection the upstream
-		// has closed, and proven unsent when none of it went (internal/keptconn).
-		u.pool.DialContext = keptconn.Dial(u.pool.DialContext)
+		// idem proxy's pool: 64 idle connections per host (every call is an
+		// exchange with the one upstream host; http.DefaultTransport keeps
+		// 2, and most calls dialled anew, issue 34), and a request refused,
+		// not written, on a connection the upstream has closed
+		// (internal/keptconn).
+		u.pool = proxy.NewClient().Transport.(*http.Transport)
 	})
 	return u.pool
 }
@@ -458,6 +478,9 @@ func (u *Upstream) drop(cs *mcp.ClientSession) {
 func (u *Upstream) Close() error {
 	u.mu.Lock()
 	cs := u.session
+	if !u.closed {
+		close(u.done)
+	}
 	u.session, u.closed = nil, true
 	u.mu.Unlock()
 	var err error
