@@ -135,7 +135,7 @@ func (d *DB) migrate(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("demo migrate %03d_%s: %w", m.Version, m.Name, err)
+			return fmt.Errorf("demo migrate %s: %w", m.ID(), err)
 		}
 	}
 	return nil

@@ -99,9 +99,9 @@ func applyMigrations(ctx context.Context, conn *pgx.Conn, all []migrate.Migratio
 			return err
 		})
 		if err != nil {
-			return done, fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+			return done, fmt.Errorf("migration %s: %w", m.ID(), err)
 		}
-		done = append(done, fmt.Sprintf("%03d_%s", m.Version, m.Name))
+		done = append(done, m.ID())
 	}
 	return done, nil
 }

@@ -180,13 +180,16 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		defer releaseInput()
 	}
 	fp, ferr := x.fingerprintOf()
+	var cached idem.Attempt // the key's completed record in memory, read once
+	hit := false
 	if x.key != "" && ferr == nil {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
 		// decoding.
-		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok && (x.recordOnly == nil || a.Operation == op.meta.Name) {
-			if x.fingerprint = fp; x.sameIntent(a) {
-				return x.answerExisting(ctx, a)
+		cached, hit = r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now())
+		if hit && (x.recordOnly == nil || cached.Operation == op.meta.Name) {
+			if x.fingerprint = fp; x.sameIntent(cached) {
+				return x.answerExisting(ctx, cached)
 			}
 		}
 	}
@@ -208,8 +211,8 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	// reads the key itself (stage5Folded): one store call fewer.
 	folded := x.key != "" && x.stage5Folded()
 	if folded {
-		if a, ok := r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now()); ok {
-			return x.answerExisting(ctx, a)
+		if hit {
+			return x.answerExisting(ctx, cached)
 		}
 	} else if x.key != "" {
 		a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key)

@@ -78,10 +78,10 @@ func applyMigrations(ctx context.Context, db *sql.DB, clock idem.Clock) ([]strin
 			return err
 		})
 		if err != nil {
-			return ran, fmt.Errorf("sqlitestore: migrate %03d_%s: %w", m.Version, m.Name, err)
+			return ran, fmt.Errorf("sqlitestore: migrate %s: %w", m.ID(), err)
 		}
 		if this {
-			ran = append(ran, fmt.Sprintf("%03d_%s", m.Version, m.Name))
+			ran = append(ran, m.ID())
 		}
 	}
 	return ran, nil

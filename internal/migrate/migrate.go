@@ -19,6 +19,9 @@ type Migration struct {
 	SQL     string
 }
 
+// ID names m as its file does, without the suffix: "007_approval_rule".
+func (m Migration) ID() string { return fmt.Sprintf("%03d_%s", m.Version, m.Name) }
+
 var fileName = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.up\.sql$`)
 
 // Load reads every NNN_name.up.sql file in dir of fsys, sorted by version.
