@@ -113,7 +113,7 @@ var codeTable = map[Code]CodeInfo{
 	CodeStoreUnavailable:    {503, true, "Store unavailable", "The server could not reach its store. Before the handler started (retryable: true) nothing ran and the key is not consumed: retry the same request, same key, later. After it started (a keyed call says so, with retryable: false and details.reconcile) the call may have executed: run the reconcile operation first."},
 	CodeInternal:            {500, false, "Internal error", "An unexpected server error; for a keyed call run the reconcile operation before retrying."},
 	CodeNetworkError:        {0, true, "Network error", "No HTTP answer was received; retry with the same key, or reconcile if retries are exhausted."},
-	CodeUpstreamUnavailable: {503, true, "Upstream unavailable", "idem proxy or idem gateway could not reach the API or MCP server it fronts (connection refused or reset before any byte was sent, no MCP session could be made): nothing ran and the key is not consumed; retry the same request, same key, later."},
+	CodeUpstreamUnavailable: {503, true, "Upstream unavailable", "idem proxy or idem gateway could not reach the API or MCP server it fronts (connection refused or reset before any byte was sent, a kept-alive connection the upstream had already closed both times the request was tried, no MCP session could be made): nothing ran and the key is not consumed; retry the same request, same key, later."},
 }
 
 // appCodes holds the codes applications registered (RegisterCodes). It is
