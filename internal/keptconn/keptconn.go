@@ -9,10 +9,18 @@
 // a write once the peer's end has arrived (a non-blocking MSG_PEEK before
 // each write) and count the bytes the kernel took; a Watch, set on a
 // request's client trace, says whether any of that request's went.
+//
+// Over TLS the Conn is the socket below the TLS connection, and the
+// proof holds there too: every byte of a request goes through it. Only
+// the socket's own end counts as the upstream's: TLS records pending
+// there (a close_notify alert sent before the FIN, session tickets) hide
+// the FIN behind them, so the write goes and the request, if it is lost,
+// stays indeterminate, as without the peek.
 package keptconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http/httptrace"
@@ -65,10 +73,14 @@ type Watch struct {
 	reused atomic.Bool
 }
 
-// GotConn records the request's connection, and its count of bytes
-// written then.
+// GotConn records the request's connection (a Conn, or a TLS
+// connection over one), and its count of bytes written then.
 func (w *Watch) GotConn(info httptrace.GotConnInfo) {
-	c, _ := info.Conn.(*Conn)
+	nc := info.Conn
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn() // net/http gives the TLS connection; the count is below it
+	}
+	c, _ := nc.(*Conn)
 	if c != nil {
 		w.start.Store(c.Written())
 		w.reused.Store(info.Reused)

@@ -1,6 +1,7 @@
 package keptconn_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -113,17 +114,27 @@ func TestWatch(t *testing.T) {
 	if other.Unwritten() || other.Stale() {
 		t.Fatal("a request on a connection that is not a Conn is known unsent")
 	}
-	for _, reused := range []bool{false, true} {
-		var w keptconn.Watch
-		w.GotConn(httptrace.GotConnInfo{Conn: c, Reused: reused})
-		if !w.Unwritten() || w.Stale() != reused {
-			t.Fatalf("reused %v, nothing written: unwritten %v, stale %v", reused, w.Unwritten(), w.Stale())
+	// net/http gives a TLS connection's GotConn the *tls.Conn; the
+	// count is of the Conn below it.
+	overTLS := tls.Client(c, &tls.Config{})
+	for _, got := range []net.Conn{c, overTLS} {
+		for _, reused := range []bool{false, true} {
+			var w keptconn.Watch
+			w.GotConn(httptrace.GotConnInfo{Conn: got, Reused: reused})
+			if !w.Unwritten() || w.Stale() != reused {
+				t.Fatalf("%T, reused %v, nothing written: unwritten %v, stale %v", got, reused, w.Unwritten(), w.Stale())
+			}
+			if _, err := c.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			if w.Unwritten() || w.Stale() {
+				t.Fatalf("%T, reused %v, a byte written: still unwritten", got, reused)
+			}
 		}
-		if _, err := c.Write([]byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		if w.Unwritten() || w.Stale() {
-			t.Fatalf("reused %v, a byte written: still unwritten", reused)
-		}
+	}
+	var plain keptconn.Watch
+	plain.GotConn(httptrace.GotConnInfo{Conn: tls.Client(client, &tls.Config{}), Reused: true})
+	if plain.Unwritten() || plain.Stale() {
+		t.Fatal("a request on a TLS connection over a connection that is not a Conn is known unsent")
 	}
 }

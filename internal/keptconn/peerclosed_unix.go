@@ -8,8 +8,10 @@ import (
 )
 
 // PeerClosed says whether the peer's end of c (a socket) has arrived: a
-// read would give EOF or a reset now. It peeks without reading or
-// waiting, beside net/http's reader, which may be blocked reading c.
+// read would give EOF or a reset now. Bytes not yet read there (under
+// TLS, a close_notify alert) come first: false until they are read. It
+// peeks without reading or waiting, beside net/http's reader, which may
+// be blocked reading c.
 func PeerClosed(c net.Conn) bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
