@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -68,5 +69,32 @@ func TestHandlersThatShadowAreRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "Config.Handlers") {
 			t.Errorf("Handlers %q: %v; want a refusal naming %s", pattern, err, want)
 		}
+	}
+}
+
+// A Reload that adds an operation a route of the service's would take is
+// refused as New refuses it, and the running declaration stays.
+func TestReloadRefusesAnOperationTheHandlersShadow(t *testing.T) {
+	srv, err := server.New(t.Context(), server.Config{
+		Operations: []idem.Operation{echoOp("echo.get", "/v1/echo")}, Store: openStore(t), Auth: httpapi.NewTokens(agentToken),
+		NoMCP: true, NoMetrics: true, NoConsole: true,
+		Handlers: map[string]http.Handler{
+			"GET /status": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = srv.Reload(t.Context(), []idem.Operation{echoOp("echo.get", "/v1/echo"), echoOp("status.get", "/status")}, nil)
+	if err == nil || !strings.Contains(err.Error(), "Config.Handlers") || !strings.Contains(err.Error(), "operation status.get") {
+		t.Fatalf("Reload adding GET /status beside the handler's GET /status: %v; want a refusal naming both", err)
+	}
+	front := httptest.NewServer(srv.Handler())
+	defer front.Close()
+	if _, body := get(t, front.URL+"/v1/operations"); strings.Contains(body, "status.get") || !strings.Contains(body, "echo.get") {
+		t.Fatalf("the catalog after the refused reload: %s; want echo.get alone", body)
+	}
+	if _, body := get(t, front.URL+"/status"); body != "ok" {
+		t.Fatalf("GET /status after the refused reload = %q, want the handler's ok", body)
 	}
 }

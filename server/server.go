@@ -103,7 +103,8 @@ type Config struct {
 	// idem's under the same lifecycle (Serve): http.ServeMux patterns
 	// ("GET /status", "/static/") to handlers, which idem neither
 	// authenticates nor wraps. A pattern that would take or shadow one of
-	// idem's routes or an operation's is refused by New. Routes, by
+	// idem's routes or an operation's is refused by New (and such an
+	// operation by Reload). Routes, by
 	// contrast, are authenticated by Auth.
 	Handlers map[string]http.Handler
 	// Version names the API (OpenAPI info.version, MCP server version).
@@ -400,6 +401,9 @@ func (s *Server) Reload(ctx context.Context, ops []idem.Operation, openapi []byt
 		return err
 	}
 	if err := httpapi.CheckRoutes(reg.Descriptors(), ownRoutes...); err != nil {
+		return err
+	}
+	if err := checkHandlers(s.cfg.Handlers, reg.Descriptors()); err != nil {
 		return err
 	}
 	if err := s.runner.Reload(reg); err != nil {
