@@ -3,6 +3,7 @@ package policyfile_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -65,4 +66,46 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTake is one call's pass through the limits (pipeline.Rules):
+// a catalog of 200 operations and eight limits, by name, glob and side
+// effect, three of which apply to the call's operation.
+func BenchmarkTake(b *testing.B) {
+	var ops []idem.Descriptor
+	for i := range 200 {
+		se := idem.SideEffectRead
+		if i%2 == 0 {
+			se = idem.SideEffectWrite
+		}
+		ops = append(ops, idem.Descriptor{Metadata: idem.Metadata{Name: fmt.Sprintf("svc%d.op%d", i%10, i), SideEffect: se}})
+	}
+	f, err := policyfile.Parse([]byte(`
+limits:
+  - {name: l1, per: principal, operations: ["svc1.*"], rate: 1000000/s}
+  - {name: l2, per: principal, operations: ["svc2.*", "svc3.*"], rate: 1000000/s}
+  - {name: l3, per: org, operations: ["*.op1[0-9]"], rate: 1000000/s}
+  - {name: l4, per: org, sideEffects: [write], rate: 1000000/s}
+  - {name: l5, per: principal, operations: ["svc4.op4", "svc5.op5"], rate: 1000000/s}
+  - {name: l6, per: operation, operations: ["svc[0-4].*"], sideEffects: [read], rate: 1000000/s}
+  - {name: l7, per: principal, operations: ["svc9.*"], rate: 1000000/s}
+  - {name: l8, per: org, operations: ["*.op199"], rate: 1000000/s}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := policyfile.Compile(f, ops, policyfile.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	op := ops[11].Metadata // svc1.op11, a read: l1, l3 and l6
+	p := idem.Principal{Org: "acme", ID: "agent-1"}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		if l := set.Take(p, op, now); l != nil {
+			b.Fatalf("refused by %s", l.Limit)
+		}
+	}
 }

@@ -41,6 +41,9 @@ type Set struct {
 	rules  []*rule
 	ops    map[string]*opRules
 	limits []*limit
+	// opLimits are the limits that apply to each operation compiled for,
+	// in file order: a call looks them up instead of matching globs.
+	opLimits map[string]opLimits
 	// skipped are the operations a glob or a side effect matches that a
 	// rule's condition cannot read (a field their input lacks); applied
 	// counts those its condition compiled for.
@@ -140,6 +143,12 @@ func Compile(f File, ops []idem.Descriptor, opt Options) (*Set, error) {
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	if len(s.limits) > 0 {
+		s.opLimits = make(map[string]opLimits, len(ops))
+		for _, d := range ops {
+			s.opLimits[d.Name] = opLimits{d.SideEffect, s.matching(d.Metadata)}
+		}
 	}
 	for _, d := range ops {
 		or, err := s.compileFor(d, opt)

@@ -136,6 +136,33 @@ func (l *limit) bucket(key string, now time.Time) *rate.Limiter {
 	return b
 }
 
+// opLimits are the limits that apply to an operation of this side effect.
+type opLimits struct {
+	sideEffect idem.SideEffect
+	limits     []*limit
+}
+
+// matching are the limits whose selector matches m, in file order.
+func (s *Set) matching(m idem.Metadata) []*limit {
+	var out []*limit
+	for _, l := range s.limits {
+		if l.sel.matches(m) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// limitsFor are the limits that apply to a call of m: those found at
+// Compile, or, for an operation the set was not compiled for (declared
+// by a reload the set has not followed yet), matched now.
+func (s *Set) limitsFor(m idem.Metadata) []*limit {
+	if ol, ok := s.opLimits[m.Name]; ok && ol.sideEffect == m.SideEffect {
+		return ol.limits
+	}
+	return s.matching(m)
+}
+
 // Limited is the answer to a call beyond a limit.
 type Limited struct {
 	// Limit names the limit.
@@ -148,12 +175,12 @@ type Limited struct {
 // applies. When one has none, it takes none from any and returns the
 // limit that refused, and how long until it has one.
 func (s *Set) Take(p idem.Principal, m idem.Metadata, now time.Time) *Limited {
+	if len(s.limits) == 0 {
+		return nil
+	}
 	var taken []*rate.Reservation
 	var refused *Limited
-	for _, l := range s.limits {
-		if !l.sel.matches(m) {
-			continue
-		}
+	for _, l := range s.limitsFor(m) {
 		l.mu.Lock()
 		r := l.bucket(l.key(p, m), now).ReserveN(now, 1)
 		l.mu.Unlock()

@@ -293,6 +293,42 @@ limits:
 	}
 }
 
+// TestLimitsOfAnOperationNotCompiledFor: the limits of an operation the
+// set was compiled for are found once; one it was not compiled for (a
+// reload declared it, or changed its side effect, before the set
+// followed) is matched at the call, as the rules are.
+func TestLimitsOfAnOperationNotCompiledFor(t *testing.T) {
+	s, err := compile(t, `
+limits:
+  - {name: payments, per: principal, operations: ["payments.*"], rate: 1/h, burst: 1}
+  - {name: reads, per: principal, sideEffects: [read], rate: 1/h, burst: 1}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := idem.Principal{Org: "acme", ID: "a"}
+	for _, tc := range []struct {
+		m    idem.Metadata
+		want string
+	}{
+		{idem.Metadata{Name: "payments.new", SideEffect: idem.SideEffectWrite}, "payments"},
+		{idem.Metadata{Name: "fs.write_file", SideEffect: idem.SideEffectRead}, "reads"}, // compiled as destructive
+		{idem.Metadata{Name: "mail.send", SideEffect: idem.SideEffectExternal}, ""},
+	} {
+		if l := s.Take(a, tc.m, now); l != nil {
+			t.Fatalf("%s: the first call refused by %s", tc.m.Name, l.Limit)
+		}
+		got := ""
+		if l := s.Take(a, tc.m, now); l != nil {
+			got = l.Limit
+		}
+		if got != tc.want {
+			t.Errorf("%s (%s): the second call refused by %q, want %q (\"\": let through)", tc.m.Name, tc.m.SideEffect, got, tc.want)
+		}
+	}
+}
+
 // TestKeep: a set compiled again from the same limit takes over the old
 // set's buckets (a reload does not refill them); a limit whose rate
 // changed starts full.
