@@ -51,33 +51,34 @@ func decodeCursor(s string, n int) (mergedCursor, error) {
 }
 
 // list is one page of a merged list: the page of the forwarder the cursor
-// names, or of the next one that answers.
-func list[R any](m merged, cursor string, page func(Forwarder, string) (R, string, error), setNext func(R, string)) (R, error) {
-	var zero R
-	c, err := decodeCursor(cursor, len(m))
+// names, or of the next one that answers. call is the Forwarder's
+// method; cursor and next point at the params' cursor and the result's.
+func list[P, R any](ctx context.Context, m merged, p *P, call func(Forwarder, context.Context, *P) (*R, error),
+	cursor func(*P) *string, next func(*R) *string) (*R, error) {
+	c, err := decodeCursor(*cursor(p), len(m))
 	if err != nil {
-		return zero, err
+		return nil, err
 	}
 	var first error
 	for i := c.I; i < len(m); i, c.C = i+1, "" {
-		res, next, err := page(m[i], c.C)
+		q := *p
+		*cursor(&q) = c.C
+		res, err := call(m[i], ctx, &q)
 		if err != nil {
 			if first == nil {
 				first = err
 			}
 			continue
 		}
-		switch {
-		case next != "":
-			setNext(res, encodeCursor(i, next))
+		switch n := next(res); {
+		case *n != "":
+			*n = encodeCursor(i, *n)
 		case i+1 < len(m):
-			setNext(res, encodeCursor(i+1, ""))
-		default:
-			setNext(res, "")
+			*n = encodeCursor(i+1, "")
 		}
 		return res, nil
 	}
-	return zero, first
+	return nil, first
 }
 
 // each asks each forwarder in turn; the first answer wins, else the first
@@ -98,39 +99,18 @@ func each[R any](m merged, do func(Forwarder) (R, error)) (R, error) {
 }
 
 func (m merged) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
-	return list(m, p.Cursor, func(f Forwarder, c string) (*mcp.ListResourcesResult, string, error) {
-		q := *p
-		q.Cursor = c
-		res, err := f.ListResources(ctx, &q)
-		if err != nil {
-			return nil, "", err
-		}
-		return res, res.NextCursor, nil
-	}, func(r *mcp.ListResourcesResult, next string) { r.NextCursor = next })
+	return list(ctx, m, p, Forwarder.ListResources,
+		func(p *mcp.ListResourcesParams) *string { return &p.Cursor }, func(r *mcp.ListResourcesResult) *string { return &r.NextCursor })
 }
 
 func (m merged) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
-	return list(m, p.Cursor, func(f Forwarder, c string) (*mcp.ListResourceTemplatesResult, string, error) {
-		q := *p
-		q.Cursor = c
-		res, err := f.ListResourceTemplates(ctx, &q)
-		if err != nil {
-			return nil, "", err
-		}
-		return res, res.NextCursor, nil
-	}, func(r *mcp.ListResourceTemplatesResult, next string) { r.NextCursor = next })
+	return list(ctx, m, p, Forwarder.ListResourceTemplates,
+		func(p *mcp.ListResourceTemplatesParams) *string { return &p.Cursor }, func(r *mcp.ListResourceTemplatesResult) *string { return &r.NextCursor })
 }
 
 func (m merged) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
-	return list(m, p.Cursor, func(f Forwarder, c string) (*mcp.ListPromptsResult, string, error) {
-		q := *p
-		q.Cursor = c
-		res, err := f.ListPrompts(ctx, &q)
-		if err != nil {
-			return nil, "", err
-		}
-		return res, res.NextCursor, nil
-	}, func(r *mcp.ListPromptsResult, next string) { r.NextCursor = next })
+	return list(ctx, m, p, Forwarder.ListPrompts,
+		func(p *mcp.ListPromptsParams) *string { return &p.Cursor }, func(r *mcp.ListPromptsResult) *string { return &r.NextCursor })
 }
 
 func (m merged) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
