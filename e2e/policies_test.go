@@ -11,7 +11,8 @@ import (
 )
 
 // policiesYAML is the policy file of TestProxyPolicies: approval for big
-// payouts, a deny by argument, and a rate limit per principal.
+// payouts, a deny by argument and upstream (UPSTREAM: --upstream), and a
+// rate limit per principal.
 const policiesYAML = `policies:
   - name: big-payouts
     operations: ["createPayout"]
@@ -20,7 +21,7 @@ const policiesYAML = `policies:
     reason: "Payouts over 1000 need a person."
   - name: no-forbidden-items
     operations: ["create*"]
-    when: 'has(args.item) && args.item == "forbidden"'
+    when: 'operation.upstream == "UPSTREAM" && has(args.item) && args.item == "forbidden"'
     outcome: deny
     reason: "That item is not for sale."
 limits:
@@ -51,7 +52,8 @@ createOrder:
   rationale: An order replays by key.
 `)
 	policies := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(policies, []byte(policiesYAML), 0o600); err != nil {
+	file := strings.ReplaceAll(policiesYAML, "UPSTREAM", up.url)
+	if err := os.WriteFile(policies, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startProxy(t, dir, "sqlite:"+filepath.Join(dir, "idem.db"), up.url, "--policies", policies)
@@ -126,7 +128,7 @@ createOrder:
 	})
 
 	t.Run("SIGHUP: a broken file keeps the rules, a good one replaces them", func(t *testing.T) {
-		if err := os.WriteFile(policies, []byte(strings.Replace(policiesYAML, "args.item ==", "args.item >", 1)+"  oops: [\n"), 0o600); err != nil {
+		if err := os.WriteFile(policies, []byte(strings.Replace(file, "args.item ==", "args.item >", 1)+"  oops: [\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		p.cmd.Process.Signal(syscall.SIGHUP)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -368,13 +369,13 @@ func (u upstreams) application(ctx context.Context, logger *slog.Logger) (applic
 
 // upstreamNames maps each operation of decl to operation.upstream of the
 // policies (SPEC §8.1): its upstream's configured name; for the upstream
-// of the one-upstream flags, its URL (as idem proxy's is), or "" when it
-// is spawned.
+// of the one-upstream flags (idem gateway --upstream…, idem proxy), its
+// URL (an OpenAPI upstream's base URL), or "" when it is spawned.
 func upstreamNames(cfg *gatewayconfig.Config, decl *gateway.Declaration) map[string]string {
 	anonymous := map[string]string{}
 	for _, u := range cfg.Upstreams {
 		if u.Anonymous {
-			anonymous[u.Name] = u.URL
+			anonymous[u.Name] = cmp.Or(u.URL, u.BaseURL)
 		}
 	}
 	out := make(map[string]string, len(decl.Upstreams))

@@ -128,7 +128,8 @@ func TestGatewayConfigRefusesRulesThatDoNotCompile(t *testing.T) {
 
 // TestUpstreamNames: operation.upstream is the configured name of the
 // upstream that serves the operation, taken from the declaration (an
-// unprefixed name too), and the URL of the one-upstream flags' upstream.
+// unprefixed name too), and the URL of the one-upstream flags' upstream
+// (idem proxy's too, one code path).
 func TestUpstreamNames(t *testing.T) {
 	cfg := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "memory", Prefix: true}, {Name: "everything"}}}
 	decl := &gateway.Declaration{Upstreams: map[string]string{"memory.read_graph": "memory", "echo": "everything"}}
@@ -139,5 +140,13 @@ func TestUpstreamNames(t *testing.T) {
 	one := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "upstream", Anonymous: true, URL: "http://127.0.0.1:3001/mcp"}}}
 	if got := upstreamNames(one, &gateway.Declaration{Upstreams: map[string]string{"echo": "upstream"}}); got["echo"] != "http://127.0.0.1:3001/mcp" {
 		t.Errorf("--upstream URL: %v", got)
+	}
+	proxied := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "upstream", Anonymous: true, Kind: gatewayconfig.KindOpenAPI, BaseURL: "http://127.0.0.1:9000"}}}
+	if got := upstreamNames(proxied, &gateway.Declaration{Upstreams: map[string]string{"createThing": "upstream"}}); got["createThing"] != "http://127.0.0.1:9000" {
+		t.Errorf("idem proxy --upstream: %v", got)
+	}
+	spawned := &gatewayconfig.Config{Upstreams: []gatewayconfig.Upstream{{Name: "upstream", Anonymous: true, Command: []string{"mcp-server"}}}}
+	if got := upstreamNames(spawned, &gateway.Declaration{Upstreams: map[string]string{"echo": "upstream"}}); got["echo"] != "" || len(got) != 1 {
+		t.Errorf("--upstream-command: %v", got)
 	}
 }

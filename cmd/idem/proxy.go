@@ -95,6 +95,5 @@ func (o proxyOptions) application(ctx context.Context, _ idem.Store, _ *secretbo
 		return application{}, err
 	}
 	logger.Info("proxying", "upstream", upstream.String(), "operations", len(app.operations), "openapi", o.openapi)
-	app.upstream = func(string) string { return upstream.String() }
 	return app, nil
 }
