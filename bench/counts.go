@@ -16,20 +16,22 @@ import (
 
 // serverCounts are the counters idem's /metrics exposes that a phase
 // reads: the store calls (every method, idem_store_duration_seconds's
-// count) and the Go heap allocations (go_memstats_mallocs_total) of
-// every server. ok is false when a server has no /metrics (the floor).
+// count) and the Go heap allocations (go_memstats_mallocs_total, and
+// their bytes, go_memstats_alloc_bytes_total) of every server. ok is
+// false when a server has no /metrics (the floor); memstats, when every
+// server gave both heap figures.
 type serverCounts struct {
-	storeCalls, mallocs float64
+	storeCalls, mallocs, allocBytes float64
 	// writeTx and writeCalls are the group-commit counters: the store's
 	// write transactions and the write calls they carried.
 	writeTx, writeCalls float64
-	ok                  bool
+	ok, memstats        bool
 }
 
 // scrapeCounts reads serverCounts from the /metrics of each server at base
-// URLs urls.
+// URLs urls, once each.
 func scrapeCounts(ctx context.Context, c *http.Client, urls []string) serverCounts {
-	out := serverCounts{ok: len(urls) > 0}
+	out := serverCounts{ok: len(urls) > 0, memstats: len(urls) > 0}
 	for _, u := range urls {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/metrics", nil)
 		if err != nil {
@@ -45,6 +47,7 @@ func scrapeCounts(ctx context.Context, c *http.Client, urls []string) serverCoun
 		}
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var mallocs, bytes bool
 		for sc.Scan() {
 			line := sc.Text()
 			name, value, ok := metricLine(line)
@@ -54,6 +57,10 @@ func scrapeCounts(ctx context.Context, c *http.Client, urls []string) serverCoun
 				out.storeCalls += value
 			case name == "go_memstats_mallocs_total":
 				out.mallocs += value
+				mallocs = true
+			case name == "go_memstats_alloc_bytes_total":
+				out.allocBytes += value
+				bytes = true
 			case name == "idem_store_write_transactions_total":
 				out.writeTx += value
 			case name == "idem_store_write_calls_total":
@@ -61,6 +68,7 @@ func scrapeCounts(ctx context.Context, c *http.Client, urls []string) serverCoun
 			}
 		}
 		resp.Body.Close()
+		out.memstats = out.memstats && mallocs && bytes
 	}
 	return out
 }

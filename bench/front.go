@@ -5,12 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,10 +172,10 @@ func (m meter) measure(ctx context.Context, via, phaseName string, rate float64,
 	for _, f := range fronts {
 		bases = append(bases, f.url)
 	}
-	scBefore := scrapeCounts(ctx, m.hc, bases)
-	before, upBefore, dbBefore, allocBefore := procTotal(fronts), readProc(m.upPID), stat(), m.allocated(ctx, fronts)
+	scBefore := scrapeCounts(ctx, m.hc, bases) // one GET /metrics a front, before and after
+	before, upBefore, dbBefore := procTotal(fronts), readProc(m.upPID), stat()
 	p := drivePaced(ctx, via+" "+phaseName, m.clients, m.duration, rate, do)
-	after, upAfter, dbAfter, allocAfter := procTotal(fronts), readProc(m.upPID), stat(), m.allocated(ctx, fronts)
+	after, upAfter, dbAfter := procTotal(fronts), readProc(m.upPID), stat()
 	scAfter := scrapeCounts(ctx, m.hc, bases)
 	r := ProxyRow{Via: via, Row: newRow(phaseName, p)}
 	if n := float64(p.requests); n > 0 && scBefore.ok && scAfter.ok {
@@ -187,9 +185,9 @@ func (m meter) measure(ctx context.Context, via, phaseName string, rate float64,
 	}
 	r.PacedAt = rate
 	addDB(&r.Row, dbBefore, dbAfter)
-	if p.requests > 0 && allocBefore.ok && allocAfter.ok {
-		r.FrontAllocBytesPerReq = (allocAfter.bytes - allocBefore.bytes) / float64(p.requests)
-		r.FrontAllocsPerReq = (allocAfter.count - allocBefore.count) / float64(p.requests)
+	if p.requests > 0 && scBefore.memstats && scAfter.memstats {
+		r.FrontAllocBytesPerReq = (scAfter.allocBytes - scBefore.allocBytes) / float64(p.requests)
+		r.FrontAllocsPerReq = (scAfter.mallocs - scBefore.mallocs) / float64(p.requests)
 	}
 	if p.requests > 0 {
 		if len(fronts) > 0 {
@@ -199,52 +197,6 @@ func (m meter) measure(ctx context.Context, via, phaseName string, rate float64,
 		r.UpstreamCPUPerReqUs = float64((upAfter.cpu - upBefore.cpu).Microseconds()) / float64(p.requests)
 	}
 	return r
-}
-
-// allocation is what the fronts' Go runtimes allocated so far: bytes and
-// objects, summed over the fronts, from their GET /metrics.
-type allocation struct {
-	bytes, count float64
-	ok           bool // every front answered both figures
-}
-
-// allocated reads the fronts' go_memstats_alloc_bytes_total and
-// go_memstats_mallocs_total (the Prometheus Go collector of /metrics).
-func (m meter) allocated(ctx context.Context, fronts []*server) allocation {
-	a := allocation{ok: len(fronts) > 0}
-	for _, f := range fronts {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url+"/metrics", nil)
-		if err != nil {
-			return allocation{}
-		}
-		resp, err := m.hc.Do(req)
-		if err != nil {
-			return allocation{}
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		b, okB := metricValue(string(body), "go_memstats_alloc_bytes_total")
-		n, okN := metricValue(string(body), "go_memstats_mallocs_total")
-		if err != nil || resp.StatusCode != http.StatusOK || !okB || !okN {
-			return allocation{}
-		}
-		a.bytes += b
-		a.count += n
-	}
-	return a
-}
-
-// metricValue is the value of the unlabelled sample name in a Prometheus
-// text exposition.
-func metricValue(text, name string) (float64, bool) {
-	for _, line := range strings.Split(text, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == name {
-			v, err := strconv.ParseFloat(f[1], 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
 }
 
 // relate fills each front row's AddedP50Ms, AddedP99Ms and VsDirect from

@@ -1,8 +1,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestRelateComparesEachRowWithItsDirectRow(t *testing.T) {
@@ -77,16 +86,33 @@ func TestServedNameTakesTheToolOrItsNamespacedName(t *testing.T) {
 	}
 }
 
-func TestMetricValueReadsAnUnlabelledSample(t *testing.T) {
-	text := "# HELP go_memstats_alloc_bytes_total Total bytes.\n# TYPE go_memstats_alloc_bytes_total counter\n" +
-		"go_memstats_alloc_bytes_total_other 1\ngo_memstats_alloc_bytes_total 1.2345e+07\ngo_memstats_mallocs_total 4567\n"
-	if v, ok := metricValue(text, "go_memstats_alloc_bytes_total"); !ok || v != 12345000 {
-		t.Errorf("alloc bytes %v, %v; want 12345000", v, ok)
+// TestMeasureScrapesEachFrontOnceBeforeAndOnceAfter: a phase reads a
+// front's GET /metrics once before and once after, and takes its heap
+// figures and store calls from those two reads.
+func TestMeasureScrapesEachFrontOnceBeforeAndOnceAfter(t *testing.T) {
+	var scrapes atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := scrapes.Add(1)
+		fmt.Fprintf(w, "# TYPE go_memstats_alloc_bytes_total counter\ngo_memstats_alloc_bytes_total_other 1\n"+
+			"go_memstats_alloc_bytes_total %d\ngo_memstats_mallocs_total %d\nidem_store_duration_seconds_count{method=\"get\"} %d\n",
+			1000*n, 10*n, 3*n)
+	}))
+	defer front.Close()
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if v, ok := metricValue(text, "go_memstats_mallocs_total"); !ok || v != 4567 {
-		t.Errorf("mallocs %v, %v; want 4567", v, ok)
+	fronts := []*server{{url: front.URL, cmd: &exec.Cmd{Process: self}}}
+	m := meter{clients: 1, duration: 20 * time.Millisecond, upPID: os.Getpid(), hc: front.Client()}
+	r := m.measure(t.Context(), "idem", "phase", 0, fronts, func() dbSample { return dbSample{} },
+		func(context.Context, int, int) error { return nil })
+	if n := scrapes.Load(); n != 2 {
+		t.Fatalf("GET /metrics read %d times for one phase, want 2", n)
 	}
-	if _, ok := metricValue(text, "go_memstats_frees_total"); ok {
-		t.Error("an absent sample was found")
+	n := float64(r.Requests)
+	in := func(perReq float64) float64 { return math.Round(perReq * n) }
+	if in(r.FrontAllocBytesPerReq) != 1000 || in(r.FrontAllocsPerReq) != 10 || in(r.StoreCallsPerReq) != 3 {
+		t.Errorf("per request over %v requests: %v bytes, %v allocs, %v store calls; want 1000, 10, 3 in all",
+			n, r.FrontAllocBytesPerReq, r.FrontAllocsPerReq, r.StoreCallsPerReq)
 	}
 }
