@@ -398,21 +398,26 @@ type member struct {
 	stop context.CancelFunc
 	ctx  context.Context
 
-	mu       sync.Mutex
-	up       *Upstream // MCP: nil while down
-	tools    []*mcp.Tool
-	listed   bool // tools were listed at least once
-	fwd      *proxy.Forwarder
-	doc      *proxy.Document // OpenAPI: nil until read
-	docFresh bool            // doc was just read: the next declaration need not read it again
-	pending  *proxy.Document // read for a declaration not yet served
-	down     error           // why it is down; nil when up
-	since    time.Time
-	served   int
-	probing  bool // a reconnection loop runs
-	inflight int
-	retired  bool
-	idle     chan struct{} // closed when retired and no call is in flight
+	mu     sync.Mutex
+	up     *Upstream // MCP: nil while down
+	tools  []*mcp.Tool
+	listed bool // tools were listed at least once
+	// toolsFresh: tools were just listed (connect), and the upstream has
+	// not said since that they changed (toolsChanged counts its
+	// tools/list_changed): the next declaration need not list them again.
+	toolsFresh   bool
+	toolsChanged int
+	fwd          *proxy.Forwarder
+	doc          *proxy.Document // OpenAPI: nil until read
+	docFresh     bool            // doc was just read: the next declaration need not read it again
+	pending      *proxy.Document // read for a declaration not yet served
+	down         error           // why it is down; nil when up
+	since        time.Time
+	served       int
+	probing      bool // a reconnection loop runs
+	inflight     int
+	retired      bool
+	idle         chan struct{} // closed when retired and no call is in flight
 }
 
 // start makes the member of u and tries once to reach it.
@@ -477,7 +482,7 @@ func (m *member) configName() string {
 // upstreamConfig is how an MCP member reaches its upstream.
 func (m *member) upstreamConfig() UpstreamConfig {
 	cfg := UpstreamConfig{ConnectTimeout: m.connectTimeout(), Logger: m.log, Version: m.set.opts.Version,
-		OnToolsChanged: m.set.signal, OnListChanged: m.set.listChanged, MaxResultBytes: m.set.opts.MaxResultBytes}
+		OnToolsChanged: m.toolsChangedUpstream, OnListChanged: m.set.listChanged, MaxResultBytes: m.set.opts.MaxResultBytes}
 	if !m.cfg.Anonymous {
 		cfg.Name = m.cfg.Name // its records are its own (SPEC §6.2)
 	}
@@ -487,6 +492,16 @@ func (m *member) upstreamConfig() UpstreamConfig {
 		cfg.Command, cfg.Env = m.cfg.Command, m.cfg.Environ(m.set.opts.Environ)
 	}
 	return cfg
+}
+
+// toolsChangedUpstream is the upstream's tools/list_changed: the tools
+// last listed are not fresh, and the set declares again.
+func (m *member) toolsChangedUpstream() {
+	m.mu.Lock()
+	m.toolsChanged++
+	m.toolsFresh = false
+	m.mu.Unlock()
+	m.set.signal()
 }
 
 // connectTimeout bounds reaching the upstream.
@@ -535,12 +550,17 @@ func (m *member) connect(ctx context.Context) error {
 			m.set.listChanged("notifications/prompts/list_changed")
 		}
 	}
+	m.mu.Lock()
+	changed := m.toolsChanged
+	m.mu.Unlock()
 	tools, err := up.Tools(ctx)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.tools, m.listed = tools, true
+	// Fresh unless a list_changed came while it was read: the list may
+	// be older than the change.
+	m.tools, m.listed, m.toolsFresh = tools, true, m.toolsChanged == changed
 	m.mu.Unlock()
 	return nil
 }
@@ -628,7 +648,7 @@ func (m *member) probe() {
 
 // declare builds the member's operations from what it last listed (MCP)
 // or read (OpenAPI), reading its overlay again; an MCP upstream that is
-// up is listed again first.
+// up is listed again first, unless it was just listed on connecting.
 func (m *member) declare(ctx context.Context) ([]idem.Operation, []byte, []string, error) {
 	overlay, err := proxy.LoadOverlay(m.cfg.Contracts)
 	if err != nil {
@@ -653,9 +673,10 @@ func (m *member) declare(ctx context.Context) ([]idem.Operation, []byte, []strin
 
 func (m *member) declareMCP(ctx context.Context, overlay proxy.Overlay) ([]idem.Operation, []byte, []string, error) {
 	m.mu.Lock()
-	up, down := m.up, m.down
+	up, down, fresh := m.up, m.down, m.toolsFresh
+	m.toolsFresh = false
 	m.mu.Unlock()
-	if up != nil && down == nil {
+	if up != nil && down == nil && !fresh {
 		lctx, cancel := context.WithTimeout(ctx, m.connectTimeout())
 		tools, err := up.Tools(lctx)
 		cancel()

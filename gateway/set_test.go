@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,5 +269,99 @@ func TestSetsInFrontOfTwoUpstreamsShareNoKeys(t *testing.T) {
 				t.Fatalf("calls: A %d, B %d", a.calls.Load(), b.calls.Load())
 			}
 		})
+	}
+}
+
+// TestSetListsAnUpstreamOnceOnConnect: a member that has just connected
+// (its tools listed to see that it answers) is declared from that list,
+// not listed again; a later declaration (a reload: list_changed, the
+// interval, the config) lists it anew, and serves what it lists.
+func TestSetListsAnUpstreamOnceOnConnect(t *testing.T) {
+	a := newUpstream(t)
+	var listings atomic.Int64 // tools/list of a first page: one whole listing
+	a.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if p, ok := req.GetParams().(*mcp.ListToolsParams); ok && method == "tools/list" && p.Cursor == "" {
+				listings.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	set := gateway.NewSet(gateway.SetOptions{})
+	defer set.Close()
+	cfg := config(t, gatewayconfig.Upstream{Name: "a", Kind: gatewayconfig.KindMCP, URL: a.url, Prefix: true})
+	d, err := set.Declare(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	if n := listings.Load(); n != 1 {
+		t.Fatalf("the upstream got %d tools/list listings on connect, want 1", n)
+	}
+	a.srv.AddTool(&mcp.Tool{Name: "extra", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	d, err = set.Declare(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	if n := listings.Load(); n != 2 {
+		t.Fatalf("the upstream got %d tools/list listings after a second declaration, want 2", n)
+	}
+	if got := names(d.Operations); !slices.Contains(got, "a.extra /tools/a.extra") {
+		t.Fatalf("the second declaration serves %v, without the tool added since", got)
+	}
+}
+
+// TestSetListsAgainWhenTheToolsChangedAfterConnecting: an upstream down
+// at start connects (its tools listed), then says its tools changed
+// before the set declares again: that declaration lists it anew rather
+// than serve the list read on connecting.
+func TestSetListsAgainWhenTheToolsChangedAfterConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens there now
+	set := gateway.NewSet(gateway.SetOptions{Backoff: time.Second})
+	defer set.Close()
+	cfg := config(t, gatewayconfig.Upstream{Name: "late", Kind: gatewayconfig.KindMCP, URL: "http://" + addr + "/mcp", Prefix: true,
+		Timeouts: gatewayconfig.Timeouts{Connect: 2 * time.Second}})
+	d, err := set.Declare(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	late := newUpstream(t)
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	late.http.Close()
+	late.serve(t, ln2)
+	changed := func(what string) {
+		t.Helper()
+		select {
+		case <-set.Changed():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no change signalled once %s", what)
+		}
+	}
+	changed("the upstream answers") // connected, its tools listed
+	late.srv.AddTool(&mcp.Tool{Name: "extra", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	changed("the upstream's tools changed") // its tools/list_changed
+	d, err = set.Declare(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Commit()
+	if got := names(d.Operations); !slices.Contains(got, "late.extra /tools/late.extra") {
+		t.Fatalf("served %v, without the tool added after connecting", got)
 	}
 }
