@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,10 +17,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
-	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
-	"github.com/idem-run/idem/server"
-	"github.com/idem-run/idem/sqlitestore"
 )
 
 // library is an upstream with resources, a template, prompts and
@@ -142,43 +138,17 @@ func connect(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientSessi
 // startMerging serves the gateway of mergingGateway; its URL.
 func startMerging(t *testing.T, ls []*library, names []string) string {
 	t.Helper()
-	ctx := t.Context()
 	var fs []mcpserver.Forwarder
 	var ops []idem.Operation
 	for i, l := range ls {
-		up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: l.url})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { up.Close() })
+		up := dial(t, gateway.UpstreamConfig{URL: l.url})
 		fs = append(fs, up.Forwarder(names[i]))
-		if i > 0 {
-			continue
+		if i == 0 {
+			ops = build(t, up, nil)
 		}
-		tools, err := up.Tools(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		built, err := gateway.Build(tools, nil, up, gateway.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops = built.Operations
 	}
-	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(ctx, server.Config{Operations: ops, Store: store, NoDirectCLIOperations: true,
-		MCPForward: mcpserver.Merge(fs...),
-		Auth:       httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL
+	gw, _ := serveGateway(t, "", ops, mcpserver.Merge(fs...))
+	return gw
 }
 
 // Issue 34 build item 4: resources (list, templates, read, subscribe),

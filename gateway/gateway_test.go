@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,10 +15,8 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
-	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/proxy"
 	"github.com/idem-run/idem/server"
-	"github.com/idem-run/idem/sqlitestore"
 )
 
 // upstream is an in-process MCP server on the go-sdk, served over
@@ -129,12 +125,8 @@ func newGateway(t testing.TB, u *upstream, overlay proxy.Overlay) *gw {
 	ctx := t.Context()
 	g := &gw{changed: make(chan struct{}, 10)}
 	var reload func()
-	up, err := gateway.Dial(ctx, gateway.UpstreamConfig{URL: u.url, OnToolsChanged: func() { reload() },
+	up := dial(t, gateway.UpstreamConfig{URL: u.url, OnToolsChanged: func() { reload() },
 		Header: http.Header{"X-Upstream-Token": {"s3cr3t"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
 	g.up = up
 	declare := func() []idem.Operation {
 		tools, err := up.Tools(ctx)
@@ -148,16 +140,7 @@ func newGateway(t testing.TB, u *upstream, overlay proxy.Overlay) *gw {
 		}
 		return built.Operations
 	}
-	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(ctx, server.Config{Operations: declare(), Store: store, NoDirectCLIOperations: true,
-		Auth: httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, srv := serveGateway(t, "", declare(), nil)
 	var mu sync.Mutex
 	reload = func() {
 		mu.Lock()
@@ -166,14 +149,11 @@ func newGateway(t testing.TB, u *upstream, overlay proxy.Overlay) *gw {
 			t.Error(err)
 		}
 	}
-	g.srv = srv
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	g.url = hs.URL
+	g.srv, g.url = srv, url
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { g.changed <- struct{}{} },
 	})
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL + "/mcp",
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
 		HTTPClient: &http.Client{Transport: bearer{}}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +352,7 @@ func TestGatewayFollowsTheUpstreamToolList(t *testing.T) {
 		t.Fatalf("tools after the upstream's change: %v", names)
 	}
 	// Nothing changed: no notification downstream.
-	if err := g.srv.Reload(t.Context(), mustBuild(t, g.up), nil); err != nil {
+	if err := g.srv.Reload(t.Context(), build(t, g.up, overlay), nil); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -380,18 +360,6 @@ func TestGatewayFollowsTheUpstreamToolList(t *testing.T) {
 		t.Fatal("a reload that changed nothing notified the client")
 	case <-time.After(300 * time.Millisecond):
 	}
-}
-
-func mustBuild(t *testing.T, up *gateway.Upstream) []idem.Operation {
-	tools, err := up.Tools(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := gateway.Build(tools, overlay, up, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return built.Operations
 }
 
 func TestGatewayTimeoutIsIndeterminate(t *testing.T) {

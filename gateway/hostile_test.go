@@ -15,10 +15,7 @@ import (
 
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
-	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/proxy"
-	"github.com/idem-run/idem/server"
-	"github.com/idem-run/idem/sqlitestore"
 )
 
 // rpc is a JSON-RPC message as the raw upstream reads it.
@@ -153,33 +150,9 @@ func gatewayOver(t *testing.T, cfg gateway.UpstreamConfig, ov proxy.Overlay) (st
 // gatewayOn is gatewayOver with its store in the SQLite file db.
 func gatewayOn(t *testing.T, db string, cfg gateway.UpstreamConfig, ov proxy.Overlay) (string, *gateway.Upstream) {
 	t.Helper()
-	ctx := t.Context()
-	up, err := gateway.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	tools, err := up.Tools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := gateway.Build(tools, ov, up, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := sqlitestore.Open(ctx, db, idem.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(ctx, server.Config{Operations: built.Operations, Store: store, NoDirectCLIOperations: true,
-		Auth: httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL, up
+	up := dial(t, cfg)
+	gw, _ := serveGateway(t, db, build(t, up, ov), nil)
+	return gw, up
 }
 
 // post calls POST /tools/{name} on the gateway; the status and body.

@@ -426,20 +426,8 @@ func TestGatewayUpstreamCallIsAClientSpan(t *testing.T) {
 			got.Store(req.Params.Meta)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "noted"}}}, nil
 		})
-	up, err := gateway.Dial(t.Context(), gateway.UpstreamConfig{URL: u.url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	tools, err := up.Tools(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := gateway.Build(tools, proxy.Overlay{"note": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Notes once."}}, up, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := idem.NewRegistry(built.Operations...)
+	up := dial(t, gateway.UpstreamConfig{URL: u.url})
+	reg, err := idem.NewRegistry(build(t, up, proxy.Overlay{"note": {Kind: idem.RetrySameKeyReplay, Reconcile: "total", Rationale: "Notes once."}})...)
 	if err != nil {
 		t.Fatal(err)
 	}

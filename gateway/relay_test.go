@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,10 +19,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
 	"github.com/idem-run/idem/gatewayconfig"
-	"github.com/idem-run/idem/httpapi"
 	"github.com/idem-run/idem/mcpserver"
-	"github.com/idem-run/idem/server"
-	"github.com/idem-run/idem/sqlitestore"
 )
 
 // relayHTTPUpstream serves gateway.RelayUpstreamForTest over streamable
@@ -56,57 +52,21 @@ func relayStdioUpstream(t *testing.T, legacy bool) gatewayconfig.Upstream {
 		Env: map[string]string{gateway.RelayUpstreamEnv: version}}
 }
 
-// serveGateway serves ops (and fw's resources and prompts) as idem
-// gateway does; its URL.
-func serveGateway(t *testing.T, ops []idem.Operation, fw mcpserver.Forwarder) string {
-	t.Helper()
-	ctx := t.Context()
-	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(ctx, server.Config{Operations: ops, Store: store, NoDirectCLIOperations: true, MCPForward: fw,
-		Auth: httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL
-}
-
 // relayDirect is a gateway with one upstream at url, dialled and built
 // without a Set.
 func relayDirect(t *testing.T, url string) string {
 	t.Helper()
-	up, err := gateway.Dial(t.Context(), gateway.UpstreamConfig{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	tools, err := up.Tools(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := gateway.Build(tools, nil, up, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serveGateway(t, built.Operations, up.Forwarder(""))
+	up := dial(t, gateway.UpstreamConfig{URL: url})
+	gw, _ := serveGateway(t, "", build(t, up, nil), up.Forwarder(""))
+	return gw
 }
 
 // relaySet is a gateway over a config of the one upstream u.
 func relaySet(t *testing.T, u gatewayconfig.Upstream) string {
 	t.Helper()
-	set := gateway.NewSet(gateway.SetOptions{Environ: os.Environ()})
-	t.Cleanup(func() { set.Close() })
-	d, err := set.Declare(t.Context(), config(t, u))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Commit()
-	return serveGateway(t, d.Operations, set.Forwarder())
+	set, d := declared(t, gateway.SetOptions{Environ: os.Environ()}, u)
+	gw, _ := serveGateway(t, "", d.Operations, set.Forwarder())
+	return gw
 }
 
 // peer is a downstream client's record of what reached it.
@@ -473,7 +433,7 @@ func TestSetReloadSendsListChanged(t *testing.T) {
 		return d.Operations
 	}
 	first := gatewayconfig.Upstream{Name: "a", Kind: gatewayconfig.KindMCP, URL: a.url, Prefix: true}
-	url := serveGateway(t, declare(first), set.Forwarder())
+	url, _ := serveGateway(t, "", declare(first), set.Forwarder())
 	changed := make(chan string, 10)
 	cs := connect(t, url, &mcp.ClientOptions{
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed <- "resources" },
@@ -581,7 +541,7 @@ func TestSetUpstreamThatComesUpSendsListChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Commit()
-	url := serveGateway(t, d.Operations, set.Forwarder())
+	url, _ := serveGateway(t, "", d.Operations, set.Forwarder())
 	changed := make(chan string, 10)
 	cs := connect(t, url, &mcp.ClientOptions{
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed <- "resources" },

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,12 +19,9 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/gateway"
 	"github.com/idem-run/idem/gatewayconfig"
-	"github.com/idem-run/idem/httpapi"
-	"github.com/idem-run/idem/server"
-	"github.com/idem-run/idem/sqlitestore"
 )
 
-func config(t *testing.T, ups ...gatewayconfig.Upstream) *gatewayconfig.Config {
+func config(t testing.TB, ups ...gatewayconfig.Upstream) *gatewayconfig.Config {
 	t.Helper()
 	c := &gatewayconfig.Config{Upstreams: ups}
 	if err := c.Finish(); err != nil {
@@ -156,27 +152,10 @@ func TestSetDownAtStart(t *testing.T) {
 func TestSetRelaysProgress(t *testing.T) {
 	l := newLibrary(t)
 	ctx := t.Context()
-	set := gateway.NewSet(gateway.SetOptions{})
-	t.Cleanup(func() { set.Close() })
-	d, err := set.Declare(ctx, config(t, gatewayconfig.Upstream{Name: "lib", Kind: gatewayconfig.KindMCP, URL: l.url, Prefix: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Commit()
-	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idem.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(ctx, server.Config{Operations: d.Operations, Store: store, NoDirectCLIOperations: true,
-		Auth: httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close) // after the client's session (connect) is closed
+	_, d := declared(t, gateway.SetOptions{}, gatewayconfig.Upstream{Name: "lib", Kind: gatewayconfig.KindMCP, URL: l.url, Prefix: true})
+	gw, _ := serveGateway(t, "", d.Operations, nil) // closed after the client's session (connect)
 	progress := make(chan *mcp.ProgressNotificationParams, 10)
-	cs := connect(t, hs.URL, &mcp.ClientOptions{
+	cs := connect(t, gw, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { progress <- req.Params },
 	})
 	p := &mcp.CallToolParams{Name: "lib.count", Arguments: map[string]any{}}
@@ -211,27 +190,9 @@ func TestSetRelaysProgress(t *testing.T) {
 // SQLite store db; the server's URL.
 func setOn(t *testing.T, db string, u gatewayconfig.Upstream) string {
 	t.Helper()
-	ctx := t.Context()
-	set := gateway.NewSet(gateway.SetOptions{})
-	t.Cleanup(func() { set.Close() })
-	d, err := set.Declare(ctx, config(t, u))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Commit()
-	store, err := sqlitestore.Open(ctx, db, idem.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(ctx, server.Config{Operations: d.Operations, Store: store, NoDirectCLIOperations: true,
-		Auth: httpapi.NewTokens(map[string]idem.Principal{token: {Org: "o", ID: "agent", Kind: idem.KindAgent}})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL
+	_, d := declared(t, gateway.SetOptions{}, u)
+	gw, _ := serveGateway(t, db, d.Operations, nil)
+	return gw
 }
 
 // TestSetsInFrontOfTwoUpstreamsShareNoKeys: two gateways on one store,
