@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -64,9 +65,9 @@ func (u *Upstream) resubscribe(cs *mcp.ClientSession) {
 }
 
 // session runs do with the upstream's session: once more with a new
-// session when the upstream lost the first, and once more when the HTTP
-// exchange broke (a connection the upstream closed, as a restarted one
-// does to those kept before): these are reads.
+// session when the upstream lost the first, and once more, on a new
+// connection, when the HTTP exchange broke (a connection the upstream
+// closed, as a restarted one does to those kept before): these are reads.
 func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.ClientSession) (R, error)) (R, error) {
 	var zero R
 	renewed, resent := false, false
@@ -88,6 +89,11 @@ func session[R any](ctx context.Context, u *Upstream, what string, do func(*mcp.
 			continue
 		case !resent && errors.As(err, &broken):
 			resent = true
+			if u.cfg.URL != "" {
+				// The upstream's other idle connections were most likely
+				// closed with this one (Call does the same).
+				u.httpTransport().(*http.Transport).CloseIdleConnections()
+			}
 			continue
 		}
 		return zero, fmt.Errorf("%s on the upstream %s: %w", what, u.Describe(), err)
