@@ -10,12 +10,12 @@
 // each write) and count the bytes the kernel took; a Watch, set on a
 // request's client trace, says whether any of that request's went.
 //
-// Over TLS the Conn is the socket below the TLS connection, and the
-// proof holds there too: every byte of a request goes through it. Only
-// the socket's own end counts as the upstream's: TLS records pending
-// there (a close_notify alert sent before the FIN, session tickets) hide
-// the FIN behind them, so the write goes and the request, if it is lost,
-// stays indeterminate, as without the peek.
+// Over TLS (HTTP/1.1) the Conn is the socket below the TLS connection,
+// and the proof holds there too: every byte of a request goes through
+// it. Only the socket's own end counts as the upstream's: TLS records
+// pending there (a close_notify alert sent before the FIN, session
+// tickets) hide the FIN behind them, so the write goes and the request,
+// if it is lost, stays indeterminate, as without the peek.
 package keptconn
 
 import (
@@ -74,11 +74,17 @@ type Watch struct {
 }
 
 // GotConn records the request's connection (a Conn, or a TLS
-// connection over one), and its count of bytes written then.
+// connection over one that speaks HTTP/1.1), and its count of bytes
+// written then. Not under HTTP/2: its requests share the connection, and
+// a round trip may return before its write has ended.
 func (w *Watch) GotConn(info httptrace.GotConnInfo) {
 	nc := info.Conn
 	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn() // net/http gives the TLS connection; the count is below it
+		// net/http gives the TLS connection; the count is below it.
+		nc = nil
+		if tc.ConnectionState().NegotiatedProtocol != "h2" {
+			nc = tc.NetConn()
+		}
 	}
 	c, _ := nc.(*Conn)
 	if c != nil {

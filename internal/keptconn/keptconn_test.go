@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-run/idem/internal/keptconn"
+	"github.com/idem-run/idem/internal/keptconn/keptconntest"
 )
 
 // TestKeptConnWritesUntilTheUpstreamsEnd: a write goes while the
@@ -132,9 +133,45 @@ func TestWatch(t *testing.T) {
 			}
 		}
 	}
+	// A handshaken TLS connection: HTTP/1.1 counts; HTTP/2, whose
+	// requests share the connection, never proves a request unsent.
+	for _, proto := range []string{"http/1.1", "h2"} {
+		w := handshaken(t, proto)
+		var watch keptconn.Watch
+		watch.GotConn(httptrace.GotConnInfo{Conn: w, Reused: true})
+		if got, want := watch.Stale(), proto == "http/1.1"; got != want {
+			t.Fatalf("TLS speaking %s, nothing written: stale %v, want %v", proto, got, want)
+		}
+	}
 	var plain keptconn.Watch
 	plain.GotConn(httptrace.GotConnInfo{Conn: tls.Client(client, &tls.Config{}), Reused: true})
 	if plain.Unwritten() || plain.Stale() {
 		t.Fatal("a request on a TLS connection over a connection that is not a Conn is known unsent")
 	}
+}
+
+// handshaken is the client end of a TLS connection over a Conn, its
+// handshake done with proto negotiated.
+func handshaken(t *testing.T, proto string) *tls.Conn {
+	t.Helper()
+	serverTLS, clientTLS := keptconntest.TLS(t)
+	serverTLS.NextProtos, clientTLS.NextProtos = []string{proto}, []string{proto}
+	clientTLS.ServerName = "127.0.0.1" // httptest's certificate names it
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	server := tls.Server(b, serverTLS)
+	done := make(chan error, 1)
+	go func() { done <- server.Handshake() }()
+	client := tls.Client(&keptconn.Conn{Conn: a}, clientTLS)
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := client.ConnectionState().NegotiatedProtocol; got != proto {
+		t.Fatalf("negotiated %q, want %q", got, proto)
+	}
+	go io.Copy(io.Discard, server) // what the client writes next
+	return client
 }
