@@ -17,12 +17,19 @@ import (
 // read-only (the immutable attribute on the database and its WAL: every
 // write, even through a file already open, fails with EPERM) and the disk
 // fills up (a small file system filled by another file). In both the server must
-// fail closed: a keyed refund is either refused with 503
+// fail closed: a keyed refund is either refused with a retryable 503
 // STORE_UNAVAILABLE, its key not consumed and nothing run, or it holds a
-// reservation; replays of completed records keep being served. Once the
-// disk is writable again the same server recovers without a restart: the
-// refused keys execute once, and every key's answer stays consistent
-// (ledger.observe, the gateway ledger).
+// reservation; replays of completed records keep being served. On a full
+// disk a reservation may still fit where the refund's own transaction
+// does not (the WAL reuses its space once checkpointed): that refund
+// reports nothing refunded (demo.refundOrder, NotDispatched) and its key
+// is released, or, when the release does not fit either, its 503 is not
+// retryable, names the reconcile read and leaves the key held (SPEC §6.4),
+// to become indeterminate by lease like a record whose completion the full
+// disk refused. Once the disk is writable again the same server recovers
+// without a restart: the refused keys execute once, the held ones end
+// indeterminate, and every key's answer stays consistent (ledger.observe,
+// the gateway ledger).
 //
 // It needs root and a loop device (mount -o loop, chattr), as CI has;
 // elsewhere it skips (on CI, CI=true, a machine with loop devices and
@@ -119,7 +126,7 @@ func TestSQLiteOutages(t *testing.T) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		var refused []*keyed
+		var refused, held []*keyed
 		for w := range 4 {
 			wg.Add(1)
 			wrng := rand.New(rand.NewPCG(seed, uint64(10+w)))
@@ -132,22 +139,37 @@ func TestSQLiteOutages(t *testing.T) {
 					default:
 					}
 					k := l.newRefund(wrng, "full")
-					if r, err := l.send(t, s, k, true); err == nil && r.status == 503 {
-						mu.Lock()
-						refused = append(refused, k)
-						mu.Unlock()
+					r, err := l.send(t, s, k, true)
+					if err != nil || r.status != 503 {
+						continue
 					}
+					mu.Lock()
+					if r.body["retryable"] == true {
+						refused = append(refused, k)
+					} else if r.get("details.reconcile") == "order.show" {
+						held = append(held, k)
+					} else {
+						t.Errorf("%s: a 503 neither retryable nor naming the reconcile read: %s", k.key, r.raw)
+					}
+					mu.Unlock()
 				}
 			}()
 		}
 		waitFor(t, 60*time.Second, "a 503 STORE_UNAVAILABLE from a full disk", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(refused) >= 8
+			return len(refused)+len(held) >= 8
 		})
 		close(stop)
 		wg.Wait()
 		notRun(t, s, refused)
+		for _, k := range held {
+			if r := s.do(t, "GET", "/v1/attempts/"+k.key, k.token, ""); r.status != 200 {
+				t.Fatalf("%s: a 503 not retryable, but its record reads %d %s; want the key held", k.key, r.status, r.raw)
+			}
+		}
+		l.tally.add("disk full: refused", len(refused))
+		l.tally.add("disk full: held", len(held))
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +177,8 @@ func TestSQLiteOutages(t *testing.T) {
 	})
 
 	// Every key, retried: completed ones replay, refused ones ran once,
-	// records whose completion the full disk refused became indeterminate.
+	// records whose completion (or release) the full disk refused became
+	// indeterminate.
 	for end := time.Now().Add(crashLease + 15*time.Second); l.retryAll(t, s, true) > 0; time.Sleep(250 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("keys still in flight after their lease")
