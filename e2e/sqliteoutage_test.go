@@ -146,6 +146,9 @@ func TestSQLiteOutages(t *testing.T) {
 					mu.Lock()
 					if r.body["retryable"] == true {
 						refused = append(refused, k)
+						if r.get("meta.executionId") != nil {
+							l.tally.add("disk full: refused after the reservation, released", 1)
+						}
 					} else if r.get("details.reconcile") == "order.show" {
 						held = append(held, k)
 					} else {
