@@ -185,6 +185,7 @@ func TestSQLiteOutages(t *testing.T) {
 				t.Fatalf("%s: a 503 not retryable, but its record reads %d %s; want the key held", k.key, r.status, r.raw)
 			}
 		}
+		notAtGateway(t, s, held) // nothing ran: its release failed
 		l.tally.add("disk full: refused", len(refused))
 		l.tally.add("disk full: held", len(held))
 		// An answer below 500 whose record still reads in flight (no other
@@ -221,12 +222,20 @@ func TestSQLiteOutages(t *testing.T) {
 // notRun fails unless none of keys reached the gateway or holds a record.
 func notRun(t *testing.T, s *server, keys []*keyed) {
 	t.Helper()
-	refused := map[string]bool{}
 	for _, k := range keys {
-		refused[principals[k.token]+" "+k.key] = true
 		if r := s.do(t, "GET", "/v1/attempts/"+k.key, k.token, ""); r.status != 404 {
 			t.Fatalf("%s: refused with 503 but its record reads %d %s", k.key, r.status, r.raw)
 		}
+	}
+	notAtGateway(t, s, keys)
+}
+
+// notAtGateway fails if any of keys reached the gateway.
+func notAtGateway(t *testing.T, s *server, keys []*keyed) {
+	t.Helper()
+	refused := map[string]bool{}
+	for _, k := range keys {
+		refused[principals[k.token]+" "+k.key] = true
 	}
 	for _, token := range []string{"demo-agent", "demo-other-org"} {
 		for _, e := range ledgerEffects(t, s, token) {
