@@ -3,7 +3,9 @@
 //
 // Each Store has one write connection, whose transactions are BEGIN
 // IMMEDIATE and shared by the writes waiting at the same moment (group
-// commit, one fsync for all of them), and a small pool of read connections. Several Stores, even in
+// commit, one fsync for all of them; the WAL checkpointed between batches,
+// never inside a commit: checkpoint.go), and a small pool of read
+// connections. Several Stores, even in
 // several processes, may share one file: SQLite's write lock, waited for up
 // to the busy timeout, serializes their writes.
 //
