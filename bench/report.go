@@ -83,6 +83,16 @@ func (r Results) storesMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, " %.1f ms at %.0f/s |", row.AddedP99Ms, row.PacedAt)
 	}
 	b.WriteString("\n")
+	b.WriteString("| p99 added over the floor at half the peak keyed rate (first@half p99 − floor@half p99) |")
+	for _, s := range r.Stores {
+		row, ok := s.row("first@half")
+		if _, paced := s.row("floor@half"); !ok || !paced {
+			b.WriteString(" – |")
+			continue
+		}
+		fmt.Fprintf(b, " %.1f ms |", row.OverFloorP99Ms)
+	}
+	b.WriteString("\n")
 	for _, wait := range []bool{false, true} {
 		if wait {
 			fmt.Fprintf(b, "| same-key storm, Prefer: wait=5 |")

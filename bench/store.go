@@ -42,6 +42,10 @@ type Row struct {
 	// AddedP99Ms is, on the first@half row, its p99 minus the p99 of the
 	// ceiling at the same paced rate: the latency the idempotency layer adds.
 	AddedP99Ms float64 `json:"addedP99Ms,omitempty"`
+	// OverFloorP99Ms is, on the first@half row, its p99 minus the p99 of
+	// the floor at the same paced rate (floor@half): the part of the tail
+	// that is idem's, not the durable commit's own.
+	OverFloorP99Ms float64 `json:"addedOverFloorP99Ms,omitempty"`
 	// PacedAt is the target rate of a paced phase (half the peak keyed rate).
 	PacedAt float64 `json:"pacedAtPerSecond,omitempty"`
 	// Database and load-generator cost per request (PostgreSQL; dbstat.go):
@@ -343,6 +347,7 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	})
 	firstHalf.AddedP99Ms = firstHalf.P99Ms - ceilHalf.P99Ms
 	sr.Rows = append(sr.Rows, ceilHalf, firstHalf)
+	firstHalfAt := len(sr.Rows) - 1
 
 	progressf("%s: same-key storm of %d, no wait", name, o.storm)
 	sr.Storm = storm(ctx, businesses, o.storm, "bench-storm", body("storm"), false)
@@ -375,7 +380,16 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		r, err := post(ctx, client, floorURLs[(w+i)%len(floorURLs)], "bench-"+k, "", body(k), false)
 		return expect(r, err, 201, false)
 	})
-	sr.Rows = append(sr.Rows, floor)
+	// The floor paced as first@half was: how much of that row's tail is
+	// the durable commit's own (fsync, the database's checkpoints) and how
+	// much idem's.
+	floorHalf := measurePaced("floor@half", "the floor at half the keyed peak", half, func(ctx context.Context, w, i int) error {
+		k := fmt.Sprintf("flh-%d-%d", w, i)
+		r, err := post(ctx, client, floorURLs[(w+i)%len(floorURLs)], "bench-"+k, "", body(k), false)
+		return expect(r, err, 201, false)
+	})
+	sr.Rows = append(sr.Rows, floor, floorHalf)
+	sr.Rows[firstHalfAt].OverFloorP99Ms = sr.Rows[firstHalfAt].P99Ms - floorHalf.P99Ms
 	for _, s := range servers {
 		s.stop()
 	}

@@ -324,6 +324,24 @@ func (d *DB) callTx(call *idem.Call) (querier, error) {
 	return nil, fmt.Errorf("demo: the call of %s carries a %T, not a transaction of the demo's %s database (run the demo on the store's URL)", call.Operation, call.Transaction(), d.dialect)
 }
 
+// notCommitted marks err, what InTx returned, idem.NotDispatched when it
+// is a store failure (STORE_UNAVAILABLE, the caller's ctx still live) of a
+// transaction certain not to have committed: on SQLite any failure, a
+// failed COMMIT included (its frames are never added to the WAL's index,
+// and the next write overwrites them); on PostgreSQL one raised before
+// COMMIT was sent, since a COMMIT whose answer was lost may have
+// committed. A handler whose effect lives wholly in that transaction
+// returns it: the pipeline then frees the key instead of leaving the
+// record indeterminate. Any other err comes back as it is.
+func (d *DB) notCommitted(ctx context.Context, err error) error {
+	var before errBeforeCommit
+	if ctx.Err() != nil || !errors.Is(err, idem.ErrStoreUnavailable) ||
+		(d.dialect != "sqlite" && !errors.As(err, &before)) {
+		return err
+	}
+	return idem.NotDispatched(err)
+}
+
 // errBeforeCommit marks errors raised before COMMIT was sent.
 type errBeforeCommit struct{ error }
 

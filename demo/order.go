@@ -129,6 +129,17 @@ func (a *App) showOrder(ctx context.Context, call *idem.Call, in orderShowInput)
 // refundOrder checks the business rule and calls the gateway in one
 // transaction, with the order row locked, so that concurrent refunds of
 // one order cannot both pass the check.
+//
+// That transaction holds the gateway's effect, so when it fails for the
+// store (a full disk, an unreachable database) nothing was refunded, and
+// the error is returned NotDispatched (DB.notCommitted): the pipeline frees
+// the key and gives the approval back (SPEC §8), and the caller's 503
+// STORE_UNAVAILABLE is retryable with the same key. A COMMIT whose failure
+// may be a lie is kept out: on PostgreSQL a COMMIT whose answer was lost
+// stays indeterminate. On SQLite a COMMIT whose frames were written but not
+// synced is overwritten by the next write, the release among them; only a
+// crash before that brings it back, and then the reservation, in the same
+// file and never released, holds the key with it.
 func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) (refundResult, error) {
 	var sim refundSimulate
 	if in.Simulate != nil {
@@ -210,7 +221,7 @@ func (a *App) refundOrder(ctx context.Context, call *idem.Call, in refundInput) 
 		return nil
 	})
 	if err != nil {
-		return refundResult{}, err
+		return refundResult{}, a.db.notCommitted(ctx, err)
 	}
 	if sim.FailAfterEffect {
 		return refundResult{}, errors.New("simulated failure after the gateway applied the refund (simulate.failAfterEffect)")

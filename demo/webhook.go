@@ -228,7 +228,9 @@ func (a *App) webhookTrigger() idem.Operation {
 // request leaves: a crash after sending leaves a 'sending' row for
 // webhook.deliveries to show. A receiver's non-2xx answer, or none, is a
 // recorded outcome (200, delivered: false), not an error: the effect this
-// operation promises is the attempt.
+// operation promises is the attempt. A store failure before the send is
+// returned NotDispatched (DB.notCommitted): nothing was sent, and the key
+// is freed.
 func (a *App) triggerWebhook(ctx context.Context, call *idem.Call, in webhookTriggerIn) (Delivery, error) {
 	org := call.Principal.Org
 	now := a.now()
@@ -259,7 +261,7 @@ func (a *App) triggerWebhook(ctx context.Context, call *idem.Call, in webhookTri
 		return err
 	})
 	if err != nil || done {
-		return d, err
+		return d, a.db.notCommitted(ctx, err)
 	}
 	// Open the secret before recording an attempt: a webhook whose sealing
 	// key is gone fails here (500), with nothing sent or recorded.
@@ -276,7 +278,7 @@ func (a *App) triggerWebhook(ctx context.Context, call *idem.Call, in webhookTri
 		return err
 	})
 	if err != nil {
-		return Delivery{}, err
+		return Delivery{}, a.db.notCommitted(ctx, err)
 	}
 
 	body, err := json.Marshal(EventBody{

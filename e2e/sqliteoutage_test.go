@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"database/sql"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite" // checkpoint's driver
 )
 
 // TestSQLiteOutages breaks the SQLite store under a running server in the
@@ -17,11 +20,19 @@ import (
 // read-only (the immutable attribute on the database and its WAL: every
 // write, even through a file already open, fails with EPERM) and the disk
 // fills up (a small file system filled by another file). In both the server must
-// fail closed: a keyed refund is either refused with 503
+// fail closed: a keyed refund is either refused with a retryable 503
 // STORE_UNAVAILABLE, its key not consumed and nothing run, or it holds a
-// reservation; replays of completed records keep being served. Once the
-// disk is writable again the same server recovers without a restart: the
-// refused keys execute once, and every key's answer stays consistent
+// reservation; replays of completed records keep being served. On a full
+// disk a reservation may still fit where the refund's own transaction
+// does not (the WAL reuses its space once checkpointed): that refund
+// reports nothing refunded (demo.refundOrder, NotDispatched) and its key
+// is released, or, when the release does not fit either, its 503 is not
+// retryable, names the reconcile read and leaves the key held (SPEC §6.4),
+// to become indeterminate by lease like a record whose completion the full
+// disk refused (answered, but its record left in flight). Once the disk is
+// writable again the same server recovers without a restart: the refused
+// keys execute once, the held ones and those whose completion was refused
+// end indeterminate, and every key's answer stays consistent
 // (ledger.observe, the gateway ledger).
 //
 // It needs root and a loop device (mount -o loop, chattr), as CI has;
@@ -115,11 +126,16 @@ func TestSQLiteOutages(t *testing.T) {
 	})
 
 	t.Run("disk full", func(t *testing.T) {
+		// The WAL checkpointed, as the writer does every 1,000 pages or so,
+		// so that it has room to reuse when the disk fills: a reservation
+		// may then fit where the refund's own transaction, its release or
+		// its completion does not.
+		checkpoint(t, db)
 		filler := fill(t, fs)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		var refused []*keyed
+		var refused, held, answered []*keyed
 		for w := range 4 {
 			wg.Add(1)
 			wrng := rand.New(rand.NewPCG(seed, uint64(10+w)))
@@ -132,22 +148,59 @@ func TestSQLiteOutages(t *testing.T) {
 					default:
 					}
 					k := l.newRefund(wrng, "full")
-					if r, err := l.send(t, s, k, true); err == nil && r.status == 503 {
+					r, err := l.send(t, s, k, true)
+					if err == nil && r.status < 500 {
 						mu.Lock()
-						refused = append(refused, k)
+						answered = append(answered, k)
 						mu.Unlock()
 					}
+					if err != nil || r.status != 503 {
+						continue
+					}
+					mu.Lock()
+					if r.body["retryable"] == true {
+						refused = append(refused, k)
+						if r.get("meta.attempts") != nil { // the handler ran
+							l.tally.add("disk full: refused after the reservation, released", 1)
+						}
+					} else if r.get("details.reconcile") == "order.show" {
+						held = append(held, k)
+					} else {
+						t.Errorf("%s: a 503 neither retryable nor naming the reconcile read: %s", k.key, r.raw)
+					}
+					mu.Unlock()
 				}
 			}()
 		}
 		waitFor(t, 60*time.Second, "a 503 STORE_UNAVAILABLE from a full disk", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(refused) >= 8
+			return len(refused)+len(held) >= 8
 		})
 		close(stop)
 		wg.Wait()
 		notRun(t, s, refused)
+		for _, k := range held {
+			if r := s.do(t, "GET", "/v1/attempts/"+k.key, k.token, ""); r.status != 200 {
+				t.Fatalf("%s: a 503 not retryable, but its record reads %d %s; want the key held", k.key, r.status, r.raw)
+			}
+		}
+		notAtGateway(t, s, held) // nothing ran: its release failed
+		l.tally.add("disk full: refused", len(refused))
+		l.tally.add("disk full: held", len(held))
+		// An answer below 500 whose record still reads in flight (no other
+		// call with its key runs): its completion was refused after the
+		// answer was made, and the record becomes indeterminate by lease
+		// (pipeline finalize). It is no longer counted completed.
+		for _, k := range answered {
+			r := s.do(t, "GET", "/v1/attempts/"+k.key, k.token, "")
+			if r.status == 200 && r.get("data.state") == "in_flight" {
+				l.mu.Lock()
+				k.completed, k.result = false, ""
+				l.mu.Unlock()
+				l.tally.add("disk full: completion refused", 1)
+			}
+		}
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +208,8 @@ func TestSQLiteOutages(t *testing.T) {
 	})
 
 	// Every key, retried: completed ones replay, refused ones ran once,
-	// records whose completion the full disk refused became indeterminate.
+	// records whose completion (or release) the full disk refused became
+	// indeterminate.
 	for end := time.Now().Add(crashLease + 15*time.Second); l.retryAll(t, s, true) > 0; time.Sleep(250 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("keys still in flight after their lease")
@@ -168,12 +222,20 @@ func TestSQLiteOutages(t *testing.T) {
 // notRun fails unless none of keys reached the gateway or holds a record.
 func notRun(t *testing.T, s *server, keys []*keyed) {
 	t.Helper()
-	refused := map[string]bool{}
 	for _, k := range keys {
-		refused[principals[k.token]+" "+k.key] = true
 		if r := s.do(t, "GET", "/v1/attempts/"+k.key, k.token, ""); r.status != 404 {
 			t.Fatalf("%s: refused with 503 but its record reads %d %s", k.key, r.status, r.raw)
 		}
+	}
+	notAtGateway(t, s, keys)
+}
+
+// notAtGateway fails if any of keys reached the gateway.
+func notAtGateway(t *testing.T, s *server, keys []*keyed) {
+	t.Helper()
+	refused := map[string]bool{}
+	for _, k := range keys {
+		refused[principals[k.token]+" "+k.key] = true
 	}
 	for _, token := range []string{"demo-agent", "demo-other-org"} {
 		for _, e := range ledgerEffects(t, s, token) {
@@ -182,6 +244,23 @@ func notRun(t *testing.T, s *server, keys []*keyed) {
 			}
 		}
 	}
+}
+
+// checkpoint copies the WAL of the SQLite database at path into it from a
+// connection of this process (PASSIVE: beside the server's), so that the
+// server's next write starts the WAL again from its beginning.
+func checkpoint(t *testing.T, path string) {
+	t.Helper()
+	c, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var busy, frames, done int
+	if err := c.QueryRow(`PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &done); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint: %d of the WAL's %d frames copied (busy %d)", done, frames, busy)
 }
 
 // fill writes a file in dir until the file system is full and returns its

@@ -92,3 +92,35 @@ func TestStoreUnavailableBeforeStartSaysNothingRan(t *testing.T) {
 		t.Fatalf("store failure before start: %s", resp.Body())
 	}
 }
+
+// unreleasable fails every Release, as a store whose disk is full.
+type unreleasable struct{ idem.Store }
+
+func (unreleasable) Release(context.Context, idem.ReleaseParams) error {
+	return idem.Unavailable("release", errors.New("database or disk is full"))
+}
+
+// A handler that certainly did nothing (NotDispatched) frees its key; when
+// that release fails too, the key stays held, and the answer says so: not
+// retryable, with the reconcile read (SPEC §6.4), the key named as held.
+func TestNotDispatchedWhoseReleaseFailsHoldsTheKey(t *testing.T) {
+	op := idem.Define(createMeta(), func(ctx context.Context, call *idem.Call, in createIn) (thing, error) {
+		return thing{}, idem.NotDispatched(idem.Unavailable("things", errors.New("database or disk is full")))
+	})
+	f := newFixture(t, []idem.Operation{op, showOp()})
+	f = newFixtureOn(t, f.clock, unreleasable{f.store}, []idem.Operation{op, showOp()})
+	resp := f.do(t.Context(), call{op: "thing.create", body: map[string]string{"name": "a"}, key: "k-held"})
+	p := problemOf(t, resp)
+	if resp.Status != 503 || p.Code != idem.CodeStoreUnavailable || p.Retryable || p.Details["reconcile"] != "thing.show" {
+		t.Fatalf("not dispatched, release failed: %s; want 503 STORE_UNAVAILABLE, not retryable, details.reconcile thing.show", resp.Body())
+	}
+	for _, want := range []string{`idempotency key "k-held"`, "held", "run thing.show"} {
+		if !strings.Contains(p.Detail, want) {
+			t.Errorf("detail %q does not say %q", p.Detail, want)
+		}
+	}
+	a, err := f.store.GetAttempt(t.Context(), idem.GetAttemptParams{Scope: agent.Scope(), Key: "k-held"})
+	if err != nil || a.State != idem.AttemptInFlight {
+		t.Fatalf("the record after a failed release: %+v, %v; want it held in flight", a, err)
+	}
+}

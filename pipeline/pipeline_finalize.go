@@ -103,8 +103,11 @@ func (x *execution) finalize(ctx context.Context, o outcome, fence int64) idem.R
 // reservation is removed, so that the key is free again, and the approval
 // it consumed is given back in the same transaction (SPEC §8: nothing
 // ran), and the answer says the call may be sent again with it. Should
-// the release fail (fenced: the lease passed first; or the store), the
-// record stays as it is and a same-key retry reads it.
+// the release fail (fenced: the lease passed first; or the store: a full
+// disk refuses it as it refused the handler), the record stays held and
+// becomes indeterminate by lease, so the answer is as for any keyed 5xx
+// after the start (SPEC §6.4): not retryable, with the reconcile read; it
+// says that nothing ran and that the key stays held.
 func (x *execution) release(ctx context.Context, o outcome, fence int64) idem.Result {
 	var e idem.Error
 	if o.err != nil {
@@ -125,8 +128,11 @@ func (x *execution) release(ctx context.Context, o outcome, fence int64) idem.Re
 	if err != nil {
 		x.r.cfg.Logger.Error("release reservation", "executionId", x.executionID, "error", err)
 		e.Retryable = false
-		e.Message += "; the reservation of the key could not be released, so a same-key retry reads it: run " + reconcileOrRead(x.op.meta)
-		return idem.ProblemResult(idem.NewProblem(&e, x.meta()))
+		e.Message += fmt.Sprintf("; nothing was executed, but idempotency key %q could not be released and stays held "+
+			"(a same-key retry answers IDEMPOTENCY_KEY_IN_FLIGHT, then IDEMPOTENCY_RESULT_INDETERMINATE once its lease passes): "+
+			"run %s to confirm, then send the call under a new key", x.key, reconcileOrRead(x.op.meta))
+		held := e.WithDetail("reconcile", reconcileName(x.op.meta))
+		return idem.ProblemResult(idem.NewProblem(held, x.meta()))
 	}
 	return resp
 }

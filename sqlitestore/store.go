@@ -3,7 +3,9 @@
 //
 // Each Store has one write connection, whose transactions are BEGIN
 // IMMEDIATE and shared by the writes waiting at the same moment (group
-// commit, one fsync for all of them), and a small pool of read connections. Several Stores, even in
+// commit, one fsync for all of them; the WAL checkpointed between batches,
+// never inside a commit: checkpoint.go), and a small pool of read
+// connections. Several Stores, even in
 // several processes, may share one file: SQLite's write lock, waited for up
 // to the busy timeout, serializes their writes.
 //
@@ -50,8 +52,11 @@ type Store struct {
 	busy   busyKeys // keys of transactional executions in the writer
 	// Prepared statements of each pool.
 	wstmts, rstmts *stmtCache
-	migrated       []string // by Open
-	path           string   // the database file, absolute where it can be, for errors
+	ckpt           *checkpointer // checkpoint.go
+	// commitProbe, when set (tests), wraps every commit of the writer.
+	commitProbe func(commit func() error) error
+	migrated    []string // by Open
+	path        string   // the database file, absolute where it can be, for errors
 }
 
 // maxBatch caps the writes that share one transaction.
@@ -80,7 +85,9 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		return nil, err
 	}
 
-	w, err := openPool(ctx, path, 1, "_txlock=immediate")
+	// The writer's commits never checkpoint: it does between batches
+	// (checkpoint.go).
+	w, err := openPool(ctx, path, 1, "_txlock=immediate&_pragma=wal_autocheckpoint(0)")
 	if err != nil {
 		return nil, err
 	}
@@ -94,11 +101,13 @@ func Open(ctx context.Context, path string, cfg idem.StoreConfig) (*Store, error
 		w.Close()
 		return nil, err
 	}
-	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r), migrated: migrated, path: path}
+	s := &Store{w: w, r: r, clock: cfg.Clock, wstmts: newStmtCache(w), rstmts: newStmtCache(r), migrated: migrated, path: path,
+		ckpt: newCheckpointer(w)}
 	if abs, err := filepath.Abs(path); err == nil {
 		s.path = abs
 	}
-	s.writes = groupcommit.NewIsolated(s.runWrite, isolate, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout})
+	s.writes = groupcommit.NewIsolated(s.runWrite, isolate, groupcommit.Config{Workers: 1, MaxBatch: maxBatch, Timeout: 2 * busyTimeout,
+		After: s.ckpt.after})
 	return s, nil
 }
 
@@ -211,6 +220,9 @@ func (s *Store) runWrite(ctx context.Context, fn groupcommit.Fn[txn]) error {
 	defer tx.Rollback()
 	if err := fn(ctx, txn{tx, s.wstmts}); err != nil {
 		return err
+	}
+	if s.commitProbe != nil {
+		return s.commitProbe(tx.Commit)
 	}
 	return tx.Commit()
 }

@@ -56,6 +56,12 @@ type Config struct {
 	// Timeout bounds a shared transaction, which runs detached from its
 	// callers' cancellations.
 	Timeout time.Duration
+	// After, if set, runs on a worker after each of its transactions, once
+	// every caller of it has been answered, with the number of calls then
+	// waiting for a worker: the place for upkeep of the database that must
+	// not delay a commit (sqlitestore's WAL checkpoint), best done when
+	// queued is 0. The worker takes no new batch until it returns.
+	After func(queued int)
 }
 
 // Isolate runs one caller's function of a shared transaction under a

@@ -306,3 +306,47 @@ func TestIsolatedFailureRollsBackOnlyItsCallAndRunsNothingTwice(t *testing.T) {
 		t.Errorf("%d transactions, want 2 (the first alone, then one batch): the failure must not split the batch", d.txs)
 	}
 }
+
+// Config.After runs after each transaction, once its callers have their
+// answers, with the number of calls waiting then; the worker takes the
+// next batch only when it returns.
+func TestAfterRunsOnceTheBatchIsAnswered(t *testing.T) {
+	d := &db{}
+	var mu sync.Mutex
+	var queued []int
+	answered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	c := New(d.run, Config{Workers: 1, MaxBatch: 64, After: func(n int) {
+		<-answered // the batch's caller was answered first
+		mu.Lock()
+		queued = append(queued, n)
+		mu.Unlock()
+		if len(queued) == 1 {
+			<-release // hold the worker: the next calls queue
+		}
+	}})
+	defer c.Close()
+	if err := c.Do(t.Context(), write("first")); err != nil {
+		t.Fatal(err)
+	}
+	answered <- struct{}{}
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			if err := c.Do(t.Context(), write(fmt.Sprint("w", i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitFor(t, func() bool { return len(c.queue) == 3 })
+	if d.txs != 1 {
+		t.Fatalf("%d transactions while After held the worker, want 1", d.txs)
+	}
+	close(release)
+	wg.Wait()
+	answered <- struct{}{}
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(queued) == 2 })
+	if queued[1] != 0 || d.txs != 2 {
+		t.Errorf("After saw %v waiting calls over %d transactions, want 0 the second time, over 2 (the first alone, then the three queued behind After)", queued, d.txs)
+	}
+}

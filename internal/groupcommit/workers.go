@@ -162,6 +162,9 @@ func (w *workers[V, R]) work() {
 		}
 		if live := w.take(batch); len(live) > 0 {
 			w.serve(live)
+			if w.cfg.After != nil {
+				w.cfg.After(len(w.queue))
+			}
 		}
 		clear(batch)
 	}
