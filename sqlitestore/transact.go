@@ -91,12 +91,20 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		res = idem.TransactResult{}
 		start, forgotten := now, false
 		if p.Key != "" {
-			a, live, gone, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
-			if err != nil || live {
-				res.Attempt = a
+			// A first execution finds no record: a probe of one column
+			// says so; the record is read whole only when there is one.
+			held, err := keyHeld(ctx, tx, p.Scope, p.Key)
+			if err != nil {
 				return err
 			}
-			forgotten = gone
+			if held {
+				a, live, gone, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
+				if err != nil || live {
+					res.Attempt = a
+					return err
+				}
+				forgotten = gone
+			}
 		}
 		if err := consumeApproval(ctx, tx, p.StartParams, start); err != nil {
 			return err
