@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -49,28 +50,45 @@ func canInsertFinal(c idem.CompleteParams, id string) bool {
 }
 
 // insertFinalTx stores c as the key's final record, with its execution
-// and events, in tx (finalSQL); start is when the execution began.
-func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.CompleteParams, headers []byte, start, now time.Time) (idem.Attempt, error) {
+// and events, in tx (finalSQL), and returns the record as stored; start is
+// when the execution began, headers c's replayed headers (filtered) and
+// their JSON. Only the fencing token comes back: the rest is what was
+// sent, at the store's precision (microseconds), so that the body is not
+// read back nor the headers decoded again.
+func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.CompleteParams, headers http.Header, headersJSON []byte, start, now time.Time) (idem.Attempt, error) {
+	fin := c.Finish
+	a := idem.Attempt{
+		Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, FingerprintVersion: p.FingerprintVersion,
+		State: idem.FinalState(c.Status), ExecutionID: p.ExecutionID, Status: c.Status, Headers: headers, Body: c.Body,
+		SealedKeyID: c.SealedKeyID, Attempts: fin.Attempts,
+		LeaseExpiresAt: micro(start.Add(p.Lease)), CreatedAt: micro(start), CompletedAt: micro(now), ExpiresAt: micro(start.Add(p.Retention)),
+	}
 	var secretExpiresAt *time.Time
 	if c.SealedKeyID != "" {
-		t := now.Add(c.SecretWindow)
-		secretExpiresAt = &t
+		a.SecretExpiresAt = micro(now.Add(c.SecretWindow))
+		secretExpiresAt = &a.SecretExpiresAt
 	}
-	fin := c.Finish
 	x := newExecution(p.StartParams, p.Key, start)
 	events, err := encodeEvents(append(x.Events, fin.Events...), now)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	a, err := scanAttempt(tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
-		p.ExecutionID, start.Add(p.Lease), start, start.Add(p.Retention), string(idem.FinalState(c.Status)), c.Status,
-		headers, c.Body, nullable(c.SealedKeyID), now, secretExpiresAt, fin.Attempts, string(fin.Outcome),
-		nullable(string(fin.Code)), events, p.FingerprintVersion))
+	err = tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
+		p.ExecutionID, a.LeaseExpiresAt, a.CreatedAt, a.ExpiresAt, string(a.State), c.Status,
+		headersJSON, c.Body, nullable(c.SealedKeyID), a.CompletedAt, secretExpiresAt, fin.Attempts, string(fin.Outcome),
+		nullable(string(fin.Code)), events, p.FingerprintVersion).Scan(&a.FencingToken)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "idem_records_key" {
 		// A holder committed between peekSQL's snapshot and its lock: the
 		// key is busy, and nothing of this execution commits.
 		return idem.Attempt{}, idem.ErrKeyBusy
 	}
-	return a, err
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	return a, nil
 }
+
+// micro is t in UTC at the store's precision: timestamptz keeps
+// microseconds, and pgx sends t's microseconds, the nanoseconds cut.
+func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

@@ -175,7 +175,7 @@ func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.Com
 			Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, FingerprintVersion: p.FingerprintVersion,
 			State:       idem.FinalState(c.Status),
 			ExecutionID: p.ExecutionID, LeaseExpiresAt: fromMicros(micros(start.Add(p.Lease))), Status: c.Status,
-			Headers: idem.FilterReplayedHeaders(c.Headers), Body: c.Body, SealedKeyID: c.SealedKeyID,
+			Headers: idem.FilterReplayedHeaders(c.Headers), Body: c.Body, SealedKeyID: c.SealedKeyID, Attempts: fin.Attempts,
 			CreatedAt: start, CompletedAt: now, ExpiresAt: fromMicros(micros(start.Add(p.Retention))),
 		}
 		if c.SealedKeyID != "" {
