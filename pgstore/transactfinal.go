@@ -3,12 +3,14 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idem-run/idem"
 )
@@ -28,14 +30,50 @@ var peekSQL = statement("peek")
 // lease; the caller answers it, held or not); busy when another
 // transaction holds the key and nothing live is committed.
 func peekTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time) (a idem.Attempt, found, busy bool, err error) {
-	var held bool
-	a, err = scanAttempt(prefixed{tx.QueryRow(ctx, peekSQL, p.Scope.Org, p.Scope.Principal, p.Key, keyLockSeed,
-		strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)), []any{&held, &found}})
-	if err != nil {
+	row := &peeked{}
+	if err = tx.QueryRow(ctx, peekSQL, p.Scope.Org, p.Scope.Principal, p.Key, keyLockSeed,
+		strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)).Scan(row); err != nil {
 		return idem.Attempt{}, false, false, err
 	}
-	found = found && !a.Forgotten(now)
-	return a.Observe(now), found, !held && !found, nil
+	a, found = row.a, row.found && !row.a.Forgotten(now)
+	return a.Observe(now), found, !row.held && !found, nil
+}
+
+// peeked is peekSQL's row. A first execution finds no record: its two
+// flags are read from the row as it came, and the record's columns (which
+// pgx would plan and decode one by one, NULLs too) only when there is one.
+type peeked struct {
+	held, found bool
+	a           idem.Attempt
+}
+
+func (p *peeked) ScanRow(rows pgx.Rows) error {
+	raw, fields := rows.RawValues(), rows.FieldDescriptions()
+	if len(raw) < 2 || len(fields) < 2 {
+		return fmt.Errorf("peek: %d columns", len(raw))
+	}
+	var err error
+	if p.held, err = rawBool(raw[0], fields[0].Format); err != nil {
+		return err
+	}
+	if p.found, err = rawBool(raw[1], fields[1].Format); err != nil || !p.found {
+		return err
+	}
+	var held, found bool
+	p.a, err = scanAttempt(prefixed{rows, []any{&held, &found}})
+	return err
+}
+
+// rawBool reads a boolean as PostgreSQL sent it: one byte in the binary
+// format, "t" or "f" in the text one.
+func rawBool(v []byte, format int16) (bool, error) {
+	switch {
+	case format == pgtype.BinaryFormatCode && len(v) == 1:
+		return v[0] != 0, nil
+	case format == pgtype.TextFormatCode && len(v) == 1 && (v[0] == 't' || v[0] == 'f'):
+		return v[0] == 't', nil
+	}
+	return false, fmt.Errorf("peek: %q is not a boolean", v)
 }
 
 // finalSQL inserts a transactional execution's final record, which is its

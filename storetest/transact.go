@@ -122,6 +122,17 @@ func testTransactReturnsTheRecord(t *testing.T, e *env) {
 	if got := mustGet(t, s, scopeA, "key-1"); !reflect.DeepEqual(res.Attempt, got) {
 		t.Errorf("Transact returned\n%+v\nthe store holds\n%+v", res.Attempt, got)
 	}
+	// Past retention the record lets the key go: the key runs afresh,
+	// and the new record is returned as held too.
+	e.clock.Advance(keepFor + time.Hour)
+	again := reserveParams(scopeA, "key-1", fpOne)
+	res, err = transactor(t, s).Transact(ctx(t), again, succeed(e, "b"))
+	if err != nil || !res.Committed || res.Attempt.ExecutionID != again.ExecutionID {
+		t.Fatalf("Transact past retention = %+v, %v; want a fresh, committed run", res, err)
+	}
+	if got := mustGet(t, s, scopeA, "key-1"); !reflect.DeepEqual(res.Attempt, got) {
+		t.Errorf("Transact past retention returned\n%+v\nthe store holds\n%+v", res.Attempt, got)
+	}
 }
 
 func testTransactAbort(t *testing.T, e *env) {
