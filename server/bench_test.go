@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/internal/pgtest"
 	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/server"
@@ -39,6 +41,19 @@ import (
 // SQLite's engine, the garbage collector) per call, as the harness reads
 // the server's from /proc.
 func BenchmarkServerCall(b *testing.B) { benchServerCall(b, nil) }
+
+// BenchmarkServerCallPG is BenchmarkServerCall on PostgreSQL: on the server
+// IDEM_TEST_DATABASE_URL names, else on a private cluster started for it
+// (pgtest.StartCluster: fsync off, so it measures CPU, not the disk). The
+// database's CPU is not in cpu-µs/op: it is another process.
+func BenchmarkServerCallPG(b *testing.B) {
+	admin := os.Getenv(pgtest.EnvURL)
+	if admin == "" {
+		admin = pgtest.StartCluster(b).URL()
+		b.Setenv(pgtest.EnvURL, admin)
+	}
+	benchServerCallOn(b, nil, pgtest.NewDatabase(b))
+}
 
 // BenchmarkServerCallTracing is BenchmarkServerCall traced: noop with the
 // no-op provider (the runner's spans, not recording; no otelhttp),
@@ -59,9 +74,17 @@ func BenchmarkServerCallTracing(b *testing.B) {
 	})
 }
 
-func benchServerCall(b *testing.B, tp trace.TracerProvider) {
+func benchServerCall(b *testing.B, tp trace.TracerProvider) { benchServerCallOn(b, tp, "") }
+
+// benchServerCallOn runs the calls on the PostgreSQL database pgURL, or on
+// SQLite when it is "".
+func benchServerCallOn(b *testing.B, tp trace.TracerProvider, pgURL string) {
 	dir := b.TempDir()
-	store, err := sqlitestore.Open(b.Context(), filepath.Join(dir, "idem.db"), idem.StoreConfig{})
+	storeURL := "sqlite:" + filepath.Join(dir, "idem.db")
+	if pgURL != "" {
+		storeURL = pgURL
+	}
+	store, err := server.OpenStore(b.Context(), storeURL, idem.StoreConfig{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -72,7 +95,11 @@ func benchServerCall(b *testing.B, tp trace.TracerProvider) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	app, err := demo.Open(b.Context(), "sqlite:"+filepath.Join(dir, "idem.db"), demo.Config{Sealer: box, Writer: store.Write})
+	cfg := demo.Config{Sealer: box}
+	if s, ok := store.(*sqlitestore.Store); ok {
+		cfg.Writer = s.Write
+	}
+	app, err := demo.Open(b.Context(), storeURL, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -116,6 +143,9 @@ func benchServerCall(b *testing.B, tp trace.TracerProvider) {
 	b.Run("first-2p", func(b *testing.B) {
 		// The harness's first-2p: order.refund, two-phase, one cent of an
 		// order of its own per call (bench/orders.go), prepared here.
+		if pgURL != "" {
+			b.Skip("the orders are prepared on SQLite only")
+		}
 		const orders = 100000
 		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "idem.db")+"?_pragma=busy_timeout(5000)")
 		if err != nil {
