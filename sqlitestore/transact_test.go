@@ -59,8 +59,9 @@ func TestTransactBesideAReaderAnswersFromTheRecord(t *testing.T) {
 // A transactional first execution reads none of a record it does not
 // find: its probe of the key selects one column, not attemptColumns,
 // whose names and types the driver reads on every query (issue 36: about
-// 50 of a first execution's 429 allocations). A key with a record is read
-// whole, and answers it.
+// 50 of a first execution's 429 allocations); and it runs no savepoint
+// (a business error's Undo writes the call's part again instead). A key
+// with a record is read whole, and answers it.
 func TestTransactFirstExecutionProbesTheKey(t *testing.T) {
 	s, taken := traced(t)
 	ctx := t.Context()
@@ -78,6 +79,9 @@ func TestTransactFirstExecutionProbesTheKey(t *testing.T) {
 	for _, st := range taken() {
 		if strings.Contains(st.q, attemptColumns) {
 			t.Errorf("a first execution read the key's whole record:\n%s", st.q)
+		}
+		if savepoint.MatchString(st.q) {
+			t.Errorf("a first execution, alone in its transaction, ran %s", st.q)
 		}
 	}
 	p.ExecutionID = "exe_2"
