@@ -79,52 +79,8 @@ func benchServerCall(b *testing.B, tp trace.TracerProvider) { benchServerCallOn(
 // benchServerCallOn runs the calls on the PostgreSQL database pgURL, or on
 // SQLite when it is "".
 func benchServerCallOn(b *testing.B, tp trace.TracerProvider, pgURL string) {
-	dir := b.TempDir()
-	storeURL := "sqlite:" + filepath.Join(dir, "idem.db")
-	if pgURL != "" {
-		storeURL = pgURL
-	}
-	store, err := server.OpenStore(b.Context(), storeURL, idem.StoreConfig{}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	box, err := secretbox.New(key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := demo.Config{Sealer: box}
-	if s, ok := store.(*sqlitestore.Store); ok {
-		cfg.Writer = s.Write
-	}
-	app, err := demo.Open(b.Context(), storeURL, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer app.Close()
-	tokens := httpapi.NewTokens(demo.Tokens())
-	srv, err := server.New(b.Context(), server.Config{
-		Operations: app.Operations(), Store: store, Auth: tokens, Routes: app.Routes(),
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Runner: pipeline.Config{Sealer: box, TracerProvider: tp},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := srv.Handler()
-	var sendTo func(path, key, body string) int
+	sendTo, dir := demoServer(b, tp, pgURL)
 	send := func(key, body string) int { return sendTo("/v1/businesses", key, body) }
-	sendTo = func(path, key, body string) int {
-		req := httptest.NewRequest("POST", path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer demo-agent")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		return w.Code
-	}
 	b.Run("first", func(b *testing.B) {
 		b.ReportAllocs()
 		// Per run: with -count, a run's keys would be the last's, replays.
@@ -182,6 +138,57 @@ func benchServerCallOn(b *testing.B, tp trace.TracerProvider, pgURL string) {
 		}
 		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
 	})
+}
+
+// demoServer serves idem serve --demo's handler in process on the
+// PostgreSQL database pgURL, or on SQLite in a temporary directory (dir)
+// when it is "", and returns a function that sends a keyed POST to it, as
+// the demo agent, and returns the status.
+func demoServer(t testing.TB, tp trace.TracerProvider, pgURL string) (sendTo func(path, key, body string) int, dir string) {
+	dir = t.TempDir()
+	storeURL := "sqlite:" + filepath.Join(dir, "idem.db")
+	if pgURL != "" {
+		storeURL = pgURL
+	}
+	store, err := server.OpenStore(t.Context(), storeURL, idem.StoreConfig{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, err := secretbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := demo.Config{Sealer: box}
+	if s, ok := store.(*sqlitestore.Store); ok {
+		cfg.Writer = s.Write
+	}
+	app, err := demo.Open(t.Context(), storeURL, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	tokens := httpapi.NewTokens(demo.Tokens())
+	srv, err := server.New(t.Context(), server.Config{
+		Operations: app.Operations(), Store: store, Auth: tokens, Routes: app.Routes(),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Runner: pipeline.Config{Sealer: box, TracerProvider: tp},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler()
+	return func(path, key, body string) int {
+		req := httptest.NewRequest("POST", path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer demo-agent")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}, dir
 }
 
 // cpuTime is the CPU time the process has used, user and system.
