@@ -215,8 +215,11 @@ func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) rowScanner {
 // sqlTx runs statements on a database/sql transaction.
 type sqlTx struct{ tx *sql.Tx }
 
+// Its statements go through sqlitestore's, which runs them prepared once
+// on the store's writer (a transaction of the demo's own pool runs them as
+// database/sql does).
 func (t sqlTx) exec(ctx context.Context, q string, args []any) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, q, args...)
+	res, err := sqlitestore.ExecContext(ctx, t.tx, q, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -224,7 +227,7 @@ func (t sqlTx) exec(ctx context.Context, q string, args []any) (int64, error) {
 }
 
 func (t sqlTx) query(ctx context.Context, q string, args []any) (rows, error) {
-	r, err := t.tx.QueryContext(ctx, q, args...)
+	r, err := sqlitestore.QueryContext(ctx, t.tx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +235,7 @@ func (t sqlTx) query(ctx context.Context, q string, args []any) (rows, error) {
 }
 
 func (t sqlTx) queryRow(ctx context.Context, q string, args []any) rowScanner {
-	return t.tx.QueryRowContext(ctx, q, args...)
+	return sqlitestore.QueryRowContext(ctx, t.tx, q, args...)
 }
 
 // pgxTx runs statements on a pgx transaction.

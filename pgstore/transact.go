@@ -127,14 +127,15 @@ func (s *Store) transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	} else {
 		c := out.Result
 		c.Scope, c.Key, c.FencingToken = p.Scope, p.Key, fence
+		replayed := idem.FilterReplayedHeaders(c.Headers)
 		var headers []byte
-		headers, err = json.Marshal(idem.FilterReplayedHeaders(c.Headers))
+		headers, err = json.Marshal(replayed)
 		switch {
 		case err != nil:
 		case final && !now.Before(start.Add(p.Lease)):
 			err = idem.ErrFenced // the lease passed while the handler ran
 		case final && canInsertFinal(c, p.ExecutionID):
-			res.Attempt, err = insertFinalTx(ctx, end, p, c, headers, start, now)
+			res.Attempt, err = insertFinalTx(ctx, end, p, c, replayed, headers, start, now)
 		case final:
 			// Events naming another execution, which finalSQL does not
 			// write: reserve now (the lock is this transaction's), then

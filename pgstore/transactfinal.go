@@ -3,11 +3,14 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idem-run/idem"
 )
@@ -27,14 +30,50 @@ var peekSQL = statement("peek")
 // lease; the caller answers it, held or not); busy when another
 // transaction holds the key and nothing live is committed.
 func peekTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, now time.Time) (a idem.Attempt, found, busy bool, err error) {
-	var held bool
-	a, err = scanAttempt(prefixed{tx.QueryRow(ctx, peekSQL, p.Scope.Org, p.Scope.Principal, p.Key, keyLockSeed,
-		strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)), []any{&held, &found}})
-	if err != nil {
+	row := &peeked{}
+	if err = tx.QueryRow(ctx, peekSQL, p.Scope.Org, p.Scope.Principal, p.Key, keyLockSeed,
+		strconv.FormatInt(max(p.Lease.Milliseconds(), 1), 10)).Scan(row); err != nil {
 		return idem.Attempt{}, false, false, err
 	}
-	found = found && !a.Forgotten(now)
-	return a.Observe(now), found, !held && !found, nil
+	a, found = row.a, row.found && !row.a.Forgotten(now)
+	return a.Observe(now), found, !row.held && !found, nil
+}
+
+// peeked is peekSQL's row. A first execution finds no record: its two
+// flags are read from the row as it came, and the record's columns (which
+// pgx would plan and decode one by one, NULLs too) only when there is one.
+type peeked struct {
+	held, found bool
+	a           idem.Attempt
+}
+
+func (p *peeked) ScanRow(rows pgx.Rows) error {
+	raw, fields := rows.RawValues(), rows.FieldDescriptions()
+	if len(raw) < 2 || len(fields) < 2 {
+		return fmt.Errorf("peek: %d columns", len(raw))
+	}
+	var err error
+	if p.held, err = rawBool(raw[0], fields[0].Format); err != nil {
+		return err
+	}
+	if p.found, err = rawBool(raw[1], fields[1].Format); err != nil || !p.found {
+		return err
+	}
+	var held, found bool
+	p.a, err = scanAttempt(prefixed{rows, []any{&held, &found}})
+	return err
+}
+
+// rawBool reads a boolean as PostgreSQL sent it: one byte in the binary
+// format, "t" or "f" in the text one.
+func rawBool(v []byte, format int16) (bool, error) {
+	switch {
+	case format == pgtype.BinaryFormatCode && len(v) == 1:
+		return v[0] != 0, nil
+	case format == pgtype.TextFormatCode && len(v) == 1 && (v[0] == 't' || v[0] == 'f'):
+		return v[0] == 't', nil
+	}
+	return false, fmt.Errorf("peek: %q is not a boolean", v)
 }
 
 // finalSQL inserts a transactional execution's final record, which is its
@@ -49,28 +88,45 @@ func canInsertFinal(c idem.CompleteParams, id string) bool {
 }
 
 // insertFinalTx stores c as the key's final record, with its execution
-// and events, in tx (finalSQL); start is when the execution began.
-func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.CompleteParams, headers []byte, start, now time.Time) (idem.Attempt, error) {
+// and events, in tx (finalSQL), and returns the record as stored; start is
+// when the execution began, headers c's replayed headers (filtered) and
+// their JSON. Only the fencing token comes back: the rest is what was
+// sent, at the store's precision (microseconds), so that the body is not
+// read back nor the headers decoded again.
+func insertFinalTx(ctx context.Context, tx pgx.Tx, p idem.ReserveParams, c idem.CompleteParams, headers http.Header, headersJSON []byte, start, now time.Time) (idem.Attempt, error) {
+	fin := c.Finish
+	a := idem.Attempt{
+		Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, FingerprintVersion: p.FingerprintVersion,
+		State: idem.FinalState(c.Status), ExecutionID: p.ExecutionID, Status: c.Status, Headers: headers, Body: c.Body,
+		SealedKeyID: c.SealedKeyID, Attempts: fin.Attempts,
+		LeaseExpiresAt: micro(start.Add(p.Lease)), CreatedAt: micro(start), CompletedAt: micro(now), ExpiresAt: micro(start.Add(p.Retention)),
+	}
 	var secretExpiresAt *time.Time
 	if c.SealedKeyID != "" {
-		t := now.Add(c.SecretWindow)
-		secretExpiresAt = &t
+		a.SecretExpiresAt = micro(now.Add(c.SecretWindow))
+		secretExpiresAt = &a.SecretExpiresAt
 	}
-	fin := c.Finish
 	x := newExecution(p.StartParams, p.Key, start)
 	events, err := encodeEvents(append(x.Events, fin.Events...), now)
 	if err != nil {
 		return idem.Attempt{}, err
 	}
-	a, err := scanAttempt(tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
-		p.ExecutionID, start.Add(p.Lease), start, start.Add(p.Retention), string(idem.FinalState(c.Status)), c.Status,
-		headers, c.Body, nullable(c.SealedKeyID), now, secretExpiresAt, fin.Attempts, string(fin.Outcome),
-		nullable(string(fin.Code)), events, p.FingerprintVersion))
+	err = tx.QueryRow(ctx, finalSQL, p.Scope.Org, p.Scope.Principal, p.Key, p.Operation, p.Fingerprint,
+		p.ExecutionID, a.LeaseExpiresAt, a.CreatedAt, a.ExpiresAt, string(a.State), c.Status,
+		headersJSON, c.Body, nullable(c.SealedKeyID), a.CompletedAt, secretExpiresAt, fin.Attempts, string(fin.Outcome),
+		nullable(string(fin.Code)), events, p.FingerprintVersion).Scan(&a.FencingToken)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "idem_records_key" {
 		// A holder committed between peekSQL's snapshot and its lock: the
 		// key is busy, and nothing of this execution commits.
 		return idem.Attempt{}, idem.ErrKeyBusy
 	}
-	return a, err
+	if err != nil {
+		return idem.Attempt{}, err
+	}
+	return a, nil
 }
+
+// micro is t in UTC at the store's precision: timestamptz keeps
+// microseconds, and pgx sends t's microseconds, the nanoseconds cut.
+func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

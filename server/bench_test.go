@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/idem-run/idem"
 	"github.com/idem-run/idem/demo"
 	"github.com/idem-run/idem/httpapi"
+	"github.com/idem-run/idem/internal/pgtest"
 	"github.com/idem-run/idem/pipeline"
 	"github.com/idem-run/idem/secretbox"
 	"github.com/idem-run/idem/server"
@@ -39,6 +41,19 @@ import (
 // SQLite's engine, the garbage collector) per call, as the harness reads
 // the server's from /proc.
 func BenchmarkServerCall(b *testing.B) { benchServerCall(b, nil) }
+
+// BenchmarkServerCallPG is BenchmarkServerCall on PostgreSQL: on the server
+// IDEM_TEST_DATABASE_URL names, else on a private cluster started for it
+// (pgtest.StartCluster: fsync off, so it measures CPU, not the disk). The
+// database's CPU is not in cpu-µs/op: it is another process.
+func BenchmarkServerCallPG(b *testing.B) {
+	admin := os.Getenv(pgtest.EnvURL)
+	if admin == "" {
+		admin = pgtest.StartCluster(b).URL()
+		b.Setenv(pgtest.EnvURL, admin)
+	}
+	benchServerCallOn(b, nil, pgtest.NewDatabase(b))
+}
 
 // BenchmarkServerCallTracing is BenchmarkServerCall traced: noop with the
 // no-op provider (the runner's spans, not recording; no otelhttp),
@@ -59,45 +74,13 @@ func BenchmarkServerCallTracing(b *testing.B) {
 	})
 }
 
-func benchServerCall(b *testing.B, tp trace.TracerProvider) {
-	dir := b.TempDir()
-	store, err := sqlitestore.Open(b.Context(), filepath.Join(dir, "idem.db"), idem.StoreConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	box, err := secretbox.New(key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	app, err := demo.Open(b.Context(), "sqlite:"+filepath.Join(dir, "idem.db"), demo.Config{Sealer: box, Writer: store.Write})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer app.Close()
-	tokens := httpapi.NewTokens(demo.Tokens())
-	srv, err := server.New(b.Context(), server.Config{
-		Operations: app.Operations(), Store: store, Auth: tokens, Routes: app.Routes(),
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Runner: pipeline.Config{Sealer: box, TracerProvider: tp},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := srv.Handler()
-	var sendTo func(path, key, body string) int
+func benchServerCall(b *testing.B, tp trace.TracerProvider) { benchServerCallOn(b, tp, "") }
+
+// benchServerCallOn runs the calls on the PostgreSQL database pgURL, or on
+// SQLite when it is "".
+func benchServerCallOn(b *testing.B, tp trace.TracerProvider, pgURL string) {
+	sendTo, dir := demoServer(b, tp, pgURL)
 	send := func(key, body string) int { return sendTo("/v1/businesses", key, body) }
-	sendTo = func(path, key, body string) int {
-		req := httptest.NewRequest("POST", path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer demo-agent")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		return w.Code
-	}
 	b.Run("first", func(b *testing.B) {
 		b.ReportAllocs()
 		// Per run: with -count, a run's keys would be the last's, replays.
@@ -116,6 +99,9 @@ func benchServerCall(b *testing.B, tp trace.TracerProvider) {
 	b.Run("first-2p", func(b *testing.B) {
 		// The harness's first-2p: order.refund, two-phase, one cent of an
 		// order of its own per call (bench/orders.go), prepared here.
+		if pgURL != "" {
+			b.Skip("the orders are prepared on SQLite only")
+		}
 		const orders = 100000
 		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "idem.db")+"?_pragma=busy_timeout(5000)")
 		if err != nil {
@@ -152,6 +138,57 @@ func benchServerCall(b *testing.B, tp trace.TracerProvider) {
 		}
 		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
 	})
+}
+
+// demoServer serves idem serve --demo's handler in process on the
+// PostgreSQL database pgURL, or on SQLite in a temporary directory (dir)
+// when it is "", and returns a function that sends a keyed POST to it, as
+// the demo agent, and returns the status.
+func demoServer(t testing.TB, tp trace.TracerProvider, pgURL string) (sendTo func(path, key, body string) int, dir string) {
+	dir = t.TempDir()
+	storeURL := "sqlite:" + filepath.Join(dir, "idem.db")
+	if pgURL != "" {
+		storeURL = pgURL
+	}
+	store, err := server.OpenStore(t.Context(), storeURL, idem.StoreConfig{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, err := secretbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := demo.Config{Sealer: box}
+	if s, ok := store.(*sqlitestore.Store); ok {
+		cfg.Writer = s.Write
+	}
+	app, err := demo.Open(t.Context(), storeURL, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	tokens := httpapi.NewTokens(demo.Tokens())
+	srv, err := server.New(t.Context(), server.Config{
+		Operations: app.Operations(), Store: store, Auth: tokens, Routes: app.Routes(),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Runner: pipeline.Config{Sealer: box, TracerProvider: tp},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler()
+	return func(path, key, body string) int {
+		req := httptest.NewRequest("POST", path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer demo-agent")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}, dir
 }
 
 // cpuTime is the CPU time the process has used, user and system.

@@ -142,7 +142,7 @@ func TestPhaseStatements(t *testing.T) {
 				return idem.TxOutcome{Result: idem.CompleteParams{Status: http.StatusCreated, Body: []byte(`{}`), Finish: finish}}
 			})
 			return err
-		}, 2, 2}, // the key's read and the final record; the handler's row
+		}, 2, 2}, // the key's probe and the final record; the handler's row
 		{"Transact, unkeyed", func() error {
 			_, err := s.Transact(ctx, idem.ReserveParams{StartParams: idem.StartParams{ExecutionID: "exe_t", Scope: scope, Operation: "op", Fingerprint: "fp"}},
 				func(ctx context.Context, tx any) idem.TxOutcome {

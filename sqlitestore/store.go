@@ -204,7 +204,7 @@ func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Contex
 // data as INTERNAL, any other failure as STORE_UNAVAILABLE.
 func (s *Store) Write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.write(ctx, "application write", func(ctx context.Context, tx txn, _ time.Time) error {
-		return fn(ctx, tx.Tx)
+		return lend(tx, func(htx *sql.Tx) error { return fn(ctx, htx) })
 	})
 }
 

@@ -21,9 +21,55 @@ func Tx(call *idem.Call) *sql.Tx {
 	return tx
 }
 
+// handlerStmts maps the transaction a handler runs in (Transact's, or
+// Write's) to the writer's prepared statements while it runs: at most one
+// entry per write in flight (one writer).
+var handlerStmts sync.Map // *sql.Tx → *stmtCache
+
+// lend gives fn tx's prepared statements (ExecContext), for as long as it
+// runs.
+func lend[T any](tx txn, fn func(*sql.Tx) T) T {
+	handlerStmts.Store(tx.Tx, tx.stmts)
+	defer handlerStmts.Delete(tx.Tx)
+	return fn(tx.Tx)
+}
+
+// ExecContext runs q in tx, the transaction a handler was given (Tx, or
+// Write's function), through the store's statement prepared for q: the
+// store prepares every statement it sees once (a statement seen the first
+// time runs unprepared), where database/sql's tx.ExecContext has the
+// driver prepare and finalize it on every call, a fifth of a small
+// statement's cost. On any other transaction it is tx.ExecContext.
+func ExecContext(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	if c, ok := handlerStmts.Load(tx); ok {
+		return txn{tx, c.(*stmtCache)}.ExecContext(ctx, q, args...)
+	}
+	return tx.ExecContext(ctx, q, args...)
+}
+
+// QueryContext is ExecContext for a query.
+func QueryContext(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	if c, ok := handlerStmts.Load(tx); ok {
+		return txn{tx, c.(*stmtCache)}.QueryContext(ctx, q, args...)
+	}
+	return tx.QueryContext(ctx, q, args...)
+}
+
+// QueryRowContext is ExecContext for a query of one row.
+func QueryRowContext(ctx context.Context, tx *sql.Tx, q string, args ...any) *sql.Row {
+	if c, ok := handlerStmts.Load(tx); ok {
+		return txn{tx, c.(*stmtCache)}.QueryRowContext(ctx, q, args...)
+	}
+	return tx.QueryRowContext(ctx, q, args...)
+}
+
 // errAborted rolls back a transactional call whose handler failed; it
 // never leaves the store.
 var errAborted = errors.New("sqlitestore: transactional execution aborted")
+
+// errUndone rolls back a transactional call whose handler asked for Undo;
+// it never leaves the store.
+var errUndone = errors.New("sqlitestore: transactional execution undone")
 
 // busyKeys holds the keys whose transactional call is queued for or
 // running in this store's writer (an execution, or a request that will
@@ -62,7 +108,9 @@ func (b *busyKeys) release(k idem.ScopedKey) {
 // (bounded by the handler's timeout, and by the shared transaction's bound
 // of twice the busy timeout), and shares its commit with the writes queued
 // meanwhile. Each call of a batch has its own savepoint, so an aborted
-// execution rolls back alone.
+// execution rolls back alone. The handler has none of its own: a business
+// error (Undo) rolls the call back and writes its own part again in a
+// second transaction, so that the common path runs no savepoint.
 //
 // The execution's row is written once, final, at the end (insertFinalTx):
 // at the start the call only reads the key's record (the single writer
@@ -86,36 +134,44 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 		}
 		defer s.busy.release(k)
 	}
-	var res idem.TransactResult
+	var (
+		res   idem.TransactResult
+		start time.Time
+		out   idem.TxOutcome // the handler's, once it ran
+	)
 	err := s.write(ctx, "transact", func(ctx context.Context, tx txn, now time.Time) error {
-		res = idem.TransactResult{}
-		start, forgotten := now, false
-		if p.Key != "" {
-			a, live, gone, err := liveRecord(ctx, tx, p.Scope, p.Key, now)
-			if err != nil || live {
-				res.Attempt = a
-				return err
-			}
-			forgotten = gone
-		}
-		if err := consumeApproval(ctx, tx, p.StartParams, start); err != nil {
+		start = now
+		forgotten, err := s.open(ctx, tx, p, &res, start)
+		if err != nil || !res.Reserved {
 			return err
 		}
-		res.Reserved = true
-		out, err := runSaved(ctx, tx, run)
-		if err != nil {
-			return err
-		}
+		out = lend(tx, func(htx *sql.Tx) idem.TxOutcome { return run(ctx, htx) })
 		if out.Abort {
 			return errAborted
 		}
-		now = s.now() // the handler took time: the lease is checked against now
-		if p.Key != "" && !now.Before(start.Add(p.Lease)) {
-			return idem.ErrFenced // the lease passed while the handler ran
+		if out.Undo {
+			// No savepoint on the common path: a business error rolls
+			// the call back, the handler's writes with it, and its own
+			// part is written again below, in a transaction of its own.
+			return errUndone
 		}
-		res.Attempt, err = insertFinalTx(ctx, tx, p, out.Result, forgotten, start, now)
+		res.Attempt, err = s.closeTx(ctx, tx, p, out, forgotten, start)
 		return err
 	})
+	if errors.Is(err, errUndone) {
+		// Between the two, another call may have taken the key (another
+		// process, or another operation's reservation of the same key):
+		// then this one answers as when the key has a record, and
+		// nothing of it is stored.
+		err = s.write(ctx, "transact", func(ctx context.Context, tx txn, _ time.Time) error {
+			forgotten, err := s.open(ctx, tx, p, &res, start)
+			if err != nil || !res.Reserved {
+				return err
+			}
+			res.Attempt, err = s.closeTx(ctx, tx, p, out, forgotten, start)
+			return err
+		})
+	}
 	switch {
 	case errors.Is(err, errAborted), errors.Is(err, idem.ErrFenced):
 		// Rolled back: the handler failed, or its lease passed meanwhile.
@@ -125,6 +181,44 @@ func (s *Store) Transact(ctx context.Context, p idem.ReserveParams, run idem.Tra
 	}
 	res.Committed = res.Reserved
 	return res, nil
+}
+
+// open begins a transactional execution in tx: it reads the key (a first
+// execution finds no record: a probe of one column says so; the record is
+// read whole only when there is one) and consumes the approval, if any.
+// res is the key's live record, not reserved, when it has one; else
+// reserved, forgotten saying that a record past retention holds the key.
+func (s *Store) open(ctx context.Context, tx txn, p idem.ReserveParams, res *idem.TransactResult, start time.Time) (forgotten bool, err error) {
+	*res = idem.TransactResult{}
+	if p.Key != "" {
+		held, err := keyHeld(ctx, tx, p.Scope, p.Key)
+		if err != nil {
+			return false, err
+		}
+		if held {
+			a, live, gone, err := liveRecord(ctx, tx, p.Scope, p.Key, s.now())
+			if err != nil || live {
+				res.Attempt = a
+				return false, err
+			}
+			forgotten = gone
+		}
+	}
+	if err := consumeApproval(ctx, tx, p.StartParams, start); err != nil {
+		return false, err
+	}
+	res.Reserved = true
+	return forgotten, nil
+}
+
+// closeTx writes the execution's final row in tx, with out's result, unless
+// the lease passed while the handler ran (ErrFenced: nothing commits).
+func (s *Store) closeTx(ctx context.Context, tx txn, p idem.ReserveParams, out idem.TxOutcome, forgotten bool, start time.Time) (idem.Attempt, error) {
+	now := s.now() // the handler took time: the lease is checked against now
+	if p.Key != "" && !now.Before(start.Add(p.Lease)) {
+		return idem.Attempt{}, idem.ErrFenced
+	}
+	return insertFinalTx(ctx, tx, p, out.Result, forgotten, start, now)
 }
 
 // insertFinalSQL inserts the final row of a transactional execution: its
@@ -167,7 +261,7 @@ func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.Com
 			Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint, FingerprintVersion: p.FingerprintVersion,
 			State:       idem.FinalState(c.Status),
 			ExecutionID: p.ExecutionID, LeaseExpiresAt: fromMicros(micros(start.Add(p.Lease))), Status: c.Status,
-			Headers: idem.FilterReplayedHeaders(c.Headers), Body: c.Body, SealedKeyID: c.SealedKeyID,
+			Headers: idem.FilterReplayedHeaders(c.Headers), Body: c.Body, SealedKeyID: c.SealedKeyID, Attempts: fin.Attempts,
 			CreatedAt: start, CompletedAt: now, ExpiresAt: fromMicros(micros(start.Add(p.Retention))),
 		}
 		if c.SealedKeyID != "" {
@@ -188,25 +282,6 @@ func insertFinalTx(ctx context.Context, tx txn, p idem.ReserveParams, c idem.Com
 		return idem.Attempt{}, err
 	}
 	return a.Observe(now), nil
-}
-
-// runSaved calls run under a savepoint, rolled back to when it asks for
-// Undo.
-func runSaved(ctx context.Context, tx txn, run idem.TransactFunc) (idem.TxOutcome, error) {
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT handler`); err != nil {
-		return idem.TxOutcome{}, err
-	}
-	out := run(ctx, tx.Tx)
-	if out.Abort {
-		return out, nil // the whole call is rolled back
-	}
-	if out.Undo {
-		if _, err := tx.ExecContext(ctx, `ROLLBACK TO handler`); err != nil {
-			return idem.TxOutcome{}, err
-		}
-	}
-	_, err := tx.ExecContext(ctx, `RELEASE handler`)
-	return out, err
 }
 
 // isolate is the group commit's savepoint per call (groupcommit.Isolate):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 func init() {
 	register("TransactCommitsEverythingOnce", testTransactCommits)
+	register("TransactReturnsTheRecordItStored", testTransactReturnsTheRecord)
 	register("TransactAbortLeavesNothingAndFreesTheKey", testTransactAbort)
 	register("TransactUndoStoresTheAnswerWithoutTheEffect", testTransactUndo)
 	register("TransactBusyKeyAnswersAtOnce", testTransactBusy)
@@ -94,6 +96,42 @@ func testTransactCommits(t *testing.T, e *env) {
 	}
 	if got := e.Effects(t); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("effects = %v, want [a]", got)
+	}
+}
+
+// The record a committed Transact returns (which the runner's replay cache
+// keeps) is the one the store holds, field for field: a store may build it
+// from what it wrote rather than read it back, at the store's precision.
+func testTransactReturnsTheRecord(t *testing.T, e *env) {
+	s := e.s(t)
+	p := reserveParams(scopeA, "key-1", fpOne)
+	p.FingerprintVersion = 2
+	res, err := transactor(t, s).Transact(ctx(t), p, func(ctx context.Context, tx any) idem.TxOutcome {
+		if err := e.Effect(ctx, tx, "a"); err != nil {
+			return idem.TxOutcome{Abort: true}
+		}
+		r := txResult(http.StatusCreated, "\x00sealed\xff")
+		r.Headers.Set("Location", "/v1/things/a")
+		r.Headers.Set("X-Not-Replayed", "1")
+		r.SealedKeyID, r.SecretWindow = "k1", 15*time.Minute+time.Nanosecond
+		return idem.TxOutcome{Result: r}
+	})
+	if err != nil || !res.Committed {
+		t.Fatalf("Transact = %+v, %v", res, err)
+	}
+	if got := mustGet(t, s, scopeA, "key-1"); !reflect.DeepEqual(res.Attempt, got) {
+		t.Errorf("Transact returned\n%+v\nthe store holds\n%+v", res.Attempt, got)
+	}
+	// Past retention the record lets the key go: the key runs afresh,
+	// and the new record is returned as held too.
+	e.clock.Advance(keepFor + time.Hour)
+	again := reserveParams(scopeA, "key-1", fpOne)
+	res, err = transactor(t, s).Transact(ctx(t), again, succeed(e, "b"))
+	if err != nil || !res.Committed || res.Attempt.ExecutionID != again.ExecutionID {
+		t.Fatalf("Transact past retention = %+v, %v; want a fresh, committed run", res, err)
+	}
+	if got := mustGet(t, s, scopeA, "key-1"); !reflect.DeepEqual(res.Attempt, got) {
+		t.Errorf("Transact past retention returned\n%+v\nthe store holds\n%+v", res.Attempt, got)
 	}
 }
 

@@ -168,8 +168,8 @@ func (s *Schema) ValidateCounted(instance []byte) (errs []FieldError, total int)
 	if err != nil {
 		return []FieldError{{Path: "", Message: "body is not valid JSON: " + syntaxMessage(err)}}, 1
 	}
-	if fe := checkNumbers(v, nil); fe != nil {
-		return []FieldError{*fe}, 1
+	if !numbersWithin(v) {
+		return []FieldError{*checkNumbers(v, nil)}, 1
 	}
 	if s.validator == nil {
 		panic("schema: Validate on a Published schema, which has no validator")
@@ -268,18 +268,49 @@ const (
 	maxExponent  = 1000
 )
 
+// numbersWithin reports whether every number of v is within the limits.
+// It allocates nothing: on the common path no error needs a path or an
+// order (checkNumbers, run only when this fails, finds the first).
+func numbersWithin(v any) bool {
+	switch v := v.(type) {
+	case json.Number:
+		return numberProblem(v) == ""
+	case []any:
+		for _, e := range v {
+			if !numbersWithin(e) {
+				return false
+			}
+		}
+	case map[string]any:
+		for _, e := range v {
+			if !numbersWithin(e) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// numberProblem says why n is beyond the limits, "" when it is not.
+func numberProblem(n json.Number) string {
+	if len(n) > maxNumberLen {
+		return fmt.Sprintf("number is too long (over %d characters)", maxNumberLen)
+	}
+	if i := strings.IndexAny(string(n), "eE"); i >= 0 {
+		e, err := strconv.Atoi(string(n[i+1:]))
+		if err != nil || e > maxExponent || e < -maxExponent {
+			return fmt.Sprintf("number is out of range (exponent beyond ±%d)", maxExponent)
+		}
+	}
+	return ""
+}
+
 // checkNumbers reports the first number (in key order) beyond the limits.
 func checkNumbers(v any, path []string) *FieldError {
 	switch v := v.(type) {
 	case json.Number:
-		if len(v) > maxNumberLen {
-			return &FieldError{Path: pointer(path), Message: fmt.Sprintf("number is too long (over %d characters)", maxNumberLen)}
-		}
-		if i := strings.IndexAny(string(v), "eE"); i >= 0 {
-			e, err := strconv.Atoi(string(v[i+1:]))
-			if err != nil || e > maxExponent || e < -maxExponent {
-				return &FieldError{Path: pointer(path), Message: fmt.Sprintf("number is out of range (exponent beyond ±%d)", maxExponent)}
-			}
+		if msg := numberProblem(v); msg != "" {
+			return &FieldError{Path: pointer(path), Message: msg}
 		}
 	case []any:
 		for i, e := range v {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	santhosh "github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -341,5 +343,24 @@ func BenchmarkValidateManyErrors(b *testing.B) {
 		if len(s.Validate(body)) != MaxErrors {
 			b.Fatal("not bounded")
 		}
+	}
+}
+
+// TestValidateAllocatesNoMoreThanTheValidator holds Validate of a valid
+// instance to the allocations of the validator's own reading and
+// validation: the number limits' check (checkNumbers) adds none, its
+// paths and key order made only for an instance that breaks a limit.
+func TestValidateAllocatesNoMoreThanTheValidator(t *testing.T) {
+	s := mustFor(t, reflect.TypeFor[createInput]())
+	inst := []byte(`{"slug":"acme","amount":5,"ratio":0.5,"scopes":["read","admin"],"grants":[{"name":"a","scope":"read"}],"simulate":{"delayMs":1e3},"labels":{"b":"x","a":"y"}}`)
+	if errs := s.Validate(inst); errs != nil {
+		t.Fatal(errs)
+	}
+	own := testing.AllocsPerRun(200, func() {
+		v, _ := santhosh.UnmarshalJSON(bytes.NewReader(inst))
+		_ = s.validator.Validate(v)
+	})
+	if got := testing.AllocsPerRun(200, func() { s.Validate(inst) }); got > own {
+		t.Errorf("Validate allocates %v times per valid instance, the validator %v: %v more", got, own, got-own)
 	}
 }

@@ -12,7 +12,8 @@
 -- (a JSON array, storedEvent's form), $21 the fingerprint's version (as
 -- in reserve.sql).
 --
--- Returns the record (scanAttempt's columns).
+-- Returns the record's fencing token; the caller knows the rest of the
+-- record (it wrote it), so none of it comes back over the wire.
 WITH gone AS (
     UPDATE idem_records SET held = false, headers = NULL, body = NULL
     WHERE org = $1 AND principal = $2 AND key = $3 AND held
@@ -29,5 +30,4 @@ SELECT $1::text, $6::text, $2::text, $4::text, $5::text, $3::text, true, $10::te
         ORDER BY started_at DESC, seq DESC LIMIT 1),
     $8::timestamptz, $15::timestamptz, $20::jsonb, NULLIF($21::int2, 0)
 WHERE (SELECT count(*) FROM gone) >= 0
-RETURNING org, principal, key, operation, fingerprint, state, id, fencing_token,
-    lease_expires_at, status, headers, body, sealed_key_id, started_at, completed_at, expires_at, secret_expires_at, attempts, fingerprint_version
+RETURNING fencing_token
