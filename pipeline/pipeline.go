@@ -192,6 +192,17 @@ func (x *execution) run(ctx context.Context) idem.Result {
 				return x.answerExisting(ctx, cached)
 			}
 		}
+		// A key whose final record left the cache (ghosts) is most likely
+		// a replay: reading it is cheaper than leaving stage 5 to the
+		// reservation, and a final record of this exact request needs no
+		// decoding either.
+		if !hit && r.cache.known(inv.Principal.Scope(), x.key) && x.stage5Folded() {
+			if a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key); err == nil && a.State != idem.AttemptInFlight {
+				if x.fingerprint = fp; x.sameIntent(a) {
+					return x.answerExisting(ctx, a)
+				}
+			}
+		}
 	}
 	// Stage 4: input.
 	raw, in, err := x.decodeInput()
@@ -352,6 +363,9 @@ func detached(ctx context.Context, d time.Duration) (context.Context, context.Ca
 // it) is no execution: the call's admission place is given back first.
 func (x *execution) notReserved(ctx context.Context, a idem.Attempt, releaseExecution func()) idem.Result {
 	releaseExecution()
+	if a.State != idem.AttemptInFlight {
+		x.r.cache.missed()
+	}
 	x.r.cache.put(a, x.r.cfg.Clock.Now())
 	return x.answerExisting(ctx, a)
 }
@@ -365,6 +379,9 @@ func (r *Runner) getAttempt(ctx context.Context, scope idem.Scope, key string) (
 	}
 	a, err := r.cfg.Store.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: key})
 	if err == nil {
+		if a.State != idem.AttemptInFlight {
+			r.cache.missed()
+		}
 		r.cache.put(a, now)
 	}
 	return a, err

@@ -4,7 +4,9 @@ import (
 	"github.com/idem-run/idem"
 
 	"container/list"
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +37,62 @@ type replayCache struct {
 	bytes    int
 	order    *list.List // of *cached, most recent first
 	byKey    map[cacheKey]*list.Element
+	gone     ghosts
+	// hits and misses count the records answered from memory and those
+	// read from the store (Runner.ReplayCacheStats).
+	hits, misses atomic.Int64
+}
+
+// ghosts remembers, by a hash of their scope and key, the keys whose final
+// record this instance knew and does not hold: evicted by the byte bound,
+// or never cacheable (a secret result, an indeterminate record). A call
+// with such a key is most likely a replay, and the runner reads its record
+// (a read) instead of leaving stage 5 to the reservation (a write
+// transaction in SQLite's single writer, two round trips on PostgreSQL).
+// A hash that collides only costs that read. Two generations of max
+// hashes each bound it: when the newer is full, the older is dropped.
+type ghosts struct {
+	seed     maphash.Seed
+	cur, old map[uint64]struct{}
+	max      int
+}
+
+// ghostBytes is what the cache counts for a ghost: a map slot of a hash,
+// with the map's load factor and control bytes (measured with
+// runtime.MemStats, TestReplayCacheCountsItsHeap).
+const ghostBytes = 24
+
+func (g *ghosts) hash(k cacheKey) uint64 {
+	var h maphash.Hash
+	h.SetSeed(g.seed)
+	h.WriteString(k.org)
+	h.WriteByte(0)
+	h.WriteString(k.principal)
+	h.WriteByte(0)
+	h.WriteString(k.key)
+	return h.Sum64()
+}
+
+func (g *ghosts) add(k cacheKey) {
+	if g.max == 0 {
+		return
+	}
+	if g.cur == nil || len(g.cur) >= g.max {
+		g.old, g.cur = g.cur, map[uint64]struct{}{}
+	}
+	g.cur[g.hash(k)] = struct{}{}
+}
+
+func (g *ghosts) has(k cacheKey) bool {
+	if g.max == 0 {
+		return false
+	}
+	h := g.hash(k)
+	_, ok := g.cur[h]
+	if !ok {
+		_, ok = g.old[h]
+	}
+	return ok
 }
 
 type cacheKey struct{ org, principal, key string }
@@ -63,7 +121,10 @@ func newReplayCache(maxBytes int) *replayCache {
 	if maxBytes == 0 {
 		maxBytes = DefaultReplayCacheBytes
 	}
-	return &replayCache{maxBytes: maxBytes, order: list.New(), byKey: map[cacheKey]*list.Element{}}
+	// A sixteenth of the bound remembers the keys the rest cannot hold.
+	ghostShare := maxBytes / 16
+	return &replayCache{maxBytes: maxBytes - ghostShare, order: list.New(), byKey: map[cacheKey]*list.Element{},
+		gone: ghosts{seed: maphash.MakeSeed(), max: ghostShare / ghostBytes / 2}}
 }
 
 func keyOf(scope idem.Scope, key string) cacheKey { return cacheKey{scope.Org, scope.Principal, key} }
@@ -91,7 +152,26 @@ func (c *replayCache) get(scope idem.Scope, key string, now time.Time) (idem.Att
 		return idem.Attempt{}, false
 	}
 	c.order.MoveToFront(e)
+	c.hits.Add(1)
 	return v.a, true
+}
+
+// known reports whether (scope, key) had a final record this instance
+// knew and does not hold (ghosts).
+func (c *replayCache) known(scope idem.Scope, key string) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gone.has(keyOf(scope, key))
+}
+
+// missed counts a record read from the store.
+func (c *replayCache) missed() {
+	if c != nil {
+		c.misses.Add(1)
+	}
 }
 
 // replayOf returns the marked replay kept for (scope, key) if the cached
@@ -129,12 +209,17 @@ func (c *replayCache) keepReplay(scope idem.Scope, key, executionID string, res 
 	}
 }
 
-// put keeps a if it may be served from memory.
+// put keeps a if it may be served from memory, and remembers its key
+// (ghosts) if it is final and may not.
 func (c *replayCache) put(a idem.Attempt, now time.Time) {
-	if c == nil || !cacheable(a) {
+	if c == nil || a.State == idem.AttemptInFlight {
 		return
 	}
 	k := keyOf(a.Scope, a.Key)
+	if !cacheable(a) {
+		c.forget(k)
+		return
+	}
 	// The fixed part is what a record costs in memory besides its strings
 	// (the Attempt, the header map, the list and map entries), measured
 	// with runtime.MemStats: the bound is on real heap, not on bodies.
@@ -146,7 +231,8 @@ func (c *replayCache) put(a idem.Attempt, now time.Time) {
 		}
 	}
 	if size > c.maxBytes/16 {
-		return // one record must not flush the cache
+		c.forget(k) // one record must not flush the cache
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,8 +242,20 @@ func (c *replayCache) put(a idem.Attempt, now time.Time) {
 	c.byKey[k] = c.order.PushFront(&cached{k: k, a: a, size: size, until: now.Add(a.ExpiresAt.Sub(a.ObservedAt) - replayCacheMargin)})
 	c.bytes += size
 	for c.bytes > c.maxBytes {
-		c.remove(c.order.Back())
+		e := c.order.Back()
+		c.gone.add(e.Value.(*cached).k)
+		c.remove(e)
 	}
+}
+
+// forget drops k's copy, if any, and remembers k as a ghost.
+func (c *replayCache) forget(k cacheKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[k]; ok {
+		c.remove(e)
+	}
+	c.gone.add(k)
 }
 
 func (c *replayCache) remove(e *list.Element) {

@@ -145,3 +145,40 @@ func TestReplayCacheKeepsReplayDataOnce(t *testing.T) {
 		}
 	}
 }
+
+// The cache remembers the keys of final records it does not hold (ghosts):
+// evicted by its bound, or never cacheable (a secret, an indeterminate
+// record); not a record in flight, nor a key it holds. The ghosts are
+// bounded: two generations, the older dropped when the newer is full.
+func TestReplayCacheRemembersWhatItDoesNotHold(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	scope := idem.Scope{Org: "acme", Principal: "agent-1"}
+	c := newReplayCache(64 << 10)
+	inFlight := completedAttempt("in-flight", 10, now)
+	inFlight.State = idem.AttemptInFlight
+	secret := completedAttempt("secret", 10, now)
+	secret.SealedKeyID = "k1"
+	indeterminate := completedAttempt("indeterminate", 10, now)
+	indeterminate.State = idem.AttemptIndeterminate
+	for _, a := range []idem.Attempt{inFlight, secret, indeterminate} {
+		c.put(a, now)
+	}
+	for i := range 100 {
+		c.put(completedAttempt(fmt.Sprint("k", i), 1000, now), now)
+	}
+	for key, want := range map[string]bool{"in-flight": false, "secret": true, "indeterminate": true, "k0": true, "k99": false, "never": false} {
+		if got := c.known(scope, key); got != want {
+			t.Errorf("known(%s) = %v, want %v", key, got, want)
+		}
+	}
+	if _, ok := c.get(scope, "k99", now); !ok {
+		t.Error("the newest record is not held")
+	}
+	c.gone.max = 2
+	for i := range 5 {
+		c.gone.add(keyOf(scope, fmt.Sprint("g", i)))
+	}
+	if len(c.gone.cur)+len(c.gone.old) > 2*c.gone.max || c.known(scope, "g0") || !c.known(scope, "g4") {
+		t.Errorf("ghosts unbounded or the newest dropped: %d + %d held", len(c.gone.cur), len(c.gone.old))
+	}
+}

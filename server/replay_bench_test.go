@@ -25,15 +25,17 @@ import (
 // cycling over 2,000 completed keys, each replayed many times (as the
 // harness's clients cycle over their keys), through server.New's handler
 // with the metrics and the JSON log line. hit answers from the replay
-// cache; miss with the cache off, so every replay reads the store (what a
-// replay costs when its key left the cache, or ran on another instance).
+// cache; miss from the store, the keys evicted from a cache of 1 MiB
+// (what a replay costs when its key left the cache); off with the cache
+// off (as a replay of a key another instance ran, which this one never
+// knew).
 // Use TMPDIR=/dev/shm; cpu-µs/op is the process's CPU per replay, as in
 // BenchmarkServerCall.
 func BenchmarkServerReplay(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		cache int
-	}{{"hit", 0}, {"miss", -1}} {
+	}{{"hit", 0}, {"miss", 1 << 20}, {"off", -1}} {
 		b.Run(tc.name, func(b *testing.B) {
 			send := replayServer(b, tc.cache)
 			const keys = 2000
