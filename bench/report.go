@@ -107,7 +107,7 @@ func (r Results) storesMarkdown(b *strings.Builder) {
 	}
 
 	// Counts per request: the same on a busy machine as on a quiet one.
-	b.WriteString("\n### Counts per request (sequential scans of idem's tables (rows they read) · statements the database ran · idem store calls · server heap allocations)\n\n| |")
+	b.WriteString("\n### Counts per request (sequential scans of idem's tables (rows they read) · statements the database ran · idem store calls · server heap allocations · replay cache hit ratio)\n\n| |")
 	for _, s := range r.Stores {
 		fmt.Fprintf(b, " %s |", storeTitle(s))
 	}
@@ -124,8 +124,8 @@ func (r Results) storesMarkdown(b *strings.Builder) {
 				b.WriteString(" – |")
 				continue
 			}
-			fmt.Fprintf(b, " %s (%s) · %s · %s · %s |", orDash(row.SeqScansPerReq, "%.3f"), orDash(row.SeqRowsPerReq, "%.1f"), orDash(row.StatementsPerReq, "%.1f"),
-				dash(row.StoreCallsPerReq, "%.2f"), dash(row.AllocsPerReq, "%.0f"))
+			fmt.Fprintf(b, " %s (%s) · %s · %s · %s · %s |", orDash(row.SeqScansPerReq, "%.3f"), orDash(row.SeqRowsPerReq, "%.1f"), orDash(row.StatementsPerReq, "%.1f"),
+				dash(row.StoreCallsPerReq, "%.2f"), dash(row.AllocsPerReq, "%.0f"), orDash(row.CacheHitRatio, "%.2f"))
 		}
 		b.WriteString("\n")
 	}

@@ -69,6 +69,10 @@ type Row struct {
 	SeqScansPerReq   *float64 `json:"seqScansPerRequest,omitempty"`
 	SeqRowsPerReq    *float64 `json:"seqScanRowsPerRequest,omitempty"`
 	StatementsPerReq *float64 `json:"statementsPerRequest,omitempty"`
+	// CacheHitRatio is the share of the final records the servers found
+	// that their replay caches held (idem_replay_cache_hits_total over
+	// hits and misses); nil when no record was found (first executions).
+	CacheHitRatio *float64 `json:"replayCacheHitRatio,omitempty"`
 	// What explains a PostgreSQL phase's cost (pgwhy.go): checkpoints,
 	// full-page images and autovacuum/autoanalyze runs of idem's tables
 	// during it, shared buffers its statements touched per request, its
