@@ -3,8 +3,8 @@ package pipeline
 import (
 	"github.com/idem-run/idem"
 
-	"container/list"
 	"hash/maphash"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,14 +30,16 @@ const replayCacheMargin = time.Minute
 // had left when the store read it, ExpiresAt − ObservedAt, counted down by
 // this instance's elapsed time, never by its wall clock, which may be off;
 // issue 28, item 4), and when the cache is over its byte bound, least
-// recently used first.
+// recently used first. It keeps of a record what a replay answers (issue
+// 36): once a replay is rendered, the rendering and not the stored body.
 type replayCache struct {
 	mu       sync.Mutex
 	maxBytes int
 	bytes    int
-	order    *list.List // of *cached, most recent first
-	byKey    map[cacheKey]*list.Element
-	gone     ghosts
+	// head is the most recently used copy, head.prev the least.
+	head  *cached
+	byKey map[cacheKey]*cached
+	gone  ghosts
 	// hits and misses count the records answered from memory and those
 	// read from the store (Runner.ReplayCacheStats).
 	hits, misses atomic.Int64
@@ -60,7 +62,7 @@ type ghosts struct {
 // ghostBytes is what the cache counts for a ghost: a map slot of a hash,
 // with the map's load factor and control bytes (measured with
 // runtime.MemStats, TestReplayCacheCountsItsHeap).
-const ghostBytes = 24
+const ghostBytes = 32
 
 func (g *ghosts) hash(k cacheKey) uint64 {
 	var h maphash.Hash
@@ -95,23 +97,6 @@ func (g *ghosts) has(k cacheKey) bool {
 	return ok
 }
 
-type cacheKey struct{ org, principal, key string }
-
-type cached struct {
-	k    cacheKey
-	a    idem.Attempt
-	size int
-	// until is when the copy stops being served, by this instance's clock
-	// (whose readings the runtime subtracts monotonically): put now plus
-	// what the record had left by the store's clock when the store read it
-	// (ExpiresAt − ObservedAt), less replayCacheMargin.
-	until time.Time
-	// replay is the record's success answer marked as a replay (its
-	// rendering, data and meta), made by the first replay served from this
-	// copy; Status and Header are the record's.
-	replay *idem.Result
-}
-
 // newReplayCache returns a cache bounded to maxBytes; nil (no caching) when
 // maxBytes is negative.
 func newReplayCache(maxBytes int) *replayCache {
@@ -123,9 +108,53 @@ func newReplayCache(maxBytes int) *replayCache {
 	}
 	// A sixteenth of the bound remembers the keys the rest cannot hold.
 	ghostShare := maxBytes / 16
-	return &replayCache{maxBytes: maxBytes - ghostShare, order: list.New(), byKey: map[cacheKey]*list.Element{},
+	return &replayCache{maxBytes: maxBytes - ghostShare, byKey: map[cacheKey]*cached{},
 		gone: ghosts{seed: maphash.MakeSeed(), max: ghostShare / ghostBytes / 2}}
 }
+
+type cacheKey struct{ org, principal, key string }
+
+// cached is the copy of a completed record: what a replay of it needs.
+type cached struct {
+	k          cacheKey
+	prev, next *cached // the recency ring
+	operation  string
+	// fingerprint and version judge the intent (sameIntent).
+	fingerprint, executionID string
+	version, status          int
+	attempts                 int
+	headers                  http.Header
+	// body is the stored answer, until replay is kept.
+	body []byte
+	// replay is the record's success answer marked as a replay (its
+	// rendering, data and meta), made by the first replay served from this
+	// copy; Status and Header are the record's.
+	replay *idem.Result
+	// until is when the copy stops being served, by this instance's clock
+	// (whose readings the runtime subtracts monotonically): put now plus
+	// what the record had left by the store's clock when the store read it
+	// (ExpiresAt − ObservedAt), less replayCacheMargin.
+	until time.Time
+	size  int
+}
+
+// attempt is the record as the runner reads it: Body is nil once the
+// rendered replay is kept (get returns it beside).
+func (v *cached) attempt() idem.Attempt {
+	return idem.Attempt{Scope: idem.Scope{Org: v.k.org, Principal: v.k.principal}, Key: v.k.key, Operation: v.operation,
+		Fingerprint: v.fingerprint, FingerprintVersion: v.version, State: idem.AttemptCompleted, ExecutionID: v.executionID,
+		Status: v.status, Headers: v.headers, Body: v.body, Attempts: v.attempts}
+}
+
+// What the cache counts for a copy besides its strings and bodies: the
+// entry, its map slot, its header map, and a kept replay's Result and
+// meta, measured with runtime.MemStats (TestReplayCacheCountsItsHeap), so
+// that the bound is on real heap, not on bodies.
+const (
+	entryBytes  = 250
+	headerBytes = 420 // an http.Header map with a value, besides its strings
+	replayBytes = 200
+)
 
 func keyOf(scope idem.Scope, key string) cacheKey { return cacheKey{scope.Org, scope.Principal, key} }
 
@@ -135,25 +164,25 @@ func cacheable(a idem.Attempt) bool {
 		a.ExpiresAt.Sub(a.ObservedAt) > replayCacheMargin
 }
 
-// get returns the cached record of (scope, key), if it may still be served.
-func (c *replayCache) get(scope idem.Scope, key string, now time.Time) (idem.Attempt, bool) {
+// get returns the cached record of (scope, key), if it may still be
+// served, and its rendered replay once kept (keepReplay), nil before.
+func (c *replayCache) get(scope idem.Scope, key string, now time.Time) (idem.Attempt, *idem.Result, bool) {
 	if c == nil {
-		return idem.Attempt{}, false
+		return idem.Attempt{}, nil, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.byKey[keyOf(scope, key)]
+	v, ok := c.byKey[keyOf(scope, key)]
 	if !ok {
-		return idem.Attempt{}, false
+		return idem.Attempt{}, nil, false
 	}
-	v := e.Value.(*cached)
 	if !now.Before(v.until) {
-		c.remove(e)
-		return idem.Attempt{}, false
+		c.remove(v)
+		return idem.Attempt{}, nil, false
 	}
-	c.order.MoveToFront(e)
+	c.toFront(v)
 	c.hits.Add(1)
-	return v.a, true
+	return v.attempt(), v.replay, true
 }
 
 // known reports whether (scope, key) had a final record this instance
@@ -174,39 +203,37 @@ func (c *replayCache) missed() {
 	}
 }
 
-// replayOf returns the marked replay kept for (scope, key) if the cached
-// copy is still the record of executionID.
-func (c *replayCache) replayOf(scope idem.Scope, key, executionID string) (idem.Result, bool) {
-	if c == nil {
-		return idem.Result{}, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.byKey[keyOf(scope, key)]; ok {
-		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replay != nil {
-			return *v.replay, true
-		}
-	}
-	return idem.Result{}, false
-}
-
 // keepReplay keeps res as the marked replay of the cached copy of (scope,
-// key), if that copy is the record of executionID.
+// key), if that copy is the record of executionID, in place of its stored
+// body.
 func (c *replayCache) keepReplay(scope idem.Scope, key, executionID string, res idem.Result) {
 	if c == nil {
 		return
 	}
-	size := res.Footprint()
 	res.Status, res.Header = 0, nil
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.byKey[keyOf(scope, key)]; ok {
-		if v := e.Value.(*cached); v.a.ExecutionID == executionID && v.replay == nil {
-			v.replay = &res
-			v.size += size
-			c.bytes += size
+	v, ok := c.byKey[keyOf(scope, key)]
+	if !ok || v.executionID != executionID || v.replay != nil {
+		return
+	}
+	// The meta's strings are the copy's own when equal: one of each.
+	if m := res.Meta; m != nil {
+		if m.ExecutionID == v.executionID {
+			m.ExecutionID = v.executionID
+		}
+		if m.Operation == v.operation {
+			m.Operation = v.operation
+		}
+		if m.Idempotency != nil && m.Idempotency.Key == v.k.key {
+			m.Idempotency.Key = v.k.key
 		}
 	}
+	size := res.Footprint() + replayBytes - len(v.body)
+	v.replay, v.body = &res, nil
+	v.size += size
+	c.bytes += size
+	c.evict()
 }
 
 // put keeps a if it may be served from memory, and remembers its key
@@ -220,10 +247,10 @@ func (c *replayCache) put(a idem.Attempt, now time.Time) {
 		c.forget(k)
 		return
 	}
-	// The fixed part is what a record costs in memory besides its strings
-	// (the Attempt, the header map, the list and map entries), measured
-	// with runtime.MemStats: the bound is on real heap, not on bodies.
-	size := len(a.Body) + len(k.org) + len(k.principal) + len(k.key) + len(a.Operation) + len(a.Fingerprint) + len(a.ExecutionID) + 1024
+	size := len(a.Body) + len(k.org) + len(k.principal) + len(k.key) + len(a.Operation) + len(a.Fingerprint) + len(a.ExecutionID) + entryBytes
+	if len(a.Headers) > 0 {
+		size += headerBytes
+	}
 	for name, vs := range a.Headers {
 		size += len(name)
 		for _, v := range vs {
@@ -234,17 +261,27 @@ func (c *replayCache) put(a idem.Attempt, now time.Time) {
 		c.forget(k) // one record must not flush the cache
 		return
 	}
+	v := &cached{k: k, operation: a.Operation, fingerprint: a.Fingerprint, executionID: a.ExecutionID,
+		version: a.FingerprintVersion, status: a.Status, attempts: a.Attempts, headers: a.Headers, body: a.Body,
+		until: now.Add(a.ExpiresAt.Sub(a.ObservedAt) - replayCacheMargin), size: size}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.byKey[k]; ok {
-		c.remove(e)
+	if old, ok := c.byKey[k]; ok {
+		c.remove(old)
 	}
-	c.byKey[k] = c.order.PushFront(&cached{k: k, a: a, size: size, until: now.Add(a.ExpiresAt.Sub(a.ObservedAt) - replayCacheMargin)})
+	c.byKey[k] = v
+	c.toFront(v)
 	c.bytes += size
-	for c.bytes > c.maxBytes {
-		e := c.order.Back()
-		c.gone.add(e.Value.(*cached).k)
-		c.remove(e)
+	c.evict()
+}
+
+// evict drops the least recently used copies while the cache is over its
+// bound, remembering their keys.
+func (c *replayCache) evict() {
+	for c.bytes > c.maxBytes && c.head != nil {
+		v := c.head.prev
+		c.gone.add(v.k)
+		c.remove(v)
 	}
 }
 
@@ -252,14 +289,39 @@ func (c *replayCache) put(a idem.Attempt, now time.Time) {
 func (c *replayCache) forget(k cacheKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.byKey[k]; ok {
-		c.remove(e)
+	if v, ok := c.byKey[k]; ok {
+		c.remove(v)
 	}
 	c.gone.add(k)
 }
 
-func (c *replayCache) remove(e *list.Element) {
-	v := c.order.Remove(e).(*cached)
+// toFront makes v, held or new, the most recently used copy.
+func (c *replayCache) toFront(v *cached) {
+	if c.head == v {
+		return
+	}
+	if v.next != nil { // held: unlink
+		v.prev.next, v.next.prev = v.next, v.prev
+	}
+	if c.head == nil {
+		v.prev, v.next = v, v
+	} else {
+		v.prev, v.next = c.head.prev, c.head
+		c.head.prev.next, c.head.prev = v, v
+	}
+	c.head = v
+}
+
+func (c *replayCache) remove(v *cached) {
 	delete(c.byKey, v.k)
 	c.bytes -= v.size
+	if v.next == v {
+		c.head = nil
+	} else {
+		v.prev.next, v.next.prev = v.next, v.prev
+		if c.head == v {
+			c.head = v.next
+		}
+	}
+	v.prev, v.next = nil, nil
 }

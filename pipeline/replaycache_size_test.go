@@ -4,6 +4,7 @@ import (
 	"github.com/idem-run/idem"
 
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"runtime"
 	"testing"
@@ -62,5 +63,28 @@ func TestReplayCacheCountsItsHeap(t *testing.T) {
 	}
 	if counted > 1.25*perRecord {
 		t.Errorf("the cache counts %.0f bytes a record, more than 1.25× the %.0f it holds", counted, perRecord)
+	}
+}
+
+// A ghost (a key the cache remembers without its record) costs the heap
+// the cache counts for it, ghostBytes.
+func TestReplayCacheCountsItsGhosts(t *testing.T) {
+	const n = 40000
+	keys := make([]cacheKey, n)
+	for i := range keys {
+		keys[i] = cacheKey{"demo", "agent-demo", fmt.Sprint("bench-f-", i)}
+	}
+	runtime.KeepAlive(keys)
+	before := heapInUse()
+	g := &ghosts{seed: maphash.MakeSeed(), max: n}
+	for _, k := range keys {
+		g.add(k)
+	}
+	held := heapInUse() - before
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(keys) // held before and after: not counted
+	t.Logf("figures: replay cache, a ghost: %d bytes of heap, %d counted", held/n, ghostBytes)
+	if held > n*ghostBytes {
+		t.Errorf("a ghost holds %d bytes, more than the %d counted", held/n, ghostBytes)
 	}
 }
