@@ -123,7 +123,9 @@ type cached struct {
 	fingerprint, executionID string
 	version, status          int
 	attempts                 int
-	headers                  http.Header
+	// headers are the record's, as name, value pairs: a map per copy
+	// would cost more than the rest of a small record (get makes one).
+	headers []string
 	// body is the stored answer, until replay is kept.
 	body []byte
 	// replay is the record's success answer marked as a replay (its
@@ -141,18 +143,41 @@ type cached struct {
 // attempt is the record as the runner reads it: Body is nil once the
 // rendered replay is kept (get returns it beside).
 func (v *cached) attempt() idem.Attempt {
+	var h http.Header
+	if len(v.headers) > 0 {
+		h = make(http.Header, len(v.headers)/2)
+		for i := 0; i < len(v.headers); i += 2 {
+			h[v.headers[i]] = append(h[v.headers[i]], v.headers[i+1])
+		}
+	}
 	return idem.Attempt{Scope: idem.Scope{Org: v.k.org, Principal: v.k.principal}, Key: v.k.key, Operation: v.operation,
 		Fingerprint: v.fingerprint, FingerprintVersion: v.version, State: idem.AttemptCompleted, ExecutionID: v.executionID,
-		Status: v.status, Headers: v.headers, Body: v.body, Attempts: v.attempts}
+		Status: v.status, Headers: h, Body: v.body, Attempts: v.attempts}
+}
+
+// flatHeaders is h as name, value pairs.
+func flatHeaders(h http.Header) []string {
+	n := 0
+	for _, vs := range h {
+		n += 2 * len(vs)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, 0, n)
+	for name, vs := range h {
+		for _, v := range vs {
+			out = append(out, name, v)
+		}
+	}
+	return out
 }
 
 // What the cache counts for a copy besides its strings and bodies: the
-// entry, its map slot, its header map, and a kept replay's Result and
-// meta, measured with runtime.MemStats (TestReplayCacheCountsItsHeap), so
+// entry and its map slot, and a kept replay's Result and meta, measured with runtime.MemStats (TestReplayCacheCountsItsHeap), so
 // that the bound is on real heap, not on bodies.
 const (
-	entryBytes  = 250
-	headerBytes = 420 // an http.Header map with a value, besides its strings
+	entryBytes  = 270
 	replayBytes = 200
 )
 
@@ -248,21 +273,17 @@ func (c *replayCache) put(a idem.Attempt, now time.Time) {
 		return
 	}
 	size := len(a.Body) + len(k.org) + len(k.principal) + len(k.key) + len(a.Operation) + len(a.Fingerprint) + len(a.ExecutionID) + entryBytes
-	if len(a.Headers) > 0 {
-		size += headerBytes
-	}
-	for name, vs := range a.Headers {
-		size += len(name)
-		for _, v := range vs {
-			size += len(v)
-		}
+	headers := flatHeaders(a.Headers)
+	size += 16 * len(headers)
+	for _, h := range headers {
+		size += len(h)
 	}
 	if size > c.maxBytes/16 {
 		c.forget(k) // one record must not flush the cache
 		return
 	}
 	v := &cached{k: k, operation: a.Operation, fingerprint: a.Fingerprint, executionID: a.ExecutionID,
-		version: a.FingerprintVersion, status: a.Status, attempts: a.Attempts, headers: a.Headers, body: a.Body,
+		version: a.FingerprintVersion, status: a.Status, attempts: a.Attempts, headers: headers, body: a.Body,
 		until: now.Add(a.ExpiresAt.Sub(a.ObservedAt) - replayCacheMargin), size: size}
 	c.mu.Lock()
 	defer c.mu.Unlock()
