@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idem-run/idem"
@@ -29,13 +31,14 @@ import (
 // (what a replay costs when its key left the cache); off with the cache
 // off (as a replay of a key another instance ran, which this one never
 // knew).
-// Use TMPDIR=/dev/shm; cpu-µs/op is the process's CPU per replay, as in
-// BenchmarkServerCall.
+// The -16 variants replay from 16 goroutines. Use TMPDIR=/dev/shm;
+// cpu-µs/op is the process's CPU per replay, as in BenchmarkServerCall.
 func BenchmarkServerReplay(b *testing.B) {
 	for _, tc := range []struct {
-		name  string
-		cache int
-	}{{"hit", 0}, {"miss", 1 << 20}, {"off", -1}} {
+		name     string
+		cache    int
+		parallel bool
+	}{{"hit", 0, false}, {"miss", 1 << 20, false}, {"off", -1, false}, {"hit-16", 0, true}, {"miss-16", 1 << 20, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			send := replayServer(b, tc.cache)
 			const keys = 2000
@@ -47,12 +50,28 @@ func BenchmarkServerReplay(b *testing.B) {
 				}
 			}
 			b.ReportAllocs()
-			i := 0
 			cpu := cpuTime()
-			for b.Loop() {
-				i = (i + 1) % keys
-				if c := send(fmt.Sprintf("k-%s-%d", run, i), body(i)); c != http.StatusCreated {
-					b.Fatalf("replay: %d", c)
+			if tc.parallel {
+				// 16 callers, as the harness's clients: the audit queue
+				// batches their replays' events as it does under load.
+				var n atomic.Int64
+				b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						i := int(n.Add(1)) % keys
+						if c := send(fmt.Sprintf("k-%s-%d", run, i), body(i)); c != http.StatusCreated {
+							b.Errorf("replay: %d", c)
+							return
+						}
+					}
+				})
+			} else {
+				i := 0
+				for b.Loop() {
+					i = (i + 1) % keys
+					if c := send(fmt.Sprintf("k-%s-%d", run, i), body(i)); c != http.StatusCreated {
+						b.Fatalf("replay: %d", c)
+					}
 				}
 			}
 			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
