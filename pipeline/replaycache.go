@@ -61,7 +61,7 @@ type ghosts struct {
 
 // ghostBytes is what the cache counts for a ghost: a map slot of a hash,
 // with the map's load factor and control bytes (measured with
-// runtime.MemStats, TestReplayCacheCountsItsHeap).
+// runtime.MemStats, TestReplayCacheCountsItsGhosts).
 const ghostBytes = 32
 
 func (g *ghosts) hash(k cacheKey) uint64 {
