@@ -25,7 +25,10 @@ type serverCounts struct {
 	// writeTx and writeCalls are the group-commit counters: the store's
 	// write transactions and the write calls they carried.
 	writeTx, writeCalls float64
-	ok, memstats        bool
+	// cacheHits and cacheMisses are the replay cache's counters: final
+	// records answered from memory, and read from the store.
+	cacheHits, cacheMisses float64
+	ok, memstats           bool
 }
 
 // scrapeCounts reads serverCounts from the /metrics of each server at base
@@ -65,6 +68,10 @@ func scrapeCounts(ctx context.Context, c *http.Client, urls []string) serverCoun
 				out.writeTx += value
 			case name == "idem_store_write_calls_total":
 				out.writeCalls += value
+			case name == "idem_replay_cache_hits_total":
+				out.cacheHits += value
+			case name == "idem_replay_cache_misses_total":
+				out.cacheMisses += value
 			}
 		}
 		resp.Body.Close()
@@ -139,6 +146,10 @@ func addCounts(r *Row, sb, sa serverCounts, pb, pa pgCounts) {
 	if sb.ok && sa.ok {
 		r.StoreCallsPerReq = (sa.storeCalls - sb.storeCalls) / n
 		r.AllocsPerReq = (sa.mallocs - sb.mallocs) / n
+		if h, m := sa.cacheHits-sb.cacheHits, sa.cacheMisses-sb.cacheMisses; h+m > 0 {
+			ratio := h / (h + m)
+			r.CacheHitRatio = &ratio
+		}
 	}
 	if pb.ok && pa.ok {
 		v, rows := float64(pa.seqScans-pb.seqScans)/n, float64(pa.seqRows-pb.seqRows)/n

@@ -73,6 +73,10 @@ type Row struct {
 	SeqScansPerReq   *float64 `json:"seqScansPerRequest,omitempty"`
 	SeqRowsPerReq    *float64 `json:"seqScanRowsPerRequest,omitempty"`
 	StatementsPerReq *float64 `json:"statementsPerRequest,omitempty"`
+	// CacheHitRatio is the share of the final records the servers found
+	// that their replay caches held (idem_replay_cache_hits_total over
+	// hits and misses); nil when no record was found (first executions).
+	CacheHitRatio *float64 `json:"replayCacheHitRatio,omitempty"`
 	// What explains a PostgreSQL phase's cost (pgwhy.go): checkpoints,
 	// full-page images and autovacuum/autoanalyze runs of idem's tables
 	// during it, shared buffers its statements touched per request, its
@@ -332,6 +336,20 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 		return expect(r, err, 201, true)
 	})
 	sr.Rows = append(sr.Rows, replay)
+	// Replays of recent keys: each client's newest keys of first, few
+	// enough for the replay cache to hold (the hit path, where replay,
+	// cycling over every key of first, also measures the misses).
+	recent := measure("replay-recent", "replays of recent keys", func(ctx context.Context, w, i int) error {
+		own := keys[w]
+		if len(own) == 0 {
+			own = all
+		}
+		own = own[max(0, len(own)-recentKeys):]
+		k := own[i%len(own)]
+		r, err := post(ctx, client, businesses[(w+i)%len(businesses)], "bench-"+k, "", body(k), false)
+		return expect(r, err, 201, true)
+	})
+	sr.Rows = append(sr.Rows, recent)
 
 	// Added latency at half the peak keyed rate: the ceiling and first
 	// executions paced at the same rate, p99 against p99.
@@ -425,6 +443,10 @@ func benchStore(ctx context.Context, o options, name, tmp, pgAdmin string) (Stor
 	}
 	return sr, nil
 }
+
+// recentKeys is how many of its newest keys of first each client replays
+// in replay-recent.
+const recentKeys = 100
 
 // body is the business.create input for slug (also the ceiling's input).
 func body(slug string) []byte {

@@ -131,6 +131,10 @@ type execution struct {
 	// call may be answered from it, and from nothing else.
 	keyOutsideContract string
 	recordOnly         *idem.Error
+	// kept is the rendered replay the replay cache held with the record
+	// of execution keptOf, last read from it (replay).
+	kept   *idem.Result
+	keptOf string
 	// unstarted: a fresh read whose execution the store has not started;
 	// its finish records it whole, through the audit queue (readAudit).
 	unstarted *idem.StartParams
@@ -186,10 +190,21 @@ func (x *execution) run(ctx context.Context) idem.Result {
 		// Stage 5 from memory first: a completed record of this exact
 		// request passed stage 4 when it ran, so its replay needs no
 		// decoding.
-		cached, hit = r.cache.get(inv.Principal.Scope(), x.key, r.cfg.Clock.Now())
+		cached, hit = x.fromCache(x.key)
 		if hit && (x.recordOnly == nil || cached.Operation == op.meta.Name) {
 			if x.fingerprint = fp; x.sameIntent(cached) {
 				return x.answerExisting(ctx, cached)
+			}
+		}
+		// A key whose final record left the cache (ghosts) is most likely
+		// a replay: reading it is cheaper than leaving stage 5 to the
+		// reservation, and a final record of this exact request needs no
+		// decoding either.
+		if !hit && r.cache.known(inv.Principal.Scope(), x.key) && x.stage5Folded() {
+			if a, err := x.readRecord(ctx, x.key); err == nil && a.State != idem.AttemptInFlight {
+				if x.fingerprint = fp; x.sameIntent(a) {
+					return x.answerExisting(ctx, a)
+				}
 			}
 		}
 	}
@@ -215,7 +230,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 			return x.answerExisting(ctx, cached)
 		}
 	} else if x.key != "" {
-		a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key)
+		a, err := x.readRecord(ctx, x.key)
 		switch {
 		case x.recordOnly != nil && (err != nil || !x.sameIntent(a) || a.Operation != op.meta.Name):
 			return x.refuseRecordOnly()
@@ -236,7 +251,7 @@ func (x *execution) run(ctx context.Context) idem.Result {
 	if aerr != nil {
 		if folded {
 			// A refusal must not hide the key's record: stage 5 runs now.
-			if a, err := r.getAttempt(ctx, inv.Principal.Scope(), x.key); err == nil {
+			if a, err := x.readRecord(ctx, x.key); err == nil {
 				return x.answerExisting(ctx, a)
 			}
 		}
@@ -352,22 +367,38 @@ func detached(ctx context.Context, d time.Duration) (context.Context, context.Ca
 // it) is no execution: the call's admission place is given back first.
 func (x *execution) notReserved(ctx context.Context, a idem.Attempt, releaseExecution func()) idem.Result {
 	releaseExecution()
+	if a.State != idem.AttemptInFlight {
+		x.r.cache.missed()
+	}
 	x.r.cache.put(a, x.r.cfg.Clock.Now())
 	return x.answerExisting(ctx, a)
 }
 
-// getAttempt reads the record of (scope, key), from the replay cache when
-// it holds it.
-func (r *Runner) getAttempt(ctx context.Context, scope idem.Scope, key string) (idem.Attempt, error) {
-	now := r.cfg.Clock.Now()
-	if a, ok := r.cache.get(scope, key, now); ok {
+// readRecord reads the call's record of key, from the replay cache when it
+// holds it.
+func (x *execution) readRecord(ctx context.Context, key string) (idem.Attempt, error) {
+	if a, ok := x.fromCache(key); ok {
 		return a, nil
 	}
-	a, err := r.cfg.Store.GetAttempt(ctx, idem.GetAttemptParams{Scope: scope, Key: key})
+	r, now := x.r, x.r.cfg.Clock.Now()
+	a, err := r.cfg.Store.GetAttempt(ctx, idem.GetAttemptParams{Scope: x.inv.Principal.Scope(), Key: key})
 	if err == nil {
+		if a.State != idem.AttemptInFlight {
+			r.cache.missed()
+		}
 		r.cache.put(a, now)
 	}
 	return a, err
+}
+
+// fromCache returns the call's record of key from the replay cache, and
+// keeps its rendered replay (kept) for the answer.
+func (x *execution) fromCache(key string) (idem.Attempt, bool) {
+	a, kept, ok := x.r.cache.get(x.inv.Principal.Scope(), key, x.r.cfg.Clock.Now())
+	if ok && kept != nil {
+		x.kept, x.keptOf = kept, a.ExecutionID
+	}
+	return a, ok
 }
 
 // startFailure answers a failed reservation or start: an approval consumed

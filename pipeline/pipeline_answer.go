@@ -66,8 +66,9 @@ func (x *execution) replay(ctx context.Context, a idem.Attempt) idem.Result {
 		res.Replayed = true
 		return res
 	}
-	res, ok := x.r.cache.replayOf(scope, x.key, a.ExecutionID)
-	if ok {
+	var res idem.Result
+	if x.kept != nil && x.keptOf == a.ExecutionID {
+		res = *x.kept
 		res.Status, res.Header = a.Status, h
 	} else {
 		var err error
@@ -120,7 +121,7 @@ func (x *execution) waitAndAnswer(ctx context.Context, a idem.Attempt) idem.Resu
 		if !wake(ctx, &finished, min(poll, time.Until(deadline))) {
 			break
 		}
-		next, err := x.r.getAttempt(ctx, x.inv.Principal.Scope(), x.key)
+		next, err := x.readRecord(ctx, x.key)
 		if err != nil {
 			if errors.Is(err, idem.ErrNotFound) && x.uncommitted && finished == nil {
 				// The transactional execution ahead ran here and has

@@ -49,7 +49,7 @@ func (x *execution) keptRecord(ctx context.Context, refused *idem.Error) bool {
 	if key == "" || refused.Code != idem.CodeIdempotencyKeyNotSupported {
 		return false
 	}
-	a, err := x.r.getAttempt(ctx, x.inv.Principal.Scope(), key)
+	a, err := x.readRecord(ctx, key)
 	if err != nil || a.Operation != x.op.meta.Name {
 		return false
 	}

@@ -304,6 +304,18 @@ func (r *Runner) AuditDropped() int64 {
 	return r.audit.dropped.Load()
 }
 
+// ReplayCacheStats counts the final records of keys the runner answered
+// from its replay cache (hits) and read from the store (misses: a record
+// the cache did not hold, or may not: secret and indeterminate results);
+// both 0 with the cache off. metrics exports them as
+// idem_replay_cache_hits_total and idem_replay_cache_misses_total.
+func (r *Runner) ReplayCacheStats() (hits, misses int64) {
+	if r.cache == nil {
+		return 0, 0
+	}
+	return r.cache.hits.Load(), r.cache.misses.Load()
+}
+
 // Describe returns an operation's descriptor as this runner publishes it
 // (with its configured secret window).
 func (r *Runner) Describe(name string) (idem.Descriptor, bool) {

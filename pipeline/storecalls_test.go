@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,4 +112,47 @@ func TestAdmissionRefusalStillReplays(t *testing.T) {
 		t.Fatalf("replay while admission is full = %d %s", again.Status, again.Body())
 	}
 	expect(t, f.do(t.Context(), txCall("new", "", "k-new")), 429, idem.CodeRateLimited)
+}
+
+// A replay of a key whose record left the replay cache (evicted by its
+// byte bound) reads the record (GetAttempt: a read) instead of leaving
+// stage 5 to the reservation (a write transaction in SQLite's single
+// writer, two round trips on PostgreSQL), and is counted a miss; a new
+// key's first execution still makes the one reservation (issue 36).
+// Counts are [GetAttempt, Reserve, Transact].
+func TestEvictedKeyReplaysWithARead(t *testing.T) {
+	eachTxStore(t, func(t *testing.T, env txEnv) {
+		clock := fakeclock.New(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+		store := &callsStore{Store: env.store(t, clock)}
+		small := func(c *pipeline.Config) { c.ReplayCacheBytes = 32 << 10 }
+		f := newFixtureOn(t, clock, store, []idem.Operation{txCreateOp(nil, nil), showOp()}, small)
+		check := func(what string, want [3]int64) {
+			t.Helper()
+			if got := store.take(); got != want {
+				t.Errorf("%s: store calls [get, reserve, transact] = %v, want %v", what, got, want)
+			}
+		}
+		first := expect(t, f.do(t.Context(), txCall("a", "", "k0")), 201, "")
+		for i := 1; i < 100; i++ { // more than the cache holds: k0 is evicted
+			expect(t, f.do(t.Context(), txCall(fmt.Sprint("a", i), "", fmt.Sprint("k", i))), 201, "")
+		}
+		check("100 transactional first executions", [3]int64{0, 0, 100})
+		hits0, misses0 := f.runner.ReplayCacheStats()
+		again := f.do(t.Context(), txCall("a", "", "k0"))
+		if d := expect(t, again, 201, ""); !again.Replayed || d.Meta.ExecutionID != first.Meta.ExecutionID {
+			t.Fatalf("replay = %s", again.Body())
+		}
+		check("replay of an evicted key", [3]int64{1, 0, 0})
+		if r := f.do(t.Context(), txCall("a", "", "k0")); !r.Replayed {
+			t.Fatalf("second replay = %s", r.Body())
+		}
+		check("its second replay, from the cache", [3]int64{0, 0, 0})
+		hits, misses := f.runner.ReplayCacheStats()
+		if hits-hits0 != 1 || misses-misses0 != 1 {
+			t.Errorf("replay cache hits, misses = %d, %d; want 1, 1", hits-hits0, misses-misses0)
+		}
+		expect(t, f.do(t.Context(), txCall("b", "", "k0")), 422, idem.CodeIdempotencyKeyReused)
+		expect(t, f.do(t.Context(), txCall("new", "", "k-new")), 201, "")
+		check("key reuse (from the cache), and a new key", [3]int64{0, 0, 1})
+	})
 }

@@ -187,6 +187,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	metrics.RegisterAuditDropped(reg, runner)
+	metrics.RegisterReplayCache(reg, runner)
 	if err := httpapi.CheckRoutes(runner.Descriptors(), ownRoutes...); err != nil {
 		return nil, err
 	}

@@ -199,21 +199,22 @@ func completeTx(ctx context.Context, tx txn, p idem.CompleteParams, headers []by
 	return a.Observe(now), nil
 }
 
-// GetAttempt implements idem.Store.
+// GetAttempt implements idem.Store. Its one statement runs on the read
+// pool without BEGIN and COMMIT (a statement reads one snapshot by itself).
 func (s *Store) GetAttempt(ctx context.Context, p idem.GetAttemptParams) (idem.Attempt, error) {
-	var out idem.Attempt
-	err := s.read(ctx, "get attempt", func(tx txn, now time.Time) error {
-		a, found, err := getAttempt(ctx, tx, p.Scope, p.Key)
-		if err != nil {
-			return err
-		}
-		if !found || a.Forgotten(now) {
-			return idem.Errorf(idem.CodeNotFound, "no attempt record for idempotency key %q", p.Key)
-		}
-		out = a.Observe(now)
-		return nil
-	})
-	if read := out; err == nil && read.LeasePassed(s.now()) {
+	if s.rstmts.hasWanted() {
+		s.rstmts.prepareWanted(ctx)
+	}
+	now := s.now()
+	a, found, err := getAttempt(ctx, pool{s.r, s.rstmts}, p.Scope, p.Key)
+	switch {
+	case err != nil:
+		return idem.Attempt{}, interpretFileError(ctx, s.path, "get attempt", err)
+	case !found || a.Forgotten(now):
+		return idem.Attempt{}, idem.Errorf(idem.CodeNotFound, "no attempt record for idempotency key %q", p.Key)
+	}
+	out := a.Observe(now)
+	if read := out; read.LeasePassed(s.now()) {
 		err = s.write(ctx, "mark indeterminate", func(ctx context.Context, tx txn, now time.Time) error {
 			a, err := settleLease(ctx, tx, read, now)
 			out = a.Observe(now)
@@ -245,7 +246,7 @@ func settleLease(ctx context.Context, tx txn, a idem.Attempt, now time.Time) (id
 }
 
 // getAttempt reads the record that holds (scope, key), not Observed.
-func getAttempt(ctx context.Context, tx txn, scope idem.Scope, key string) (idem.Attempt, bool, error) {
+func getAttempt(ctx context.Context, tx rowQuerier, scope idem.Scope, key string) (idem.Attempt, bool, error) {
 	a, err := scanAttempt(tx.QueryRowContext(ctx, `SELECT `+attemptColumns+` FROM idem_records WHERE `+byKey,
 		scope.Org, scope.Principal, key))
 	if errors.Is(err, sql.ErrNoRows) {

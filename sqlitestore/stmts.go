@@ -128,3 +128,27 @@ func (t txn) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Ro
 	}
 	return t.Tx.QueryRowContext(ctx, q, args...)
 }
+
+// rowQuerier runs a statement that reads one row: a txn, or a pool.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+// pool runs single statements on a pool outside an explicit transaction:
+// one statement reads one snapshot by itself, and BEGIN and COMMIT would
+// be two statements more.
+type pool struct {
+	db    *sql.DB
+	stmts *stmtCache
+}
+
+// QueryRowContext runs q through its prepared statement when there is one.
+func (p pool) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if statementHook != nil {
+		statementHook(q, args)
+	}
+	if st := p.stmts.lookup(q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return p.db.QueryRowContext(ctx, q, args...)
+}
