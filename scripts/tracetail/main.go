@@ -9,7 +9,8 @@
 // on pgstore count (the store's requests, not the ceiling's). Each one's
 // time is split by state: running, runnable (ready, no thread running it:
 // the Go scheduler or the OS's), in a system call, waiting (by reason and
-// the first github.com frame and idem frame of the waiting stack). It
+// the first github.com frame and first two idem frames of the waiting
+// stack). It
 // prints the median band's split and the slowest 1%'s, how many requests
 // overlapped a GC mark phase, and the runnable waits of 3 ms or more.
 package main
@@ -49,19 +50,23 @@ func idle(s trace.Stack) bool {
 }
 
 func label(reason string, s trace.Stack) string {
-	var gh, idem string
+	var gh string
+	var idem []string
 	for f := range s.Frames() {
 		if gh == "" && strings.Contains(f.Func, "github.com/") {
 			gh = short(f.Func)
 		}
-		if idem == "" && strings.Contains(f.Func, "idem-run/idem") {
-			idem = short(f.Func)
+		if len(idem) < 2 && strings.Contains(f.Func, "idem-run/idem") {
+			idem = append(idem, short(f.Func))
 		}
 	}
-	if gh == idem {
-		return reason + " @ " + idem
+	l := reason + " @ " + gh
+	for _, f := range idem {
+		if f != gh {
+			l += " < " + f
+		}
 	}
-	return reason + " @ " + gh + " < " + idem
+	return l
 }
 
 func short(f string) string {
