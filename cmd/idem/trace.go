@@ -7,7 +7,6 @@ import (
 	"runtime/trace"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -15,7 +14,8 @@ import (
 // memory (runtime/trace's flight recorder), when path is set:
 // IDEM_TRACE, for docs/PERFORMANCE.md's tail analysis. Each SIGUSR1
 // writes the window to path ("%p" replaced by the process id, "%n" by the
-// signal's count, from 1); so does the end of the run. Read it with
+// signal's count, from 1; on systems without SIGUSR1 only the end of the
+// run writes); so does the end of the run. Read it with
 // go tool trace. The returned function writes the last window and stops.
 func startTrace(path string) func() {
 	if path == "" {
@@ -42,7 +42,9 @@ func startTrace(path string) func() {
 		}
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGUSR1)
+	if traceSignal != nil {
+		signal.Notify(sig, traceSignal)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
