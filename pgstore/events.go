@@ -116,28 +116,3 @@ func (f finishEvents) rows(id string) []idem.AuditEvent {
 	}
 	return append(out, f.others...)
 }
-
-// appended is an event appended to an execution (a row of
-// idem_audit_events) with how many of its record's own events precede it.
-type appended struct {
-	pos int
-	ev  idem.AuditEvent
-}
-
-// mergeEvents places each appended event after the first pos of own, in
-// order: the timeline as it was written.
-func mergeEvents(own []idem.AuditEvent, extra []appended) []idem.AuditEvent {
-	if len(extra) == 0 {
-		return own
-	}
-	out := make([]idem.AuditEvent, 0, len(own)+len(extra))
-	i := 0
-	for _, a := range extra {
-		for i < len(own) && i < a.pos {
-			out = append(out, own[i])
-			i++
-		}
-		out = append(out, a.ev)
-	}
-	return append(out, own[i:]...)
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/appended"
 )
 
 // The statements of executions and their events; their files in sql/
@@ -92,11 +93,11 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 		if err != nil {
 			return err
 		}
-		extra, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (appended, error) { return scanEvent(row, x.ID) })
+		extra, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (appended.Event, error) { return scanEvent(row, x.ID) })
 		if err != nil {
 			return err
 		}
-		x.Events = mergeEvents(own, extra)
+		x.Events = appended.Merge(own, extra)
 		return br.Close()
 	})
 	if err != nil {
@@ -300,22 +301,22 @@ func eventData(ev idem.AuditEvent) (*string, error) {
 }
 
 // scanEvent reads one appended event of execution id (list_events.sql).
-func scanEvent(row pgx.CollectableRow, id string) (appended, error) {
+func scanEvent(row pgx.CollectableRow, id string) (appended.Event, error) {
 	var (
-		a                  appended
+		a                  appended.Event
 		at                 time.Time
 		code, previousCode string
 		data               []byte
 	)
-	ev := &a.ev
-	err := row.Scan(&a.pos, &ev.Type, &at, &ev.Attempt, &code, &previousCode, &ev.Attempts, &ev.DurationMs, &data)
+	ev := &a.Event
+	err := row.Scan(&a.Pos, &ev.Type, &at, &ev.Attempt, &code, &previousCode, &ev.Attempts, &ev.DurationMs, &data)
 	if err != nil {
-		return appended{}, err
+		return appended.Event{}, err
 	}
 	ev.ExecutionID, ev.At, ev.Code, ev.PreviousErrorCode = id, at.UTC(), idem.Code(code), idem.Code(previousCode)
 	if data != nil {
 		if err := json.Unmarshal(data, &ev.Data); err != nil {
-			return appended{}, err
+			return appended.Event{}, err
 		}
 	}
 	return a, nil

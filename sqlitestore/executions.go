@@ -3,11 +3,13 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
 
 	"github.com/idem-run/idem"
+	"github.com/idem-run/idem/internal/appended"
 )
 
 // StartExecution implements idem.Store.
@@ -27,9 +29,12 @@ func (s *Store) FinishExecution(ctx context.Context, p idem.FinishParams) error 
 	})
 }
 
-// AppendEvents implements idem.Store: one UPDATE per execution named, the
-// events of each appended in order. An execution not found fails the call,
-// whose savepoint takes back what it appended to the others.
+// AppendEvents implements idem.Store: one INSERT per execution named, of
+// a row of idem_audit_events per event, in order, each after the events
+// the record holds then (pos); the record itself is not written, so an
+// append costs the same however many came before. An execution not found
+// fails the call, whose savepoint takes back what it appended to the
+// others.
 func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) error {
 	return s.write(ctx, "append events", func(ctx context.Context, tx txn, now time.Time) error {
 		var order []string
@@ -45,7 +50,9 @@ func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) err
 			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, `UPDATE idem_records SET `+appendEventsSQL("?3")+` WHERE org = ?1 AND id = ?2`,
+			res, err := tx.ExecContext(ctx, `INSERT INTO idem_audit_events (org, execution_id, pos, event)
+				SELECT r.org, r.id, json_array_length(r.events), e.value FROM idem_records r, json_each(?3) e
+				WHERE r.org = ?1 AND r.id = ?2 ORDER BY e.key`,
 				p.Org, id, events)
 			if err := expectRow(res, err, id); err != nil {
 				return err
@@ -55,7 +62,8 @@ func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) err
 	})
 }
 
-// GetExecution implements idem.Store.
+// GetExecution implements idem.Store: the record, and the events appended
+// to it later placed among its own.
 func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.read(ctx, "get execution", func(tx txn, _ time.Time) error {
@@ -69,13 +77,43 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 		if err != nil {
 			return err
 		}
-		x.Events, err = decodeEvents(x.ID, events)
+		own, err := decodeEvents(x.ID, events)
+		if err != nil {
+			return err
+		}
+		extra, err := appendedEvents(ctx, tx, x.Org, x.ID)
+		x.Events = appended.Merge(own, extra)
 		return err
 	})
 	if err != nil {
 		return idem.Execution{}, err
 	}
 	return x, nil
+}
+
+// appendedEvents reads the events appended to execution id, in the order
+// they were written.
+func appendedEvents(ctx context.Context, tx txn, org, id string) ([]appended.Event, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT pos, event FROM idem_audit_events
+		WHERE org = ? AND execution_id = ? ORDER BY rowid`, org, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []appended.Event
+	for rows.Next() {
+		var a appended.Event
+		var text string
+		if err := rows.Scan(&a.Pos, &text); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(text), &a.Event); err != nil {
+			return nil, err
+		}
+		a.Event.ExecutionID = id
+		out = append(out, a)
+	}
+	return out, rows.Err()
 }
 
 // newExecution is the execution p starts now, with its first events

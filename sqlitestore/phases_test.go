@@ -125,7 +125,7 @@ func TestPhaseStatements(t *testing.T) {
 		{"AppendEvents, two events", func() error {
 			return s.AppendEvents(ctx, idem.AppendEventsParams{Org: scope.Org, Events: []idem.AuditEvent{
 				{ExecutionID: "exe_u", Type: idem.EventRetried, Attempt: 2}, {ExecutionID: "exe_u", Type: idem.EventRetried, Attempt: 3}}})
-		}, 1, 1},
+		}, 1, 2}, // a row of idem_audit_events each (migration 008)
 		{"FinishExecution, seven events", func() error {
 			fin := finish
 			fin.Org, fin.ExecutionID, fin.Events = scope.Org, "exe_u", make([]idem.AuditEvent, 7)

@@ -59,13 +59,31 @@ func (s *Store) Sweep(ctx context.Context, p idem.SweepParams) (idem.SweepResult
 		}
 		// The oldest executions started before the window that no longer
 		// hold a key (forgotten above, released, or unkeyed), at most
-		// batch of them, go with all their events: one row each. A record
-		// still holding its key is within retention (or is forgotten by a
-		// later round), since the audit retention is at least the attempt
-		// retention.
+		// batch of them, go with all their events. A record still holding
+		// its key is within retention (or is forgotten by a later round),
+		// since the audit retention is at least the attempt retention.
+		// First at most batch of the events appended to them (rows of
+		// idem_audit_events), then those of them with none left, one row
+		// each: an execution with more appended events than a batch goes
+		// in a later round, and no appended event outlives its execution.
+		const candidates = `SELECT rowid, org, id FROM idem_records
+			WHERE held = 0 AND started_at <= ?1 ORDER BY started_at, rowid LIMIT ?2`
+		cutoff := micros(now.Add(-p.AuditRetention))
+		res, err := tx.ExecContext(ctx, `DELETE FROM idem_audit_events WHERE rowid IN (
+			SELECT v.rowid FROM (`+candidates+`) c
+			JOIN idem_audit_events v ON v.org = c.org AND v.execution_id = c.id LIMIT ?2)`, cutoff, batch)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		out.EventsRemoved = int(n)
 		rows, err := tx.QueryContext(ctx, `DELETE FROM idem_records WHERE rowid IN (
-			SELECT rowid FROM idem_records WHERE held = 0 AND started_at <= ?1 ORDER BY started_at, rowid LIMIT ?2)
-			RETURNING json_array_length(events)`, micros(now.Add(-p.AuditRetention)), batch)
+			SELECT c.rowid FROM (`+candidates+`) c
+			WHERE NOT EXISTS (SELECT 1 FROM idem_audit_events v WHERE v.org = c.org AND v.execution_id = c.id))
+			RETURNING json_array_length(events)`, cutoff, batch)
 		if err != nil {
 			return err
 		}
