@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -92,28 +93,34 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 }
 
 // appendedEvents reads the events appended to execution id, in the order
-// they were written.
+// they were written: one row, the events as one JSON array (decoded at
+// once, as the record's) and their positions.
 func appendedEvents(ctx context.Context, tx txn, org, id string) ([]appended.Event, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT pos, event FROM idem_audit_events
-		WHERE org = ? AND execution_id = ? ORDER BY rowid`, org, id)
+	var events, positions sql.NullString
+	if err := tx.QueryRowContext(ctx, `SELECT '[' || group_concat(event, ',' ORDER BY rowid) || ']',
+		'[' || group_concat(pos, ',' ORDER BY rowid) || ']'
+		FROM idem_audit_events WHERE org = ? AND execution_id = ?`, org, id).Scan(&events, &positions); err != nil {
+		return nil, err
+	}
+	if !events.Valid {
+		return nil, nil
+	}
+	evs, err := decodeEvents(id, events.String)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []appended.Event
-	for rows.Next() {
-		var a appended.Event
-		var text string
-		if err := rows.Scan(&a.Pos, &text); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(text), &a.Event); err != nil {
-			return nil, err
-		}
-		a.Event.ExecutionID = id
-		out = append(out, a)
+	var pos []int
+	if err := json.Unmarshal([]byte(positions.String), &pos); err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	if len(pos) != len(evs) {
+		return nil, fmt.Errorf("execution %q: %d appended events, %d positions", id, len(evs), len(pos))
+	}
+	out := make([]appended.Event, len(evs))
+	for i, ev := range evs {
+		out[i] = appended.Event{Pos: pos[i], Event: ev}
+	}
+	return out, nil
 }
 
 // newExecution is the execution p starts now, with its first events
