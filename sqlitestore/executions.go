@@ -3,9 +3,9 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,14 +64,15 @@ func (s *Store) AppendEvents(ctx context.Context, p idem.AppendEventsParams) err
 }
 
 // GetExecution implements idem.Store: the record, and the events appended
-// to it later placed among its own.
+// to it later placed among its own, in one statement.
 func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (idem.Execution, error) {
 	var x idem.Execution
 	err := s.read(ctx, "get execution", func(tx txn, _ time.Time) error {
 		var events string
+		var extra sql.NullString
 		var err error
-		x, err = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+`, events FROM idem_records
-			WHERE org = ? AND id = ?`, p.Org, p.ID), &events)
+		x, err = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+`, events, `+appendedEventsSQL+`
+			FROM idem_records r WHERE org = ? AND id = ?`, p.Org, p.ID), &events, &extra)
 		if errors.Is(err, sql.ErrNoRows) {
 			return executionNotFound(p.ID)
 		}
@@ -82,8 +83,12 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 		if err != nil {
 			return err
 		}
-		extra, err := appendedEvents(ctx, tx, x.Org, x.ID)
-		x.Events = appended.Merge(own, extra)
+		if !extra.Valid {
+			x.Events = own
+			return nil
+		}
+		later, err := decodeAppended(x.ID, extra.String)
+		x.Events = appended.Merge(own, later)
 		return err
 	})
 	if err != nil {
@@ -92,33 +97,35 @@ func (s *Store) GetExecution(ctx context.Context, p idem.GetExecutionParams) (id
 	return x, nil
 }
 
-// appendedEvents reads the events appended to execution id, in the order
-// they were written: one row, the events as one JSON array (decoded at
-// once, as the record's) and their positions.
-func appendedEvents(ctx context.Context, tx txn, org, id string) ([]appended.Event, error) {
-	var events, positions sql.NullString
-	if err := tx.QueryRowContext(ctx, `SELECT '[' || group_concat(event, ',' ORDER BY rowid) || ']',
-		'[' || group_concat(pos, ',' ORDER BY rowid) || ']'
-		FROM idem_audit_events WHERE org = ? AND execution_id = ?`, org, id).Scan(&events, &positions); err != nil {
-		return nil, err
+// appendedEventsSQL is the column of the events appended to the execution
+// of row r of idem_records, in the order they were written, NULL for none:
+// their positions, then ";", then a JSON array of them, decoded at once as
+// the record's ("1,1,2;[{…},{…},{…}]").
+const appendedEventsSQL = `(SELECT group_concat(v.pos, ',' ORDER BY v.rowid) || ';[' || group_concat(v.event, ',' ORDER BY v.rowid) || ']'
+		FROM idem_audit_events v WHERE v.org = r.org AND v.execution_id = r.id)`
+
+// decodeAppended reads the events appended to execution id, as
+// appendedEventsSQL gives them.
+func decodeAppended(id, text string) ([]appended.Event, error) {
+	positions, events, ok := strings.Cut(text, ";")
+	if !ok {
+		return nil, fmt.Errorf("execution %q: appended events %.40q", id, text)
 	}
-	if !events.Valid {
-		return nil, nil
-	}
-	evs, err := decodeEvents(id, events.String)
+	evs, err := decodeEvents(id, events)
 	if err != nil {
 		return nil, err
 	}
-	var pos []int
-	if err := json.Unmarshal([]byte(positions.String), &pos); err != nil {
-		return nil, err
-	}
+	pos := strings.Split(positions, ",")
 	if len(pos) != len(evs) {
 		return nil, fmt.Errorf("execution %q: %d appended events, %d positions", id, len(evs), len(pos))
 	}
 	out := make([]appended.Event, len(evs))
 	for i, ev := range evs {
-		out[i] = appended.Event{Pos: pos[i], Event: ev}
+		p, err := strconv.Atoi(pos[i])
+		if err != nil {
+			return nil, fmt.Errorf("execution %q: appended event position %q", id, pos[i])
+		}
+		out[i] = appended.Event{Pos: p, Event: ev}
 	}
 	return out, nil
 }
