@@ -14,6 +14,8 @@ import (
 // it reads back as the instant written. The store alone writes the column,
 // always as a compact array of objects ("[]" or "[{…},…,{…}]"), which is
 // what lets appendEventsSQL append by text instead of parsing the array.
+// Events appended later (AppendEvents) are rows of idem_audit_events
+// instead, each in the same JSON form (migration 008).
 
 // encodeEvents is the JSON array of events as stored, or nil (SQL NULL)
 // for none; an event without a time happens now.
