@@ -19,14 +19,18 @@ type WriteStatser interface {
 // RegisterWriteStats exports s's group-commit counters; their ratio is the
 // mean batch size.
 func RegisterWriteStats(reg prometheus.Registerer, s WriteStatser) {
+	registerPair(reg, s.WriteStats,
+		prometheus.CounterOpts{Name: NameWriteTransactions,
+			Help: "Write transactions the store ran (group commit: each may carry the writes of several calls)."},
+		prometheus.CounterOpts{Name: NameWriteCalls,
+			Help: "Store write calls run in those transactions; calls ÷ transactions is the mean batch size."})
+}
+
+// registerPair exports the two counts stats returns as two counters,
+// named and described by first and second.
+func registerPair(reg prometheus.Registerer, stats func() (int64, int64), first, second prometheus.CounterOpts) {
 	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: NameWriteTransactions,
-			Help: "Write transactions the store ran (group commit: each may carry the writes of several calls).",
-		}, func() float64 { t, _ := s.WriteStats(); return float64(t) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: NameWriteCalls,
-			Help: "Store write calls run in those transactions; calls ÷ transactions is the mean batch size.",
-		}, func() float64 { _, c := s.WriteStats(); return float64(c) }),
+		prometheus.NewCounterFunc(first, func() float64 { a, _ := stats(); return float64(a) }),
+		prometheus.NewCounterFunc(second, func() float64 { _, b := stats(); return float64(b) }),
 	)
 }

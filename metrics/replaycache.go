@@ -20,14 +20,9 @@ type ReplayCacheStatser interface {
 // hold, a secret or indeterminate result). hits ÷ (hits + misses) is the
 // cache's hit ratio; a new key's first execution is neither.
 func RegisterReplayCache(reg prometheus.Registerer, r ReplayCacheStatser) {
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: NameReplayCacheHits,
-			Help: "Final records of idempotency keys answered from the replay cache.",
-		}, func() float64 { h, _ := r.ReplayCacheStats(); return float64(h) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: NameReplayCacheMisses,
-			Help: "Final records of idempotency keys read from the store: not in the replay cache (evicted, never read here, or secret or indeterminate).",
-		}, func() float64 { _, m := r.ReplayCacheStats(); return float64(m) }),
-	)
+	registerPair(reg, r.ReplayCacheStats,
+		prometheus.CounterOpts{Name: NameReplayCacheHits,
+			Help: "Final records of idempotency keys answered from the replay cache."},
+		prometheus.CounterOpts{Name: NameReplayCacheMisses,
+			Help: "Final records of idempotency keys read from the store: not in the replay cache (evicted, never read here, or secret or indeterminate)."})
 }
