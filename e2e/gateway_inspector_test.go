@@ -93,16 +93,7 @@ func names(v any, path string) []string {
 // read through the gateway.
 func TestGatewayInspectorCLI(t *testing.T) {
 	dir := gatewayDir(t)
-	writeFile(t, filepath.Join(dir, "gateway.yaml"), fmt.Sprintf(`upstreams:
-  - name: memory
-    command: node
-    args: [%q]
-    env: {MEMORY_FILE_PATH: %q}
-    contracts: contracts.yaml
-  - name: everything
-    command: node
-    args: [%q, stdio]
-`, memoryServer(t), filepath.Join(dir, "memory.jsonl"), everythingServer(t)))
+	writeMemoryEverythingConfig(t, dir)
 	g := startGatewayConfig(t, dir, "gateway.yaml", nil)
 	home := t.TempDir()
 	run := func(args ...string) (map[string]any, int) {

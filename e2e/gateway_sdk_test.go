@@ -34,16 +34,7 @@ func TestGatewayTypeScriptSDK(t *testing.T) {
 // the same checks, on the names memory.<tool>.
 func TestGatewayConfigTypeScriptSDK(t *testing.T) {
 	dir := gatewayDir(t)
-	writeFile(t, filepath.Join(dir, "gateway.yaml"), fmt.Sprintf(`upstreams:
-  - name: memory
-    command: node
-    args: [%q]
-    env: {MEMORY_FILE_PATH: %q}
-    contracts: contracts.yaml
-  - name: everything
-    command: node
-    args: [%q, stdio]
-`, memoryServer(t), filepath.Join(dir, "memory.jsonl"), everythingServer(t)))
+	writeMemoryEverythingConfig(t, dir)
 	runTSClient(t, startGatewayConfig(t, dir, "gateway.yaml", nil), "memory.")
 }
 
@@ -166,4 +157,21 @@ func servedResult(t *testing.T, raw json.RawMessage) served {
 	delete(m, "_meta")
 	stored, _ := json.Marshal(m)
 	return served{string(stored), *meta.Replayed}
+}
+
+// writeMemoryEverythingConfig writes dir/gateway.yaml: server-memory as
+// "memory" (its contracts from gatewayDir's contracts.yaml) and
+// server-everything over stdio as "everything".
+func writeMemoryEverythingConfig(t *testing.T, dir string) {
+	t.Helper()
+	writeFile(t, filepath.Join(dir, "gateway.yaml"), fmt.Sprintf(`upstreams:
+  - name: memory
+    command: node
+    args: [%q]
+    env: {MEMORY_FILE_PATH: %q}
+    contracts: contracts.yaml
+  - name: everything
+    command: node
+    args: [%q, stdio]
+`, memoryServer(t), filepath.Join(dir, "memory.jsonl"), everythingServer(t)))
 }
