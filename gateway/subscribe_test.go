@@ -110,16 +110,8 @@ func (f *feed) update(ctx context.Context) {
 // gateway subscribes the new upstream session to what its clients still
 // hold (issue 34: the subscription was lost with the session).
 func TestGatewaySubscriptionSurvivesANewSession(t *testing.T) {
-	f := newFeed(t)
-	url := startMerging(t, []*library{{url: f.url()}}, []string{""})
-	updated := make(chan string, 100)
-	cs := connect(t, url, &mcp.ClientOptions{
-		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
-	})
+	f, cs, updated := subscribedToFeed(t)
 	ctx := t.Context()
-	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: feedURI}); err != nil {
-		t.Fatal(err)
-	}
 	// waitUpdate sends updates until one reaches the client.
 	waitUpdate := func(when string) {
 		t.Helper()
@@ -171,16 +163,8 @@ func TestGatewaySubscriptionSurvivesANewSession(t *testing.T) {
 // no request of any client. Before, they waited for the next request or
 // the periodic re-list.
 func TestGatewaySubscriptionComesBackWithoutARequest(t *testing.T) {
-	f := newFeed(t)
-	url := startMerging(t, []*library{{url: f.url()}}, []string{""})
-	updated := make(chan string, 100)
-	cs := connect(t, url, &mcp.ClientOptions{
-		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
-	})
+	f, _, updated := subscribedToFeed(t)
 	ctx := t.Context()
-	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: feedURI}); err != nil {
-		t.Fatal(err)
-	}
 	waitUpdate := func(when string, within time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(within)
@@ -226,4 +210,21 @@ func TestGatewayReadSentAgainAfterABrokenConnection(t *testing.T) {
 	if left := f.drops.Load(); left != 8 {
 		t.Fatalf("the upstream got %d reads, want 2 (the read and one more)", 10-left)
 	}
+}
+
+// subscribedToFeed starts a feed upstream behind a gateway and a client
+// subscribed to feedURI through it, cs; the client's resources/updated
+// URIs arrive on updated.
+func subscribedToFeed(t *testing.T) (f *feed, cs *mcp.ClientSession, updated chan string) {
+	t.Helper()
+	f = newFeed(t)
+	url := startMerging(t, []*library{{url: f.url()}}, []string{""})
+	updated = make(chan string, 100)
+	cs = connect(t, url, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: feedURI}); err != nil {
+		t.Fatal(err)
+	}
+	return f, cs, updated
 }
